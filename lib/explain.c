@@ -1,0 +1,118 @@
+/* explain.c: what gcc-graph sees in a model, in text.
+ * Requires: a loaded graph (verified or not: explain must work on models it cannot run). Prints the
+ * signature, symbols and their ranges, ops by kind, and every node gcc-graph cannot handle, with the
+ * user's stack trace: what PyTorch calls a graph break. Model strings are printed escaped. */
+#include "gg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void print_value(FILE *f, const Graph *g, const Value *v) {
+  fprintf(f, "%s[", dtype_name(v->dtype));
+  for (int d = 0; d < v->rank; d++) {
+    if (d) fputs(", ", f);
+    if (v->sizes && v->sizes[d]) expr_print(f, g, v->sizes[d]);
+    else fputc('?', f);
+  }
+  fputc(']', f);
+}
+
+static int64_t value_bytes(const Graph *g, const Value *v) {
+  int64_t n = dtype_info(v->dtype) ? dtype_info(v->dtype)->size : 0;
+  for (int d = 0; d < v->rank; d++) n *= expr_hint(g, v->sizes[d]);
+  return n;
+}
+
+typedef struct { const char *target; int count; } OpCount;
+
+static int cmp_count(const void *a, const void *b) {
+  const OpCount *x = a, *y = b;
+  if (x->count != y->count) return y->count - x->count;
+  return strcmp(x->target, y->target);
+}
+
+/* A trace from the export: print its last frame (the user's line) indented, escaped. */
+static void print_trace(FILE *f, Ctx *c, const char *trace) {
+  if (!trace || !*trace) { fputs("      (no stack trace in the export)\n", f); return; }
+  const char *last = trace, *p = trace;
+  while ((p = strstr(p, "File \""))) { last = p; p++; }
+  char buf[1024];
+  size_t n = strlen(last);
+  if (n >= sizeof buf) n = sizeof buf - 1;
+  memcpy(buf, last, n);
+  buf[n] = 0;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    while (*line == ' ') line++;
+    const char *q = gg_quote(c, line);
+    fprintf(f, "      %.*s\n", (int)strlen(q) - 2, q + 1);
+  }
+}
+
+int explain_graph(Graph *g, FILE *f) {
+  Ctx *c = g->ctx;
+  fprintf(f, "model: %s\n", gg_quote(c, g->path));
+  fprintf(f, "exported by torch %s, schema %d.%d, IR %s\n", gg_quote(c, g->torch_version), g->schema_major, g->schema_minor, g->ir);
+  int np = 0, nb = 0, nc = 0;
+  int64_t pbytes = 0, bbytes = 0;
+  fputs("\ninputs:\n", f);
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (v->input == IN_USER) {
+      fprintf(f, "  in.%d  %-24s ", v->user_index, gg_quote(c, v->name));
+      print_value(f, g, v);
+      fputc('\n', f);
+    } else if (v->input == IN_PARAM) { np++; pbytes += value_bytes(g, v); }
+    else if (v->input == IN_BUFFER) { nb++; bbytes += value_bytes(g, v); }
+    else nc++;
+  }
+  fputs("outputs:\n", f);
+  for (int i = 0, k = 0; i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind == OUT_USER) fprintf(f, "  out.%d %-24s ", k++, gg_quote(c, o->v->name));
+    else if (o->kind == OUT_BUFFER_MUTATION) fprintf(f, "  buffer %s <- %-14s ", gg_quote(c, o->target_name), gg_quote(c, o->v->name));
+    else fprintf(f, "  (other) %-22s ", gg_quote(c, o->v->name));
+    print_value(f, g, o->v);
+    fputc('\n', f);
+  }
+  fprintf(f, "\nparameters: %d (%.1f KiB)   buffers: %d (%.1f KiB)   constants: %d\n", np, (double)pbytes / 1024, nb, (double)bbytes / 1024, nc);
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (v->input == IN_USER) continue;
+    fprintf(f, "  %-9s %-40s ", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant", gg_quote(c, v->fqn));
+    print_value(f, g, v);
+    fputs(v->weight ? "\n" : "  (no data in the file)\n", f);
+  }
+  if (g->nsyms) {
+    fputs("\nsymbols:\n", f);
+    for (int i = 0; i < g->nsyms; i++) {
+      const Sym *s = &g->syms[i];
+      fprintf(f, "  %s in [%lld, ", s->name, (long long)s->min);
+      if (s->max == INT64_MAX) fputs("inf", f); else fprintf(f, "%lld", (long long)s->max);
+      fprintf(f, "], example %lld\n", (long long)s->hint);
+    }
+  }
+  OpCount *counts = calloc((size_t)g->nnodes + 1, sizeof *counts);
+  int nk = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    const char *t = g->nodes[k]->target;
+    int j = 0;
+    while (j < nk && strcmp(counts[j].target, t)) j++;
+    if (j == nk) counts[nk++].target = t;
+    counts[j].count++;
+  }
+  qsort(counts, (size_t)nk, sizeof *counts, cmp_count);
+  fprintf(f, "\nops: %d nodes, %d kinds\n", g->nnodes, nk);
+  for (int j = 0; j < nk; j++) {
+    const OpDef *op = ops_find(counts[j].target);
+    fprintf(f, "  %5d  %-50s %s\n", counts[j].count, gg_quote(c, counts[j].target), op ? op->doc : "UNSUPPORTED");
+  }
+  free(counts);
+  fprintf(f, "\nunsupported nodes (graph breaks): %d\n", g->nunsupported);
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    if (n->op) continue;
+    fprintf(f, "  node %s: %s\n", gg_quote(c, n->name), gg_quote(c, n->target));
+    print_trace(f, c, n->stack_trace);
+  }
+  return 0;
+}

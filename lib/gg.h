@@ -1,0 +1,355 @@
+/* gg.h: the one internal header of the gcc-graph library.
+ *
+ * Everything a stage needs to know about the others lives here: the arena and diagnostics, the dtype
+ * table, symbolic sizes (Expr), the graph IR (Graph, Value, Node, Arg), the op table (OpDef, built from
+ * lib/ops.def), and the reference interpreter's tensors. Stages are one file each under lib/. */
+#ifndef GG_H
+#define GG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define GG_VERSION "0.1.0"
+#define GG_MAX_RANK 16      /* PyTorch allows more; nothing real comes close. Refused with a message. */
+#define GG_MAX_ELEMS (INT64_C(1) << 40)  /* refuse tensors past 1 Ti elements before allocating */
+
+/* ---------------------------------------------------------------- arena and diagnostics (arena.c) */
+
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t n);          /* zeroed; aborts on out-of-memory */
+void *arena_array(Arena *a, size_t n, size_t size); /* n*size with overflow check */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One compilation: its arena, the file being read, and the first error. Nothing global is mutable. */
+typedef struct Ctx {
+  Arena *arena;
+  const char *file;      /* the file being read, named in messages */
+  char err[4096];        /* first error, without the "error: " prefix */
+  bool has_err;
+} Ctx;
+
+Ctx *ctx_new(void);
+void ctx_free(Ctx *c);
+int gg_error(Ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* returns -1 */
+#define GG_INTERNAL(c) gg_error((c), "internal error at %s:%d", __FILE__, __LINE__)
+/* A string from a model, made printable for a message: quotes and control characters escaped. */
+const char *gg_quote(Ctx *c, const char *s);
+
+/* ---------------------------------------------------------------- dtypes (dtype.c) */
+
+/* Values are the ExportedProgram ScalarType codes (not c10's). */
+typedef enum {
+  DT_UNKNOWN = 0, DT_U8 = 1, DT_I8 = 2, DT_I16 = 3, DT_I32 = 4, DT_I64 = 5, DT_F16 = 6, DT_F32 = 7,
+  DT_F64 = 8, DT_BOOL = 12, DT_BF16 = 13,
+} DType;
+
+typedef struct DTypeInfo {
+  DType code;
+  const char *name;       /* torch name: "float32" */
+  const char *st_name;    /* safetensors name: "F32" */
+  int size;
+  bool is_float, is_signed;
+} DTypeInfo;
+
+const DTypeInfo *dtype_info(int code);          /* NULL when not a supported code */
+const DTypeInfo *dtype_by_st_name(const char *s);
+const char *dtype_name(DType d);
+DType dtype_promote(DType a, DType b);          /* torch.promote_types */
+double dtype_load_f64(DType d, const void *p);
+int64_t dtype_load_i64(DType d, const void *p);
+void dtype_store_f64(DType d, void *p, double v); /* rounds to nearest even, as PyTorch casts */
+void dtype_store_i64(DType d, void *p, int64_t v);
+static inline bool dtype_is_float(DType d) { return d == DT_F16 || d == DT_F32 || d == DT_F64 || d == DT_BF16; }
+
+/* ---------------------------------------------------------------- symbolic sizes (expr.c) */
+
+typedef enum { E_CONST, E_SYM, E_ADD, E_MUL, E_FLOORDIV, E_MOD, E_MAX, E_MIN } ExprKind;
+typedef struct Expr {
+  ExprKind k;
+  int64_t c;              /* E_CONST value, E_SYM index */
+  const struct Expr *a, *b;
+} Expr;
+
+typedef struct Sym {
+  const char *name;       /* "s77" */
+  int64_t min, max;       /* from range_constraints; [0, INT64_MAX] unless given */
+  int64_t hint;           /* the example value, used to compare shapes at compile time */
+} Sym;
+
+typedef struct Graph Graph;
+const Expr *expr_const(Arena *a, int64_t v);
+const Expr *expr_sym(Arena *a, int index);
+const Expr *expr_bin(Arena *a, ExprKind k, const Expr *x, const Expr *y); /* folds constants */
+bool expr_is_const(const Expr *e, int64_t *v);
+/* Evaluate with symbol values env[]; -1 with a message on overflow or division by zero. */
+int expr_eval(Ctx *c, const Expr *e, const int64_t *env, int64_t *out);
+/* True when x == y at the hints and at further points in the symbols' ranges. */
+bool expr_same(const Graph *g, const Expr *x, const Expr *y);
+int64_t expr_hint(const Graph *g, const Expr *e); /* value at the hints (0 on overflow) */
+/* Parse exported sympy text (srepr or infix) into an Expr, adding new symbols to g. */
+const Expr *expr_parse(Ctx *c, Graph *g, const char *text, const char *where);
+void expr_print(FILE *f, const Graph *g, const Expr *e);
+char *expr_str(Arena *a, const Graph *g, const Expr *e);
+
+/* ---------------------------------------------------------------- the op table (ops.c, ops.def) */
+
+typedef enum {
+  T_TENSOR, T_TENSOR_LIST, T_INT, T_INT_LIST, T_FLOAT, T_FLOAT_LIST, T_BOOL, T_BOOL_LIST, T_SCALAR,
+  T_DTYPE, T_LAYOUT, T_DEVICE, T_MEMFMT, T_STR, T_GRAPH, T_ANY,
+} ArgType;
+
+typedef enum {
+  AK_NONE, AK_TENSOR, AK_TENSORS, AK_INT, AK_INTS, AK_FLOAT, AK_FLOATS, AK_BOOL, AK_BOOLS, AK_STR,
+  AK_DTYPE, AK_LAYOUT, AK_DEVICE, AK_MEMFMT, AK_GRAPH,
+} ArgKind;
+
+typedef struct Value Value;
+typedef struct Arg {
+  ArgKind k;
+  int n;                  /* list length */
+  union {
+    Value *t;             /* AK_TENSOR */
+    Value **ts;           /* AK_TENSORS; an element may be NULL (Tensor?[]) */
+    const Expr *i;        /* AK_INT (also symbolic ints) */
+    const Expr **is;      /* AK_INTS */
+    double f;             /* AK_FLOAT */
+    double *fs;
+    bool b;
+    bool *bs;
+    const char *s;        /* AK_STR, AK_DEVICE ("cpu") */
+    int code;             /* AK_DTYPE, AK_LAYOUT, AK_MEMFMT */
+    struct Graph *g;      /* AK_GRAPH */
+  } u;
+} Arg;
+
+typedef struct ArgSpec {
+  const char *name;
+  ArgType type;
+  bool optional;          /* Type? */
+  bool mutated;           /* Tensor(a!) */
+  int fixed_len;          /* int[2]: 2; 0 otherwise */
+  bool has_default;
+  Arg def;                /* the default value */
+} ArgSpec;
+
+struct Node;
+struct ShapeCtx;
+struct EvalCtx;
+typedef int (*ShapeFn)(struct ShapeCtx *);
+typedef int (*EvalFn)(struct EvalCtx *);
+
+/* Result dtype of a pointwise op: the promoted operand dtype (SAME), that made floating (FLOAT:
+ * integers become float32), or bool after comparing in the promoted dtype (CMP) or as truth values (BOOL). */
+typedef enum { PW_SAME, PW_FLOAT, PW_CMP, PW_BOOL } PwOut;
+
+typedef struct OpDef {
+  const char *name;       /* "add.Tensor", the target without "torch.ops.aten." */
+  const char *schema;     /* PyTorch's own schema text, which gives names, types and defaults */
+  ShapeFn shape;
+  EvalFn eval;
+  double (*pwf)(const double *x);   /* pointwise ops: the scalar function on float operands */
+  int64_t (*pwi)(const int64_t *x); /* ... and on integer/bool operands (NULL: promote to float) */
+  int pwout;              /* PwOut: how the result dtype follows from the operands */
+  const char *doc;        /* one line: what it does or what it is rewritten into */
+  /* Parsed from schema by ops_init: */
+  int nargs;
+  ArgSpec *args;
+  int nrets;              /* -1: returns Tensor[] of variable length */
+  bool inplace;           /* first argument is Tensor(a!): the op writes into it */
+  bool view;              /* returns an alias of its first argument: Tensor(a) */
+} OpDef;
+
+int ops_init(Ctx *c);                 /* parse every schema; fails only on a bug in ops.def */
+const OpDef *ops_find(const char *target); /* by full target "torch.ops.aten.add.Tensor" or "add.Tensor" */
+int ops_count(void);
+const OpDef *ops_at(int i);
+int ops_arg_index(const OpDef *op, const char *name);
+
+/* ---------------------------------------------------------------- the graph IR (load.c) */
+
+typedef enum { VK_TENSOR, VK_SYMINT, VK_SYMFLOAT, VK_SYMBOOL, VK_NONE } ValueKind;
+typedef enum { IN_NONE, IN_USER, IN_PARAM, IN_BUFFER, IN_CONST } InputKind;
+
+typedef struct Weight Weight;
+
+struct Value {
+  const char *name;
+  ValueKind kind;
+  DType dtype;
+  int rank;
+  const Expr **sizes;     /* rank entries */
+  const Expr **strides;   /* as exported (may be NULL for values we create) */
+  bool requires_grad;
+  struct Node *def;       /* defining node; NULL for graph inputs */
+  int id;                 /* index in Graph.values */
+  InputKind input;        /* for graph inputs */
+  int input_index;        /* position among graph inputs */
+  int user_index;         /* position among user inputs, or -1 */
+  const char *fqn;        /* parameter/buffer/constant name: "fc.weight" */
+  Weight *weight;         /* its bytes, when the file has them */
+  const Expr *sym;        /* VK_SYMINT: its value as an expression */
+  bool declared;          /* shape and dtype came from tensor_values */
+};
+
+typedef struct Node {
+  const char *name;
+  const char *target;     /* as written: "torch.ops.aten.add.Tensor" */
+  const OpDef *op;        /* NULL: not supported (kept so explain can list it) */
+  Arg *args;              /* op->nargs, defaults filled in, schema order */
+  Value **outs;
+  int nouts;
+  const char *stack_trace;   /* from metadata, may be NULL */
+  const char *module_stack;  /* nn_module_stack, may be NULL */
+  int id;
+} Node;
+
+struct Weight {             /* bytes of a parameter, buffer or constant, mapped from a file */
+  const char *fqn;
+  DType dtype;
+  int rank;
+  int64_t sizes[GG_MAX_RANK], strides[GG_MAX_RANK], offset;  /* elements */
+  const uint8_t *data;    /* start of its storage */
+  size_t nbytes;          /* bytes available from data */
+};
+
+typedef struct OutputSpec {
+  enum { OUT_USER, OUT_BUFFER_MUTATION, OUT_OTHER } kind;
+  Value *v;
+  const char *target_name;  /* buffer name for mutations */
+} OutputSpec;
+
+struct Graph {
+  Ctx *ctx;
+  const char *path;
+  int schema_major, schema_minor;
+  const char *ir;          /* "TRAINING" or "ATEN" */
+  const char *torch_version;
+  Value **values; int nvalues, cap_values;
+  Node **nodes; int nnodes, cap_nodes;
+  Value **inputs; int ninputs;      /* graph placeholders in order */
+  OutputSpec *outputs; int noutputs;
+  Sym *syms; int nsyms, cap_syms;
+  int nunsupported;
+  struct Mapping *mappings;         /* files kept mapped for weights */
+  struct { const char *key; Value *v; } *names; int names_cap, names_n; /* name -> value */
+};
+
+/* Load a .pt2 archive or a model.json. weights: a .safetensors path or NULL. */
+Graph *graph_load(Ctx *c, const char *path, const char *weights);
+void graph_release(Graph *g);       /* unmaps files; the arena frees the rest */
+Value *graph_find_value(const Graph *g, const char *name);
+Value *graph_new_value(Graph *g, const char *name);   /* NULL (with a message) if defined twice */
+int graph_bind_name(Graph *g, const char *name, Value *v); /* another name for v */
+int graph_user_inputs(const Graph *g, Value ***out); /* user input values in order */
+int verify_graph(Graph *g);         /* topological order, single definition, shapes (shape.c rules) */
+
+/* ---------------------------------------------------------------- files (archive.c, safetensors.c) */
+
+typedef struct Mapping { void *base; size_t len; struct Mapping *next; } Mapping;
+
+typedef struct ZipEntry { const char *name; uint64_t size; const uint8_t *data; } ZipEntry;
+typedef struct Zip { const uint8_t *base; size_t len; ZipEntry *entries; int n; } Zip;
+/* Open a zip of stored entries (what torch.export.save writes), mapped; entries point into the map. */
+int zip_open(Ctx *c, Graph *g, const char *path, Zip *z);
+const ZipEntry *zip_find(const Zip *z, const char *name);
+const uint8_t *map_file(Ctx *c, Graph *g, const char *path, size_t *len);
+
+typedef struct STensor {
+  const char *name;
+  DType dtype;
+  int rank;
+  int64_t sizes[GG_MAX_RANK];
+  const uint8_t *data;
+  size_t nbytes;
+} STensor;
+typedef struct SafeTensors { STensor *t; int n; } SafeTensors;
+int st_read(Ctx *c, Graph *g, const char *path, SafeTensors *out);
+const STensor *st_find(const SafeTensors *s, const char *name);
+/* Write tensors (name, dtype, sizes, contiguous data) to path. */
+int st_write(Ctx *c, const char *path, const STensor *t, int n);
+
+/* ---------------------------------------------------------------- shape rules (shape.c) */
+
+typedef struct ShapeCtx {
+  Graph *g;
+  Node *n;
+  Arena *a;
+  /* results, filled by the rule: */
+  int nouts;
+  struct { DType dtype; int rank; const Expr *sizes[GG_MAX_RANK]; bool is_sym; const Expr *sym; } out[64];
+} ShapeCtx;
+int shape_infer(Graph *g, Node *n, ShapeCtx *sc); /* runs n->op->shape */
+
+/* ---------------------------------------------------------------- reference interpreter (interp.c) */
+
+typedef struct Storage { uint8_t *data; size_t nbytes; bool owned; } Storage;
+typedef struct Tensor {
+  DType dtype;
+  int rank;
+  int64_t sizes[GG_MAX_RANK], strides[GG_MAX_RANK], offset;
+  Storage *st;
+} Tensor;
+
+typedef struct RVal {      /* a run-time value of the graph */
+  enum { RV_NONE, RV_TENSOR, RV_INT } k;
+  Tensor *t;
+  int64_t i;
+} RVal;
+
+typedef struct RArg {      /* an evaluated argument */
+  ArgKind k;
+  int n;
+  Tensor *t;
+  Tensor **ts;
+  int64_t i;
+  int64_t *is;
+  double f;
+  double *fs;
+  bool b;
+  const char *s;
+  int code;
+} RArg;
+
+typedef struct Interp {
+  Ctx *c;
+  Graph *g;
+  RVal *vals;             /* by Value id */
+  int64_t *env;           /* symbol values */
+  bool *mutated;          /* by graph input position: written by an in-place op */
+  Storage **storages; int nstorages, cap_storages;
+} Interp;
+
+typedef struct EvalCtx {
+  Interp *I;
+  Node *n;
+  RArg *args;             /* schema order */
+  Tensor **outs;          /* allocated contiguous by the interpreter, or NULL for views (the op sets them) */
+  int64_t (*osizes)[GG_MAX_RANK]; /* each output's expected sizes */
+  RVal *symout;           /* sym_size's result */
+} EvalCtx;
+
+typedef struct RunResult {
+  Tensor **outs; int nouts;            /* user outputs in order */
+  Tensor **buffers; const char **buffer_names; int nbuffers; /* mutated buffers, new values */
+} RunResult;
+
+/* Run the graph on user inputs (in order; named parameters may be supplied in extra when the file
+ * carries no weights). The interpreter owns the tensors until interp_free. */
+Interp *interp_new(Ctx *c, Graph *g);
+int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, int nextra, RunResult *res);
+void interp_free(Interp *I);
+Tensor *tensor_new(Interp *I, DType dt, int rank, const int64_t *sizes); /* NULL with a message if too big */
+Tensor *tensor_from_st(Interp *I, const STensor *s);  /* borrows the bytes */
+int64_t tensor_numel(const Tensor *t);
+bool tensor_is_contiguous(const Tensor *t);
+void *tensor_contiguous_bytes(Interp *I, Tensor *t, size_t *nbytes);
+
+/* ---------------------------------------------------------------- explain (explain.c) */
+int explain_graph(Graph *g, FILE *f);
+
+#endif

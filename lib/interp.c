@@ -1,0 +1,1716 @@
+/* interp.c: the reference interpreter, the oracle for every later stage.
+ * Requires: a verified graph. Guarantees: each node is executed as PyTorch defines its op, on strided
+ * tensors with real views (so in-place ops through views behave as in PyTorch); floating-point math is
+ * done in float64 and rounded to the output dtype once per op, integer math in int64 with wrap-around.
+ * It is written to be obviously right, not fast: kernels read their operands into contiguous float64
+ * or int64 arrays, compute, and write back. Bad indices and the like fail with a message, never a trap. */
+#include "gg.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef EvalCtx E;
+
+/* ---------------------------------------------------------------- tensors */
+
+int64_t tensor_numel(const Tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->sizes[d];
+  return n;
+}
+
+bool tensor_is_contiguous(const Tensor *t) {
+  int64_t s = 1;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    if (t->sizes[d] != 1 && t->strides[d] != s) return false;
+    s *= t->sizes[d];
+  }
+  return true;
+}
+
+static void set_contiguous_strides(Tensor *t) {
+  int64_t s = 1;
+  for (int d = t->rank - 1; d >= 0; d--) { t->strides[d] = s; s *= t->sizes[d] ? t->sizes[d] : 1; }
+}
+
+static Storage *storage_new(Interp *I, size_t nbytes) {
+  Storage *st = calloc(1, sizeof *st);
+  st->data = calloc(1, nbytes ? nbytes : 1);
+  if (!st || !st->data) { fputs("gcc-graph: out of memory\n", stderr); exit(1); }
+  st->nbytes = nbytes;
+  st->owned = true;
+  if (I->nstorages == I->cap_storages) {
+    I->cap_storages = I->cap_storages ? I->cap_storages * 2 : 64;
+    I->storages = realloc(I->storages, sizeof *I->storages * (size_t)I->cap_storages);
+    if (!I->storages) { fputs("gcc-graph: out of memory\n", stderr); exit(1); }
+  }
+  I->storages[I->nstorages++] = st;
+  return st;
+}
+
+Tensor *tensor_new(Interp *I, DType dt, int rank, const int64_t *sizes) {
+  Tensor *t = arena_alloc(I->c->arena, sizeof *t);
+  t->dtype = dt;
+  t->rank = rank;
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    if (sizes[d] < 0 || __builtin_mul_overflow(n, sizes[d], &n) || n > GG_MAX_ELEMS) {
+      gg_error(I->c, "tensor of %d dims too large or with a negative size", rank);
+      return NULL;
+    }
+    t->sizes[d] = sizes[d];
+  }
+  set_contiguous_strides(t);
+  t->st = storage_new(I, (size_t)n * (size_t)dtype_info(dt)->size);
+  return t;
+}
+
+static Tensor *view_of(Interp *I, const Tensor *t) {
+  Tensor *v = arena_alloc(I->c->arena, sizeof *v);
+  *v = *t;
+  return v;
+}
+
+Tensor *tensor_from_st(Interp *I, const STensor *s) {
+  Tensor *t = arena_alloc(I->c->arena, sizeof *t);
+  t->dtype = s->dtype;
+  t->rank = s->rank;
+  memcpy(t->sizes, s->sizes, sizeof t->sizes);
+  set_contiguous_strides(t);
+  Storage *st = arena_alloc(I->c->arena, sizeof *st);
+  st->data = (uint8_t *)s->data;
+  st->nbytes = s->nbytes;
+  t->st = st;
+  return t;
+}
+
+static Tensor *tensor_from_weight(Interp *I, const Weight *w, bool copy) {
+  Tensor *t = arena_alloc(I->c->arena, sizeof *t);
+  t->dtype = w->dtype;
+  t->rank = w->rank;
+  memcpy(t->sizes, w->sizes, sizeof t->sizes);
+  memcpy(t->strides, w->strides, sizeof t->strides);
+  t->offset = w->offset;
+  Storage *st;
+  if (copy) {   /* buffers may be mutated by the run: never through the mapping */
+    st = storage_new(I, w->nbytes);
+    memcpy(st->data, w->data, w->nbytes);
+  } else {
+    st = arena_alloc(I->c->arena, sizeof *st);
+    st->data = (uint8_t *)w->data;
+    st->nbytes = w->nbytes;
+  }
+  t->st = st;
+  return t;
+}
+
+/* Byte offset of the element with linear (row-major) index i. */
+static int64_t elem_offset(const Tensor *t, int64_t i) {
+  int64_t off = t->offset;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    int64_t sz = t->sizes[d];
+    off += (i % sz) * t->strides[d];
+    i /= sz;
+  }
+  return off;
+}
+
+static uint8_t *elem_ptr(const Tensor *t, int64_t i) {
+  return t->st->data + elem_offset(t, i) * dtype_info(t->dtype)->size;
+}
+
+/* Contiguous float64 / int64 copies of a tensor in its logical order, and the way back. */
+static double *read_f64(Interp *I, const Tensor *t) {
+  int64_t n = tensor_numel(t);
+  double *r = arena_array(I->c->arena, (size_t)n + 1, sizeof *r);
+  for (int64_t i = 0; i < n; i++) r[i] = dtype_load_f64(t->dtype, elem_ptr(t, i));
+  return r;
+}
+
+static int64_t *read_i64(Interp *I, const Tensor *t) {
+  int64_t n = tensor_numel(t);
+  int64_t *r = arena_array(I->c->arena, (size_t)n + 1, sizeof *r);
+  for (int64_t i = 0; i < n; i++) r[i] = dtype_load_i64(t->dtype, elem_ptr(t, i));
+  return r;
+}
+
+static void write_f64(Tensor *t, const double *v) {
+  int64_t n = tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) dtype_store_f64(t->dtype, elem_ptr(t, i), v[i]);
+}
+
+static void write_i64(Tensor *t, const int64_t *v) {
+  int64_t n = tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) dtype_store_i64(t->dtype, elem_ptr(t, i), v[i]);
+}
+
+/* Copy src into dst element by element (same shape), converting dtype exactly. */
+static void copy_into(Tensor *dst, const Tensor *src) {
+  int64_t n = tensor_numel(dst);
+  bool ints = !dtype_is_float(dst->dtype) && !dtype_is_float(src->dtype);
+  bool raw = dst->dtype == src->dtype;
+  int es = dtype_info(dst->dtype)->size;
+  for (int64_t i = 0; i < n; i++) {
+    uint8_t *d = elem_ptr(dst, i);
+    const uint8_t *s = elem_ptr(src, i);
+    if (raw) memcpy(d, s, (size_t)es);
+    else if (ints) dtype_store_i64(dst->dtype, d, dtype_load_i64(src->dtype, s));
+    else dtype_store_f64(dst->dtype, d, dtype_load_f64(src->dtype, s));
+  }
+}
+
+void *tensor_contiguous_bytes(Interp *I, Tensor *t, size_t *nbytes) {
+  *nbytes = (size_t)tensor_numel(t) * (size_t)dtype_info(t->dtype)->size;
+  if (tensor_is_contiguous(t)) return t->st->data + t->offset * dtype_info(t->dtype)->size;
+  Tensor *c = tensor_new(I, t->dtype, t->rank, t->sizes);
+  copy_into(c, t);
+  return c->st->data;
+}
+
+/* A view of t broadcast to sizes (stride 0 on expanded dims). */
+static Tensor *expand_to(Interp *I, const Tensor *t, int rank, const int64_t *sizes) {
+  Tensor *v = view_of(I, t);
+  v->rank = rank;
+  for (int d = rank - 1, s = t->rank - 1; d >= 0; d--, s--) {
+    v->sizes[d] = sizes[d];
+    v->strides[d] = s >= 0 && t->sizes[s] == sizes[d] ? t->strides[s] : 0;
+  }
+  return v;
+}
+
+static void permute_view(Tensor *t, const int *perm) {
+  int64_t sz[GG_MAX_RANK], st[GG_MAX_RANK];
+  for (int d = 0; d < t->rank; d++) { sz[d] = t->sizes[perm[d]]; st[d] = t->strides[perm[d]]; }
+  memcpy(t->sizes, sz, sizeof sz);
+  memcpy(t->strides, st, sizeof st);
+}
+
+/* A view with dim moved to the end: rows of the result run along dim. */
+static Tensor *dim_last(Interp *I, const Tensor *t, int dim) {
+  Tensor *v = view_of(I, t);
+  int perm[GG_MAX_RANK], k = 0;
+  for (int d = 0; d < t->rank; d++) if (d != dim) perm[k++] = d;
+  perm[k] = dim;
+  if (t->rank) permute_view(v, perm);
+  return v;
+}
+
+/* ---------------------------------------------------------------- arguments */
+
+static int fail(E *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(E *e, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  Ctx *c = e->I->c;
+  return gg_error(c, "node %s (%s): %s", gg_quote(c, e->n->name), gg_quote(c, e->n->target), msg);
+}
+
+static RArg *A(E *e, const char *name) {
+  int i = ops_arg_index(e->n->op, name);
+  return i < 0 ? NULL : &e->args[i];
+}
+
+static Tensor *T(E *e, const char *name) {
+  RArg *a = A(e, name);
+  return a && a->k == AK_TENSOR ? a->t : NULL;
+}
+
+static int64_t I64(E *e, const char *name, int64_t dflt) {
+  RArg *a = A(e, name);
+  return a && a->k == AK_INT ? a->i : dflt;
+}
+
+static double F64(E *e, const char *name, double dflt) {
+  RArg *a = A(e, name);
+  if (!a) return dflt;
+  if (a->k == AK_FLOAT) return a->f;
+  if (a->k == AK_INT) return (double)a->i;
+  if (a->k == AK_BOOL) return a->b;
+  return dflt;
+}
+
+static bool B(E *e, const char *name) {
+  RArg *a = A(e, name);
+  return a && a->k == AK_BOOL && a->b;
+}
+
+static const char *STR(E *e, const char *name) {
+  RArg *a = A(e, name);
+  return a && a->k == AK_STR ? a->s : NULL;
+}
+
+static int wrap_dim(E *e, int64_t d, int rank, int *out) {
+  int r = rank ? rank : 1;
+  *out = 0;
+  if (d < -r || d >= r) return fail(e, "dim %lld out of range for rank %d", (long long)d, rank);
+  *out = (int)(d < 0 ? d + r : d);
+  return 0;
+}
+
+/* The tensor an op returns into: allocated by the interpreter, or for view ops by the op. */
+static Tensor *out0(E *e) { return e->outs[0]; }
+
+
+/* ---------------------------------------------------------------- pointwise */
+
+typedef double (*PwF)(const double *);
+typedef int64_t (*PwI)(const int64_t *);
+DType shape_promote(const Node *n);
+
+static double round_to(DType dt, double v) {
+  uint8_t buf[8];
+  dtype_store_f64(dt, buf, v);
+  return dtype_load_f64(dt, buf);
+}
+
+/* Apply f (float64) or fi (int64) to the numeric operands, broadcast to the output. A Scalar operand
+ * is first cast to the computation dtype, as PyTorch casts wrapped numbers. */
+static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
+  const Node *n = e->n;
+  DType promoted = shape_promote(n);
+  bool use_float = dtype_is_float(promoted) || n->op->pwout == PW_FLOAT || !fi;
+  if (use_float && !f) return fail(e, "not defined for %s", dtype_name(promoted));
+  DType comp = dtype_is_float(promoted) ? promoted : DT_F64;
+  int64_t numel = tensor_numel(out);
+  enum { MAXOP = 8 };
+  double fv[MAXOP], *fa[MAXOP] = {0};
+  int64_t iv[MAXOP], *ia[MAXOP] = {0};
+  int nops = 0;
+  for (int i = 0; i < n->op->nargs && nops < MAXOP; i++) {
+    ArgType ty = n->op->args[i].type;
+    if (ty != T_TENSOR && ty != T_SCALAR) continue;
+    RArg *a = &e->args[i];
+    if (a->k == AK_TENSOR) {
+      Tensor *x = expand_to(e->I, a->t, out->rank, out->sizes);
+      if (use_float) fa[nops] = read_f64(e->I, x);
+      else ia[nops] = read_i64(e->I, x);
+    } else if (a->k == AK_NONE) {   /* clamp's missing bound: no bound */
+      fv[nops] = NAN;
+      iv[nops] = nops == 1 ? INT64_MIN : INT64_MAX;
+    } else {
+      double d = a->k == AK_FLOAT ? a->f : a->k == AK_BOOL ? a->b : (double)a->i;
+      fv[nops] = round_to(comp, d);
+      iv[nops] = a->k == AK_INT ? a->i : (int64_t)d;
+    }
+    nops++;
+  }
+  if (use_float) {
+    double *r = arena_array(e->I->c->arena, (size_t)numel + 1, sizeof *r);
+    double x[MAXOP];
+    for (int64_t k = 0; k < numel; k++) {
+      for (int j = 0; j < nops; j++) x[j] = fa[j] ? fa[j][k] : fv[j];
+      r[k] = f(x);
+    }
+    write_f64(out, r);
+  } else {
+    int64_t *r = arena_array(e->I->c->arena, (size_t)numel + 1, sizeof *r);
+    int64_t x[MAXOP];
+    for (int64_t k = 0; k < numel; k++) {
+      for (int j = 0; j < nops; j++) x[j] = ia[j] ? ia[j][k] : iv[j];
+      r[k] = fi(x);
+    }
+    write_i64(out, r);
+  }
+  return 0;
+}
+
+int eval_pointwise(E *e) { return pointwise(e, e->n->op->pwf, e->n->op->pwi, out0(e)); }
+
+static double gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] / sqrt(2.0))); }
+static double gelu_tanh(const double *x) {
+  double k = sqrt(2.0 / M_PI);
+  return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
+}
+
+int eval_gelu(E *e) {
+  const char *m = STR(e, "approximate");
+  if (m && strcmp(m, "none") && strcmp(m, "tanh")) return fail(e, "unknown approximate mode '%s'", m);
+  return pointwise(e, m && !strcmp(m, "tanh") ? gelu_tanh : gelu_erf, NULL, out0(e));
+}
+
+
+int eval_dropout(E *e) {
+  RArg *tr = A(e, "train");
+  double p = F64(e, "p", 0);
+  if (tr && tr->k == AK_BOOL && tr->b && p > 0)
+    return fail(e, "dropout in training mode is random; export the model in eval mode (model.eval())");
+  Tensor *x = T(e, "input") ? T(e, "input") : T(e, "self");
+  copy_into(out0(e), x);
+  if (e->n->nouts == 2) {
+    int64_t n = tensor_numel(e->outs[1]);
+    for (int64_t i = 0; i < n; i++) e->outs[1]->st->data[i] = 1;
+  }
+  return 0;
+}
+
+static double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
+static int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
+static double f_div_floor(const double *x) {
+  if (x[1] == 0) return x[0] / x[1];
+  double m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
+  if (m != 0 && ((x[1] < 0) != (m < 0))) d -= 1;
+  double fd = floor(d);
+  if (d - fd > 0.5) fd += 1;
+  return fd;
+}
+static int64_t i_div_floor(const int64_t *x) {
+  if (x[1] == 0) return 0;
+  if (x[0] == INT64_MIN && x[1] == -1) return INT64_MIN;
+  int64_t q = x[0] / x[1];
+  if ((x[0] % x[1] != 0) && ((x[0] < 0) != (x[1] < 0))) q--;
+  return q;
+}
+static double f_div(const double *x) { return x[0] / x[1]; }
+
+int eval_div_mode(E *e) {
+  const char *m = STR(e, "rounding_mode");
+  if (!m) return pointwise(e, f_div, NULL, out0(e));
+  if (!strcmp(m, "trunc")) return pointwise(e, f_div_trunc, i_div_trunc, out0(e));
+  if (!strcmp(m, "floor")) return pointwise(e, f_div_floor, i_div_floor, out0(e));
+  return fail(e, "unknown rounding_mode '%s'", m);
+}
+
+int eval_copy(E *e) {
+  Tensor *out = out0(e), *src = T(e, "src");
+  copy_into(out, expand_to(e->I, src, out->rank, out->sizes));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Rows of a reduction: the input as [outer, inner] with the reduced dims last. */
+typedef struct Rows { int64_t outer, inner; Tensor *view; } Rows;
+
+static int reduce_rows(E *e, Tensor *x, Rows *r, bool *mask) {
+  RArg *da = A(e, "dim");
+  memset(mask, 0, sizeof(bool) * GG_MAX_RANK);
+  int nd = 0;
+  if (da && da->k == AK_INT) {
+    int d;
+    if (wrap_dim(e, da->i, x->rank, &d)) return -1;
+    if (x->rank) mask[d] = true;
+    nd = 1;
+  } else if (da && da->k == AK_INTS && da->n) {
+    for (int i = 0; i < da->n; i++) {
+      int d;
+      if (wrap_dim(e, da->is[i], x->rank, &d)) return -1;
+      if (x->rank) mask[d] = true;
+    }
+    nd = da->n;
+  }
+  if (!nd) for (int d = 0; d < x->rank; d++) mask[d] = true;
+  int perm[GG_MAX_RANK], k = 0;
+  r->outer = r->inner = 1;
+  for (int d = 0; d < x->rank; d++) if (!mask[d]) { perm[k++] = d; r->outer *= x->sizes[d]; }
+  for (int d = 0; d < x->rank; d++) if (mask[d]) { perm[k++] = d; r->inner *= x->sizes[d]; }
+  r->view = view_of(e->I, x);
+  if (x->rank) permute_view(r->view, perm);
+  return 0;
+}
+
+int eval_reduce(E *e) {
+  const char *name = e->n->op->name;
+  Tensor *x = T(e, "self");
+  Rows r;
+  bool mask[GG_MAX_RANK];
+  if (reduce_rows(e, x, &r, mask)) return -1;
+  Interp *I = e->I;
+  Tensor *out = out0(e);
+  int64_t O = r.outer, N = r.inner;
+  bool is_arg = !strncmp(name, "arg", 3), with_index = !strcmp(name, "max.dim") || !strcmp(name, "min.dim");
+  bool want_max = !strncmp(name, "amax", 4) || !strncmp(name, "max", 3) || !strcmp(name, "argmax");
+  if ((want_max || !strncmp(name, "amin", 4) || !strncmp(name, "min", 3) || !strcmp(name, "argmin")) && N == 0)
+    return fail(e, "reduction over an empty dimension has no identity");
+  bool ints = !dtype_is_float(out->dtype) && !dtype_is_float(x->dtype) && !is_arg && !with_index;
+  if (ints && (!strncmp(name, "sum", 3) || !strncmp(name, "prod", 4) || !strncmp(name, "amax", 4) || !strncmp(name, "amin", 4) ||
+               !strcmp(name, "max") || !strcmp(name, "min"))) {
+    int64_t *v = read_i64(I, r.view), *res = arena_array(I->c->arena, (size_t)O + 1, sizeof *res);
+    for (int64_t o = 0; o < O; o++) {
+      const int64_t *row = v + o * N;
+      uint64_t acc = !strncmp(name, "prod", 4) ? 1 : 0;
+      int64_t m = N ? row[0] : 0;
+      for (int64_t i = 0; i < N; i++) {
+        if (!strncmp(name, "sum", 3)) acc += (uint64_t)row[i];
+        else if (!strncmp(name, "prod", 4)) acc *= (uint64_t)row[i];
+        else if (want_max ? row[i] > m : row[i] < m) m = row[i];
+      }
+      res[o] = !strncmp(name, "sum", 3) || !strncmp(name, "prod", 4) ? (int64_t)acc : m;
+    }
+    write_i64(out, res);
+    return 0;
+  }
+  double *v = read_f64(I, r.view), *res = arena_array(I->c->arena, (size_t)O + 1, sizeof *res);
+  int64_t *idx = arena_array(I->c->arena, (size_t)O + 1, sizeof *idx);
+  double *res2 = arena_array(I->c->arena, (size_t)O + 1, sizeof *res2);
+  double correction = 1;
+  if (!strcmp(name, "var.dim")) correction = B(e, "unbiased") ? 1 : 0;
+  else { RArg *ca = A(e, "correction"); if (ca && ca->k != AK_NONE) correction = F64(e, "correction", 1); }
+  for (int64_t o = 0; o < O; o++) {
+    const double *row = v + o * N;
+    double acc = 0;
+    if (!strncmp(name, "sum", 3) || !strncmp(name, "mean", 4)) {
+      for (int64_t i = 0; i < N; i++) acc += row[i];
+      res[o] = !strncmp(name, "mean", 4) ? acc / (double)N : acc;
+    } else if (!strncmp(name, "prod", 4)) {
+      acc = 1;
+      for (int64_t i = 0; i < N; i++) acc *= row[i];
+      res[o] = acc;
+    } else if (!strncmp(name, "any", 3) || !strncmp(name, "all", 3)) {
+      bool any = false, all = true;
+      for (int64_t i = 0; i < N; i++) { any |= row[i] != 0; all &= row[i] != 0; }
+      res[o] = name[1] == 'n' ? any : all;
+    } else if (!strncmp(name, "var", 3) || !strncmp(name, "std", 3)) {
+      double mean = 0, ss = 0;
+      for (int64_t i = 0; i < N; i++) mean += row[i];
+      mean /= (double)N;
+      for (int64_t i = 0; i < N; i++) ss += (row[i] - mean) * (row[i] - mean);
+      double dof = (double)N - correction;
+      double var = dof > 0 ? ss / dof : (dof == 0 ? ss / 0.0 : NAN);
+      res[o] = !strncmp(name, "std", 3) ? sqrt(var) : var;
+      res2[o] = mean;
+    } else if (!strcmp(name, "logsumexp")) {
+      double m = -INFINITY;
+      for (int64_t i = 0; i < N; i++) if (row[i] > m || isnan(row[i])) m = row[i];
+      if (isinf(m) || isnan(m)) { res[o] = N ? (isnan(m) ? m : (m > 0 ? m : log(0.0))) : -INFINITY; if (m > 0 && !isnan(m)) res[o] = INFINITY; continue; }
+      for (int64_t i = 0; i < N; i++) acc += exp(row[i] - m);
+      res[o] = log(acc) + m;
+    } else {
+      /* max / min family: NaN wins, the first extreme wins ties */
+      int64_t best = 0;
+      for (int64_t i = 1; i < N; i++) {
+        if (isnan(row[best])) break;
+        if (isnan(row[i]) || (want_max ? row[i] > row[best] : row[i] < row[best])) best = i;
+      }
+      res[o] = row[best];
+      idx[o] = best;
+    }
+  }
+  if (is_arg) write_i64(out, idx);
+  else write_f64(out, res);
+  if (with_index) write_i64(e->outs[1], idx);
+  if (!strcmp(name, "var_mean.correction")) write_f64(e->outs[1], res2);
+  return 0;
+}
+
+/* cumsum, softmax and log_softmax run along one dim. */
+int eval_scan(E *e) {
+  const char *name = e->n->op->name;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  Interp *I = e->I;
+  Tensor *xv = dim_last(I, x, d), *ov = dim_last(I, out, d);
+  int64_t N = x->rank ? x->sizes[d] : 1, O = N ? tensor_numel(x) / N : 0;
+  if (!strcmp(name, "cumsum") && !dtype_is_float(out->dtype)) {
+    int64_t *v = read_i64(I, xv);
+    for (int64_t o = 0; o < O; o++) {
+      uint64_t acc = 0;
+      for (int64_t i = 0; i < N; i++) { acc += (uint64_t)v[o * N + i]; v[o * N + i] = (int64_t)acc; }
+    }
+    write_i64(ov, v);
+    return 0;
+  }
+  double *v = read_f64(I, xv);
+  bool log_sm = strstr(name, "log_softmax") != NULL;
+  for (int64_t o = 0; o < O; o++) {
+    double *row = v + o * N;
+    if (!strcmp(name, "cumsum")) {
+      double acc = 0;
+      for (int64_t i = 0; i < N; i++) { acc += row[i]; row[i] = acc; }
+      continue;
+    }
+    double m = -INFINITY, s = 0;
+    for (int64_t i = 0; i < N; i++) if (row[i] > m || isnan(row[i])) m = row[i];
+    if (isinf(m) && m < 0) m = 0;   /* a row of -inf: softmax gives NaN as PyTorch does */
+    for (int64_t i = 0; i < N; i++) s += exp(row[i] - m);
+    for (int64_t i = 0; i < N; i++) row[i] = log_sm ? row[i] - m - log(s) : exp(row[i] - m) / s;
+  }
+  write_f64(ov, v);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+/* C[b] (MxN) = A[b] (MxK) @ B[b] (KxN), all contiguous float64 */
+static void gemm(const double *a, const double *b, double *c, int64_t M, int64_t K, int64_t N) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; k++) acc += a[i * K + k] * b[k * N + j];
+      c[i * N + j] = acc;
+    }
+}
+
+static Tensor *transposed_view(Interp *I, const Tensor *t) {
+  Tensor *v = view_of(I, t);
+  if (t->rank >= 2) {
+    int a = t->rank - 2, b = t->rank - 1;
+    int64_t s = v->sizes[a]; v->sizes[a] = v->sizes[b]; v->sizes[b] = s;
+    s = v->strides[a]; v->strides[a] = v->strides[b]; v->strides[b] = s;
+  }
+  return v;
+}
+
+/* out = beta*bias + alpha*(a @ b), with numpy broadcasting of the batch dims; a, b rank >= 1 */
+static int matmul_into(E *e, const Tensor *a, const Tensor *b, const Tensor *bias, double alpha, double beta, Tensor *out) {
+  Interp *I = e->I;
+  /* promote 1-d operands to matrices, as numpy does */
+  Tensor *A2 = view_of(I, a), *B2 = view_of(I, b);
+  if (A2->rank == 1) { A2->rank = 2; A2->sizes[1] = A2->sizes[0]; A2->strides[1] = A2->strides[0]; A2->sizes[0] = 1; A2->strides[0] = 0; }
+  if (B2->rank == 1) { B2->rank = 2; B2->sizes[1] = 1; B2->strides[1] = 0; }
+  int64_t M = A2->sizes[A2->rank - 2], K = A2->sizes[A2->rank - 1], N = B2->sizes[B2->rank - 1];
+  if (B2->sizes[B2->rank - 2] != K) return fail(e, "inner dimensions differ: %lld vs %lld", (long long)K, (long long)B2->sizes[B2->rank - 2]);
+  int br = A2->rank > B2->rank ? A2->rank - 2 : B2->rank - 2;
+  int64_t bs[GG_MAX_RANK], nb = 1;
+  for (int d = 0; d < br; d++) {
+    int da = d - (br - (A2->rank - 2)), db = d - (br - (B2->rank - 2));
+    int64_t sa = da >= 0 ? A2->sizes[da] : 1, sb = db >= 0 ? B2->sizes[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) return fail(e, "batch dims do not broadcast");
+    bs[d] = sa == 1 ? sb : sa;
+    nb *= bs[d];
+  }
+  int64_t fa[GG_MAX_RANK + 2], fb[GG_MAX_RANK + 2];
+  memcpy(fa, bs, sizeof *bs * (size_t)br); fa[br] = M; fa[br + 1] = K;
+  memcpy(fb, bs, sizeof *bs * (size_t)br); fb[br] = K; fb[br + 1] = N;
+  double *av = read_f64(I, expand_to(I, A2, br + 2, fa)), *bv = read_f64(I, expand_to(I, B2, br + 2, fb));
+  double *cv = arena_array(I->c->arena, (size_t)(nb * M * N) + 1, sizeof *cv);
+  for (int64_t i = 0; i < nb; i++) gemm(av + i * M * K, bv + i * K * N, cv + i * M * N, M, K, N);
+  int64_t total = nb * M * N;
+  if (tensor_numel(out) != total) return fail(e, "internal error: product has %lld elements, output %lld", (long long)total, (long long)tensor_numel(out));
+  if (bias) {
+    double *bb = read_f64(I, expand_to(I, bias, out->rank, out->sizes));
+    for (int64_t i = 0; i < total; i++) cv[i] = (beta == 0 ? 0 : beta * bb[i]) + alpha * cv[i];
+  } else if (alpha != 1) for (int64_t i = 0; i < total; i++) cv[i] *= alpha;
+  write_f64(out, cv);
+  return 0;
+}
+
+int eval_linear(E *e) {
+  Tensor *w = T(e, "weight");
+  return matmul_into(e, T(e, "input"), w->rank == 2 ? transposed_view(e->I, w) : w, T(e, "bias"), 1, 1, out0(e));
+}
+
+int eval_addmm(E *e) {
+  bool batched = !strcmp(e->n->op->name, "baddbmm");
+  return matmul_into(e, T(e, batched ? "batch1" : "mat1"), T(e, batched ? "batch2" : "mat2"), T(e, "self"),
+                     F64(e, "alpha", 1), F64(e, "beta", 1), out0(e));
+}
+
+int eval_matmul(E *e) {
+  Tensor *b = T(e, "mat2") ? T(e, "mat2") : T(e, "other");
+  return matmul_into(e, T(e, "self"), b, NULL, 1, 1, out0(e));
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+int eval_conv(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "input"), *w = T(e, "weight"), *bias = T(e, "bias"), *out = out0(e);
+  int nsp = w->rank - 2;
+  bool batched = x->rank == nsp + 2, tr = B(e, "transposed");
+  int64_t g = I64(e, "groups", 1);
+  /* every convolution as a 3-d one: missing spatial dims have size 1 */
+  int64_t st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, os[3] = {1, 1, 1};
+  RArg *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    st[j] = sa->is[sa->n == 1 ? 0 : i];
+    pd[j] = pa->is[pa->n == 1 ? 0 : i];
+    dl[j] = da->is[da->n == 1 ? 0 : i];
+    in[j] = x->sizes[x->rank - nsp + i];
+    k[j] = w->sizes[2 + i];
+    os[j] = out->sizes[out->rank - nsp + i];
+  }
+  int64_t Nb = batched ? x->sizes[0] : 1, Cin = x->sizes[batched ? 1 : 0], Cout = out->sizes[batched ? 1 : 0];
+  int64_t Cin_g = Cin / g, Cout_g = Cout / g;
+  double *xv = read_f64(I, x), *wv = read_f64(I, w), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  double *bv = bias ? read_f64(I, bias) : NULL;
+  int64_t isp = in[0] * in[1] * in[2], osp = os[0] * os[1] * os[2], ksp = k[0] * k[1] * k[2];
+  if (!tr) {
+    for (int64_t n = 0; n < Nb; n++)
+      for (int64_t oc = 0; oc < Cout; oc++) {
+        int64_t grp = oc / Cout_g;
+        for (int64_t o0 = 0; o0 < os[0]; o0++)
+          for (int64_t o1 = 0; o1 < os[1]; o1++)
+            for (int64_t o2 = 0; o2 < os[2]; o2++) {
+              double acc = bv ? bv[oc] : 0;
+              for (int64_t ic = 0; ic < Cin_g; ic++) {
+                const double *xp = xv + (n * Cin + grp * Cin_g + ic) * isp;
+                const double *wp = wv + (oc * Cin_g + ic) * ksp;
+                for (int64_t k0 = 0; k0 < k[0]; k0++) {
+                  int64_t i0 = o0 * st[0] - pd[0] + k0 * dl[0];
+                  if (i0 < 0 || i0 >= in[0]) continue;
+                  for (int64_t k1 = 0; k1 < k[1]; k1++) {
+                    int64_t i1 = o1 * st[1] - pd[1] + k1 * dl[1];
+                    if (i1 < 0 || i1 >= in[1]) continue;
+                    for (int64_t k2 = 0; k2 < k[2]; k2++) {
+                      int64_t i2 = o2 * st[2] - pd[2] + k2 * dl[2];
+                      if (i2 < 0 || i2 >= in[2]) continue;
+                      acc += xp[(i0 * in[1] + i1) * in[2] + i2] * wp[(k0 * k[1] + k1) * k[2] + k2];
+                    }
+                  }
+                }
+              }
+              ov[((n * Cout + oc) * os[0] + o0) * os[1] * os[2] + o1 * os[2] + o2] = acc;
+            }
+      }
+  } else {
+    /* transposed: every input element scatters through the kernel; weight is [Cin, Cout/g, k...] */
+    for (int64_t i = 0; i < Nb * Cout * osp; i++) ov[i] = bv ? bv[(i / osp) % Cout] : 0;
+    for (int64_t n = 0; n < Nb; n++)
+      for (int64_t ic = 0; ic < Cin; ic++) {
+        int64_t grp = ic / Cin_g;
+        for (int64_t oc = 0; oc < Cout_g; oc++) {
+          const double *wp = wv + (ic * Cout_g + oc) * ksp;
+          double *op = ov + (n * Cout + grp * Cout_g + oc) * osp;
+          for (int64_t i0 = 0; i0 < in[0]; i0++)
+            for (int64_t i1 = 0; i1 < in[1]; i1++)
+              for (int64_t i2 = 0; i2 < in[2]; i2++) {
+                double xval = xv[(n * Cin + ic) * isp + (i0 * in[1] + i1) * in[2] + i2];
+                for (int64_t k0 = 0; k0 < k[0]; k0++) {
+                  int64_t o0 = i0 * st[0] - pd[0] + k0 * dl[0];
+                  if (o0 < 0 || o0 >= os[0]) continue;
+                  for (int64_t k1 = 0; k1 < k[1]; k1++) {
+                    int64_t o1 = i1 * st[1] - pd[1] + k1 * dl[1];
+                    if (o1 < 0 || o1 >= os[1]) continue;
+                    for (int64_t k2 = 0; k2 < k[2]; k2++) {
+                      int64_t o2 = i2 * st[2] - pd[2] + k2 * dl[2];
+                      if (o2 < 0 || o2 >= os[2]) continue;
+                      op[(o0 * os[1] + o1) * os[2] + o2] += xval * wp[(k0 * k[1] + k1) * k[2] + k2];
+                    }
+                  }
+                }
+              }
+        }
+      }
+  }
+  write_f64(out, ov);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- pooling and resampling */
+
+int eval_pool(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  bool is_max = !strncmp(e->n->op->name, "max", 3);
+  RArg *ka = A(e, "kernel_size"), *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
+  int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
+  for (int i = 0; i < 2; i++) {
+    k[i] = ka->is[ka->n == 1 ? 0 : i];
+    st[i] = sa->n == 0 ? k[i] : sa->is[sa->n == 1 ? 0 : i];
+    pd[i] = pa->is[pa->n == 1 ? 0 : i];
+    if (da) dl[i] = da->is[da->n == 1 ? 0 : i];
+  }
+  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], OH = out->sizes[out->rank - 2], OW = out->sizes[out->rank - 1];
+  int64_t planes = tensor_numel(x) / ((H * W) != 0 ? H * W : 1);
+  if (H * W == 0) planes = 0;
+  bool cip = A(e, "count_include_pad") ? B(e, "count_include_pad") : true;
+  RArg *dov = A(e, "divisor_override");
+  double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  int64_t *iv = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *iv);
+  for (int64_t p = 0; p < planes; p++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const double *xp = xv + p * H * W;
+        int64_t o = (p * OH + oh) * OW + ow;
+        if (is_max) {
+          double m = -INFINITY;
+          int64_t mi = -1;
+          for (int64_t a = 0; a < k[0]; a++)
+            for (int64_t b = 0; b < k[1]; b++) {
+              int64_t h = oh * st[0] - pd[0] + a * dl[0], w = ow * st[1] - pd[1] + b * dl[1];
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              double v = xp[h * W + w];
+              if (mi < 0 || v > m || isnan(v)) { if (!(mi >= 0 && isnan(m))) { m = v; mi = h * W + w; } }
+            }
+          ov[o] = m;
+          iv[o] = mi;
+        } else {
+          int64_t h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
+          int64_t h1 = h0 + k[0] < H + pd[0] ? h0 + k[0] : H + pd[0], w1 = w0 + k[1] < W + pd[1] ? w0 + k[1] : W + pd[1];
+          int64_t pool = (h1 - h0) * (w1 - w0);
+          if (h0 < 0) h0 = 0;
+          if (w0 < 0) w0 = 0;
+          if (h1 > H) h1 = H;
+          if (w1 > W) w1 = W;
+          double s = 0;
+          for (int64_t h = h0; h < h1; h++) for (int64_t w = w0; w < w1; w++) s += xp[h * W + w];
+          int64_t div = dov && dov->k == AK_INT ? dov->i : cip ? pool : (h1 - h0) * (w1 - w0);
+          ov[o] = s / (double)div;
+        }
+      }
+  write_f64(out, ov);
+  if (e->n->nouts == 2) write_i64(e->outs[1], iv);
+  return 0;
+}
+
+int eval_adaptive_pool(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], OH = out->sizes[out->rank - 2], OW = out->sizes[out->rank - 1];
+  int64_t planes = (H * W) != 0 ? tensor_numel(x) / (H * W) : 0;
+  double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  for (int64_t p = 0; p < planes; p++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH, w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+        double s = 0;
+        for (int64_t h = h0; h < h1; h++) for (int64_t w = w0; w < w1; w++) s += xv[p * H * W + h * W + w];
+        ov[(p * OH + oh) * OW + ow] = s / (double)((h1 - h0) * (w1 - w0));
+      }
+  write_f64(out, ov);
+  return 0;
+}
+
+static int64_t nearest_src(int64_t o, int64_t in, int64_t out, double scale_factor) {
+  if (out == in) return o;
+  if (out == 2 * in) return o >> 1;
+  float scale = scale_factor > 0 ? (float)(1.0 / scale_factor) : (float)in / (float)out;
+  int64_t s = (int64_t)floorf((float)o * scale);
+  return s < in - 1 ? s : in - 1;
+}
+
+int eval_upsample(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "input") ? T(e, "input") : T(e, "self"), *out = out0(e);
+  RArg *sf = A(e, "scale_factors");
+  double sc[2] = {0, 0};
+  if (sf && sf->k == AK_FLOATS) { sc[0] = sf->fs[0]; sc[1] = sf->fs[1]; }
+  else { sc[0] = F64(e, "scales_h", 0); sc[1] = F64(e, "scales_w", 0); }
+  int64_t H = x->sizes[2], W = x->sizes[3], OH = out->sizes[2], OW = out->sizes[3], planes = x->sizes[0] * x->sizes[1];
+  double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  for (int64_t p = 0; p < planes; p++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++)
+        ov[(p * OH + oh) * OW + ow] = xv[p * H * W + nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
+  write_f64(out, ov);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- normalization */
+
+/* Normalize rows of x: out = (x - mean) * rstd * w[c] + b[c], with the channel of element j of row r
+ * given by chan(r, j). Returns the per-row mean and rstd. */
+typedef struct NormSpec { int64_t rows, len, inner; int64_t channels; int mode; } NormSpec;
+enum { CH_LAST, CH_GROUP, CH_BATCH };
+
+static void normalize(const double *x, double *out, int64_t rows, int64_t len, double eps, double *mean, double *rstd) {
+  for (int64_t r = 0; r < rows; r++) {
+    const double *row = x + r * len;
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < len; j++) m += row[j];
+    m /= (double)len;
+    for (int64_t j = 0; j < len; j++) v += (row[j] - m) * (row[j] - m);
+    v /= (double)len;
+    double rs = 1.0 / sqrt(v + eps);
+    for (int64_t j = 0; j < len; j++) out[r * len + j] = (row[j] - m) * rs;
+    if (mean) mean[r] = m;
+    if (rstd) rstd[r] = rs;
+  }
+}
+
+static void mark_write(Interp *I, const Tensor *t);
+
+int eval_norm(E *e) {
+  Interp *I = e->I;
+  const char *name = e->n->op->name;
+  Tensor *x = T(e, "input"), *out = out0(e), *w = T(e, "weight"), *b = T(e, "bias");
+  double eps = F64(e, "eps", 1e-5);
+  int64_t numel = tensor_numel(x);
+  double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)numel + 1, sizeof *ov);
+  double *wv = w ? read_f64(I, w) : NULL, *bv = b ? read_f64(I, b) : NULL;
+  if (strstr(name, "layer_norm")) {
+    RArg *ns = A(e, "normalized_shape");
+    int64_t len = 1;
+    for (int i = 0; i < ns->n; i++) len *= ns->is[i];
+    for (int i = 0; i < ns->n; i++)
+      if (ns->is[i] != x->sizes[x->rank - ns->n + i]) return fail(e, "normalized_shape does not match the input's last dims");
+    int64_t rows = len ? numel / len : 0;
+    double *mean = arena_array(I->c->arena, (size_t)rows + 1, sizeof *mean), *rstd = arena_array(I->c->arena, (size_t)rows + 1, sizeof *rstd);
+    normalize(xv, ov, rows, len, eps, mean, rstd);
+    for (int64_t i = 0; i < numel; i++) ov[i] = ov[i] * (wv ? wv[i % len] : 1) + (bv ? bv[i % len] : 0);
+    write_f64(out, ov);
+    if (e->n->nouts == 3) { write_f64(e->outs[1], mean); write_f64(e->outs[2], rstd); }
+    return 0;
+  }
+  int64_t N = x->sizes[0], C = x->rank > 1 ? x->sizes[1] : 1, HW = (N * C) != 0 ? numel / (N * C) : 0;
+  if (strstr(name, "group_norm")) {
+    int64_t G = strcmp(name, "group_norm") ? I64(e, "group", 1) : I64(e, "num_groups", 1);
+    if (G <= 0 || C % G) return fail(e, "channels (%lld) must divide into %lld groups", (long long)C, (long long)G);
+    int64_t rows = N * G, len = C / G * HW;
+    double *mean = arena_array(I->c->arena, (size_t)rows + 1, sizeof *mean), *rstd = arena_array(I->c->arena, (size_t)rows + 1, sizeof *rstd);
+    normalize(xv, ov, rows, len, eps, mean, rstd);
+    for (int64_t i = 0; i < numel; i++) {
+      int64_t c = (i / HW) % C;
+      ov[i] = ov[i] * (wv ? wv[c] : 1) + (bv ? bv[c] : 0);
+    }
+    write_f64(out, ov);
+    if (e->n->nouts == 3) { write_f64(e->outs[1], mean); write_f64(e->outs[2], rstd); }
+    return 0;
+  }
+  /* batch norm: per channel over (N, spatial) */
+  Tensor *rm = T(e, "running_mean"), *rv = T(e, "running_var");
+  bool training = !strcmp(name, "_native_batch_norm_legit.no_stats") || B(e, "training");
+  if (!training && (!rm || !rv)) return fail(e, "evaluation mode needs running_mean and running_var");
+  double mom = F64(e, "momentum", 0.1);
+  double *mean = arena_array(I->c->arena, (size_t)C + 1, sizeof *mean), *invstd = arena_array(I->c->arena, (size_t)C + 1, sizeof *invstd);
+  double *rmv = rm ? read_f64(I, rm) : NULL, *rvv = rv ? read_f64(I, rv) : NULL;
+  int64_t cnt = N * HW;
+  for (int64_t c = 0; c < C; c++) {
+    double m = 0, v = 0;
+    if (training) {
+      for (int64_t n = 0; n < N; n++) for (int64_t j = 0; j < HW; j++) m += xv[(n * C + c) * HW + j];
+      m /= (double)cnt;
+      for (int64_t n = 0; n < N; n++) for (int64_t j = 0; j < HW; j++) { double d = xv[(n * C + c) * HW + j] - m; v += d * d; }
+      double biased = v / (double)cnt;
+      if (rmv) rmv[c] = (1 - mom) * rmv[c] + mom * m;
+      if (rvv) rvv[c] = (1 - mom) * rvv[c] + mom * (cnt > 1 ? v / (double)(cnt - 1) : biased);
+      v = biased;
+    } else { m = rmv[c]; v = rvv[c]; }
+    mean[c] = m;
+    invstd[c] = 1.0 / sqrt(v + eps);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < HW; j++) {
+        int64_t i = (n * C + c) * HW + j;
+        ov[i] = (xv[i] - m) * invstd[c] * (wv ? wv[c] : 1) + (bv ? bv[c] : 0);
+      }
+  }
+  write_f64(out, ov);
+  if (!strcmp(name, "batch_norm")) {
+    if (training && rm) { write_f64(rm, rmv); mark_write(I, rm); }   /* aten.batch_norm updates in place */
+    if (training && rv) { write_f64(rv, rvv); mark_write(I, rv); }
+    return 0;
+  }
+  if (training) { write_f64(e->outs[1], mean); write_f64(e->outs[2], invstd); }
+  if (e->n->nouts == 5) {
+    write_f64(e->outs[3], rmv);
+    write_f64(e->outs[4], rvv);
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+int eval_sdpa(E *e) {
+  Interp *I = e->I;
+  Tensor *q = T(e, "query"), *k = T(e, "key"), *v = T(e, "value"), *mask = T(e, "attn_mask"), *out = out0(e);
+  if (F64(e, "dropout_p", 0) > 0) return fail(e, "attention dropout is random; export in eval mode or with dropout_p=0");
+  int r = q->rank;
+  int64_t L = q->sizes[r - 2], Ed = q->sizes[r - 1], S = k->sizes[r - 2], Ev = v->sizes[r - 1];
+  RArg *sa = A(e, "scale");
+  double scale = sa && sa->k == AK_FLOAT ? sa->f : 1.0 / sqrt((double)Ed);
+  bool causal = B(e, "is_causal"), gqa = B(e, "enable_gqa");
+  /* key/value batch dims: equal to the query's, or fewer heads (dim r-3) shared under enable_gqa */
+  int64_t hq = r >= 3 ? q->sizes[r - 3] : 1, hk = r >= 3 ? k->sizes[r - 3] : 1;
+  if (hq != hk && (!gqa || hk == 0 || hq % hk)) return fail(e, "query has %lld heads, key %lld", (long long)hq, (long long)hk);
+  int64_t nb = (L * Ed) != 0 ? tensor_numel(q) / (L * Ed) : 0;
+  double *qv = read_f64(I, q), *kv = read_f64(I, k), *vv = read_f64(I, v);
+  double *mv = NULL;
+  bool mbool = false;
+  if (mask) {
+    int64_t ms[GG_MAX_RANK];
+    memcpy(ms, q->sizes, sizeof ms);
+    ms[r - 1] = S;
+    if (mask->rank > r) return fail(e, "attn_mask has too many dims");
+    mv = read_f64(I, expand_to(I, mask, r, ms));
+    mbool = mask->dtype == DT_BOOL;
+  }
+  double *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  double *sc = arena_array(I->c->arena, (size_t)S + 1, sizeof *sc);
+  for (int64_t b = 0; b < nb; b++) {
+    /* the batch index of k/v: heads divide when grouped */
+    int64_t outer = b / hq, h = b % hq, bk = outer * hk + h / (hq / hk);
+    for (int64_t i = 0; i < L; i++) {
+      double m = -INFINITY;
+      for (int64_t j = 0; j < S; j++) {
+        double s = 0;
+        for (int64_t d = 0; d < Ed; d++) s += qv[(b * L + i) * Ed + d] * kv[(bk * S + j) * Ed + d];
+        s *= scale;
+        if (causal && j > i) s = -INFINITY;
+        if (mv) {
+          double mk = mv[(b * L + i) * S + j];
+          if (mbool) { if (mk == 0) s = -INFINITY; }
+          else s += mk;
+        }
+        sc[j] = s;
+        if (s > m) m = s;
+      }
+      double z = 0;
+      for (int64_t j = 0; j < S; j++) { sc[j] = isinf(m) && m < 0 ? 0 : exp(sc[j] - m); z += sc[j]; }
+      for (int64_t d = 0; d < Ev; d++) {
+        double acc = 0;
+        for (int64_t j = 0; j < S; j++) acc += sc[j] * vv[(bk * S + j) * Ev + d];
+        ov[(b * L + i) * Ev + d] = z > 0 ? acc / z : 0;   /* a fully masked row gives zeros, as PyTorch's math path */
+      }
+    }
+  }
+  write_f64(out, ov);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- losses */
+
+int eval_loss(E *e) {
+  Interp *I = e->I;
+  const char *name = e->n->op->name;
+  Tensor *x = T(e, "self"), *t = T(e, "target"), *out = out0(e);
+  int64_t red = I64(e, "reduction", 1);
+  if (!strcmp(name, "mse_loss")) {
+    int64_t n = 1, sizes[GG_MAX_RANK] = {0};
+    int r = x->rank > t->rank ? x->rank : t->rank;
+    for (int d = 0; d < r; d++) {
+      int dx = d - (r - x->rank), dt = d - (r - t->rank);
+      int64_t a = dx >= 0 ? x->sizes[dx] : 1, b = dt >= 0 ? t->sizes[dt] : 1;
+      sizes[d] = a == 1 ? b : a;
+      n *= sizes[d];
+    }
+    double *xv = read_f64(I, expand_to(I, x, r, sizes)), *tv = read_f64(I, expand_to(I, t, r, sizes));
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) { xv[i] = (xv[i] - tv[i]) * (xv[i] - tv[i]); s += xv[i]; }
+    if (red == 0) write_f64(out, xv);
+    else { double v = red == 1 ? s / (double)n : s; write_f64(out, &v); }
+    return 0;
+  }
+  bool is_nll = !strcmp(name, "nll_loss_forward");
+  Tensor *wt = T(e, "weight");
+  int64_t ignore = I64(e, "ignore_index", -100);
+  double eps = F64(e, "label_smoothing", 0);
+  int cd = x->rank > 1 ? 1 : 0;
+  int64_t Cn = x->sizes[cd], rows = (Cn) != 0 ? tensor_numel(x) / Cn : 0;
+  /* rows of class scores: move the class dim last */
+  double *lp = read_f64(I, dim_last(I, x, cd));
+  if (!is_nll)
+    for (int64_t r = 0; r < rows; r++) {
+      double *row = lp + r * Cn, m = -INFINITY, s = 0;
+      for (int64_t c = 0; c < Cn; c++) if (row[c] > m) m = row[c];
+      for (int64_t c = 0; c < Cn; c++) s += exp(row[c] - m);
+      for (int64_t c = 0; c < Cn; c++) row[c] -= m + log(s);
+    }
+  double *wv = wt ? read_f64(I, wt) : NULL;
+  double *loss = arena_array(I->c->arena, (size_t)rows + 1, sizeof *loss);
+  double total = 0, wsum = 0;
+  if (dtype_is_float(t->dtype)) {   /* class probabilities */
+    double *tv = read_f64(I, dim_last(I, t, cd));
+    for (int64_t r = 0; r < rows; r++) {
+      double l = 0;
+      for (int64_t c = 0; c < Cn; c++) l -= (wv ? wv[c] : 1) * lp[r * Cn + c] * ((1 - eps) * tv[r * Cn + c] + eps / (double)Cn);
+      loss[r] = l;
+      total += l;
+    }
+    wsum = (double)rows;
+  } else {
+    int64_t *tv = read_i64(I, t);
+    double smooth_total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t c = tv[r];
+      if (c == ignore) { loss[r] = 0; continue; }
+      if (c < 0 || c >= Cn) return fail(e, "target %lld is out of bounds for %lld classes", (long long)c, (long long)Cn);
+      double w = wv ? wv[c] : 1, nll = -w * lp[r * Cn + c], smooth = 0;
+      for (int64_t k = 0; k < Cn; k++) smooth -= (wv ? wv[k] : 1) * lp[r * Cn + k];
+      loss[r] = (1 - eps) * nll + eps / (double)Cn * smooth;
+      total += nll;
+      smooth_total += smooth;
+      wsum += w;
+    }
+    total = (1 - eps) * total + eps / (double)Cn * smooth_total;
+  }
+  if (red == 0) write_f64(out, loss);
+  else { double v = red == 1 ? total / wsum : total; write_f64(out, &v); }
+  if (e->n->nouts == 2) write_f64(e->outs[1], &wsum);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* PyTorch's computeStride: strides for viewing t as sizes without copying, or false. */
+static bool view_strides(const Tensor *t, int rank, const int64_t *sizes, int64_t *strides) {
+  int64_t numel = tensor_numel(t);
+  if (numel == 0 || t->rank == 0) {
+    for (int d = rank - 1, s = 1; d >= 0; d--) { strides[d] = s; s *= (int)(sizes[d] ? sizes[d] : 1); }
+    return true;
+  }
+  int view_d = rank - 1;
+  int64_t chunk = t->strides[t->rank - 1], tn = 1, vn = 1;
+  for (int td = t->rank - 1; td >= 0; td--) {
+    tn *= t->sizes[td];
+    if (td == 0 || (t->sizes[td - 1] != 1 && t->strides[td - 1] != tn * chunk)) {
+      while (view_d >= 0 && (vn < tn || sizes[view_d] == 1)) {
+        strides[view_d] = vn * chunk;
+        vn *= sizes[view_d];
+        view_d--;
+      }
+      if (vn != tn) return false;
+      if (td > 0) { chunk = t->strides[td - 1]; tn = 1; vn = 1; }
+    }
+  }
+  return view_d == -1;
+}
+
+int eval_reshape(E *e) {
+  Tensor *x = T(e, "self");
+  Value *ov = e->n->outs[0];
+  Tensor *v = view_of(e->I, x);
+  v->rank = ov->rank;
+  memcpy(v->sizes, e->osizes[0], sizeof v->sizes);
+  if (view_strides(x, v->rank, v->sizes, v->strides)) { e->outs[0] = v; return 0; }
+  if (!strcmp(e->n->op->name, "view")) return fail(e, "view size is not compatible with the input's strides; use reshape");
+  Tensor *c = tensor_new(e->I, x->dtype, v->rank, v->sizes);
+  Tensor *xc = tensor_new(e->I, x->dtype, x->rank, x->sizes);
+  copy_into(xc, x);
+  c->st = xc->st;
+  e->outs[0] = c;
+  return 0;
+}
+
+int eval_view(E *e) {
+  const char *name = e->n->op->name;
+  Tensor *x = T(e, "self");
+  Tensor *v = view_of(e->I, x);
+  e->outs[0] = v;
+  if (!strcmp(name, "alias")) return 0;
+  if (!strcmp(name, "contiguous")) {
+    if (tensor_is_contiguous(x)) return 0;
+    e->outs[0] = tensor_new(e->I, x->dtype, x->rank, x->sizes);
+    copy_into(e->outs[0], x);
+    return 0;
+  }
+  if (!strcmp(name, "permute")) {
+    RArg *p = A(e, "dims");
+    int perm[GG_MAX_RANK];
+    for (int i = 0; i < p->n; i++) if (wrap_dim(e, p->is[i], x->rank, &perm[i])) return -1;
+    permute_view(v, perm);
+    return 0;
+  }
+  if (!strcmp(name, "transpose.int") || !strcmp(name, "t")) {
+    if (x->rank < 2) return 0;
+    int a = 0, b = 1;
+    if (!strcmp(name, "transpose.int") && (wrap_dim(e, I64(e, "dim0", 0), x->rank, &a) || wrap_dim(e, I64(e, "dim1", 1), x->rank, &b))) return -1;
+    int64_t s = v->sizes[a]; v->sizes[a] = v->sizes[b]; v->sizes[b] = s;
+    s = v->strides[a]; v->strides[a] = v->strides[b]; v->strides[b] = s;
+    return 0;
+  }
+  if (!strcmp(name, "unsqueeze")) {
+    int64_t d = I64(e, "dim", 0);
+    if (d < 0) d += x->rank + 1;
+    memmove(&v->sizes[d + 1], &v->sizes[d], sizeof(int64_t) * (size_t)(x->rank - d));
+    memmove(&v->strides[d + 1], &v->strides[d], sizeof(int64_t) * (size_t)(x->rank - d));
+    v->sizes[d] = 1;
+    v->strides[d] = d + 1 < x->rank + 1 && d < x->rank ? x->strides[d] * x->sizes[d] : 1;
+    v->rank++;
+    return 0;
+  }
+  if (!strncmp(name, "squeeze", 7) || !strcmp(name, "expand")) {
+    /* the output's sizes are known: keep the input's strides where sizes match */
+    Value *ov = e->n->outs[0];
+    if (!strcmp(name, "expand")) { e->outs[0] = expand_to(e->I, x, ov->rank, e->osizes[0]); return 0; }
+    int k = 0;
+    RArg *da = A(e, "dim");
+    bool mask[GG_MAX_RANK] = {0};
+    if (!da) for (int d = 0; d < x->rank; d++) mask[d] = true;
+    else if (da->k == AK_INT) { int d; if (wrap_dim(e, da->i, x->rank, &d)) return -1; if (x->rank) mask[d] = true; }
+    else for (int i = 0; i < da->n; i++) { int d; if (wrap_dim(e, da->is[i], x->rank, &d)) return -1; if (x->rank) mask[d] = true; }
+    for (int d = 0; d < x->rank; d++)
+      if (!(mask[d] && x->sizes[d] == 1)) { v->sizes[k] = x->sizes[d]; v->strides[k] = x->strides[d]; k++; }
+    v->rank = k;
+    return 0;
+  }
+  if (!strcmp(name, "select.int")) {
+    int d;
+    if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+    int64_t i = I64(e, "index", 0);
+    if (i < -x->sizes[d] || i >= x->sizes[d]) return fail(e, "index %lld out of range for size %lld", (long long)i, (long long)x->sizes[d]);
+    if (i < 0) i += x->sizes[d];
+    v->offset += i * x->strides[d];
+    memmove(&v->sizes[d], &v->sizes[d + 1], sizeof(int64_t) * (size_t)(x->rank - d - 1));
+    memmove(&v->strides[d], &v->strides[d + 1], sizeof(int64_t) * (size_t)(x->rank - d - 1));
+    v->rank--;
+    return 0;
+  }
+  if (!strcmp(name, "slice.Tensor") || !strcmp(name, "narrow")) {
+    int d;
+    if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+    int64_t size = x->sizes[d], start, step = 1;
+    if (!strcmp(name, "narrow")) {
+      start = I64(e, "start", 0);
+      if (start < 0) start += size;
+      int64_t len = I64(e, "length", 0);
+      if (start < 0 || len < 0 || start + len > size) return fail(e, "narrow range out of bounds");
+      v->sizes[d] = len;
+    } else {
+      RArg *sa = A(e, "start"), *ea = A(e, "end");
+      start = sa->k == AK_INT ? sa->i : 0;
+      int64_t end = ea->k == AK_INT ? ea->i : size;
+      step = I64(e, "step", 1);
+      if (start < 0) start += size;
+      if (end < 0) end += size;
+      if (start < 0) start = 0;
+      if (start > size) start = size;
+      if (end > size) end = size;
+      if (end < start) end = start;
+      v->sizes[d] = (end - start + step - 1) / step;
+    }
+    v->offset += start * x->strides[d];
+    v->strides[d] *= step;
+    return 0;
+  }
+  return fail(e, "no view evaluator");
+}
+
+int eval_split(E *e) {
+  Tensor *x = T(e, "self");
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  bool unbind = !strcmp(e->n->op->name, "unbind.int");
+  int64_t at = 0;
+  for (int i = 0; i < e->n->nouts; i++) {
+    Tensor *v = view_of(e->I, x);
+    v->offset += at * x->strides[d];
+    if (unbind) {
+      memmove(&v->sizes[d], &v->sizes[d + 1], sizeof(int64_t) * (size_t)(x->rank - d - 1));
+      memmove(&v->strides[d], &v->strides[d + 1], sizeof(int64_t) * (size_t)(x->rank - d - 1));
+      v->rank--;
+      at++;
+    } else {
+      v->sizes[d] = e->osizes[i][d];
+      at += v->sizes[d];
+    }
+    e->outs[i] = v;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- data movement */
+
+int eval_cat(E *e) {
+  Interp *I = e->I;
+  RArg *ta = A(e, "tensors");
+  Tensor *out = out0(e);
+  bool stack = !strcmp(e->n->op->name, "stack");
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), out->rank, &d)) return -1;
+  int64_t at = 0;
+  for (int i = 0; i < ta->n; i++) {
+    Tensor *t = ta->ts[i];
+    if (!stack && t->rank == 1 && t->sizes[0] == 0 && out->rank != 1) continue;
+    Tensor *dst = view_of(I, out);
+    dst->offset += at * out->strides[d];
+    if (stack) {
+      memmove(&dst->sizes[d], &dst->sizes[d + 1], sizeof(int64_t) * (size_t)(out->rank - d - 1));
+      memmove(&dst->strides[d], &dst->strides[d + 1], sizeof(int64_t) * (size_t)(out->rank - d - 1));
+      dst->rank--;
+      at++;
+    } else {
+      dst->sizes[d] = t->sizes[d];
+      at += t->sizes[d];
+    }
+    copy_into(dst, t);
+  }
+  return 0;
+}
+
+/* Raw element copy between tensors of one dtype. */
+static void copy_elem(Tensor *dst, int64_t di, const Tensor *src, int64_t si) {
+  int es = dtype_info(dst->dtype)->size;
+  if (dst->dtype == src->dtype) memcpy(elem_ptr(dst, di), elem_ptr(src, si), (size_t)es);
+  else dtype_store_f64(dst->dtype, elem_ptr(dst, di), dtype_load_f64(src->dtype, elem_ptr(src, si)));
+}
+
+static int check_index(E *e, int64_t *i, int64_t size, int dim) {
+  if (*i < -size || *i >= size) return fail(e, "index %lld is out of bounds for dimension %d with size %lld", (long long)*i, dim, (long long)size);
+  if (*i < 0) *i += size;
+  return 0;
+}
+
+/* linear index <-> multi-index over sizes */
+static void unravel(int64_t i, int rank, const int64_t *sizes, int64_t *idx) {
+  for (int d = rank - 1; d >= 0; d--) { idx[d] = sizes[d] ? i % sizes[d] : 0; i = sizes[d] ? i / sizes[d] : 0; }
+}
+
+static int64_t ravel(int rank, const int64_t *sizes, const int64_t *idx) {
+  int64_t i = 0;
+  for (int d = 0; d < rank; d++) i = i * sizes[d] + idx[d];
+  return i;
+}
+
+int eval_index_select(E *e) {
+  Tensor *x = T(e, "self"), *ix = T(e, "index"), *out = out0(e);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  int64_t *iv = read_i64(e->I, ix), n = tensor_numel(out), idx[GG_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, idx);
+    if (x->rank) {
+      int64_t k = iv[idx[d]];
+      if (check_index(e, &k, x->sizes[d], d)) return -1;
+      idx[d] = k;
+    }
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
+  }
+  return 0;
+}
+
+int eval_gather(E *e) {
+  Tensor *x = T(e, "self"), *ix = T(e, "index"), *out = out0(e);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  int64_t *iv = read_i64(e->I, ix), n = tensor_numel(out), idx[GG_MAX_RANK];
+  for (int dd = 0; dd < x->rank; dd++)
+    if (dd != d && ix->sizes[dd] > x->sizes[dd]) return fail(e, "index is larger than self at dim %d", dd);
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, idx);
+    int64_t k = iv[i];
+    if (x->rank) {
+      if (check_index(e, &k, x->sizes[d], d)) return -1;
+      idx[d] = k;
+    }
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
+  }
+  return 0;
+}
+
+int eval_index(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *ia = A(e, "indices");
+  int first = -1, last = -1, count = 0;
+  int64_t bsz[GG_MAX_RANK];
+  int br = 0;
+  for (int i = 0; i < ia->n; i++) {
+    Tensor *t = ia->ts[i];
+    if (!t) continue;
+    if (first < 0) first = i;
+    last = i;
+    count++;
+    int r = br > t->rank ? br : t->rank;
+    int64_t nb[GG_MAX_RANK];
+    for (int d = 0; d < r; d++) {
+      int da = d - (r - br), db = d - (r - t->rank);
+      int64_t a = da >= 0 ? bsz[da] : 1, b = db >= 0 ? t->sizes[db] : 1;
+      nb[d] = a == 1 ? b : a;
+    }
+    memcpy(bsz, nb, sizeof nb);
+    br = r;
+  }
+  int64_t *iv[GG_MAX_RANK] = {0};
+  for (int i = 0; i < ia->n; i++) if (ia->ts[i]) iv[i] = read_i64(I, expand_to(I, ia->ts[i], br, bsz));
+  bool adjacent = last - first + 1 == count;
+  int bstart = adjacent ? first : 0;   /* where the broadcast index dims sit in the output */
+  int64_t n = tensor_numel(out), oidx[GG_MAX_RANK * 2], xidx[GG_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, oidx);
+    int64_t bl = ravel(br, bsz, oidx + bstart);
+    /* output dims: adjacent indices put the broadcast block where they stand, others put it first */
+    int od = adjacent ? 0 : br;
+    for (int d = 0; d < x->rank; d++) {
+      if (d < ia->n && ia->ts[d]) {
+        int64_t k = iv[d][bl];
+        if (check_index(e, &k, x->sizes[d], d)) return -1;
+        xidx[d] = k;
+      } else {
+        if (adjacent && d > last && od < bstart + br) od = bstart + br;
+        xidx[d] = oidx[od++];
+      }
+    }
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, xidx));
+  }
+  return 0;
+}
+
+int eval_embedding(E *e) {
+  Tensor *w = T(e, "weight"), *ix = T(e, "indices"), *out = out0(e);
+  int64_t *iv = read_i64(e->I, ix), n = tensor_numel(ix), D = w->sizes[1];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = iv[i];
+    if (k < 0 || k >= w->sizes[0]) return fail(e, "index %lld is out of range for an embedding of %lld rows", (long long)k, (long long)w->sizes[0]);
+    for (int64_t j = 0; j < D; j++) copy_elem(out, i * D + j, w, k * D + j);
+  }
+  return 0;
+}
+
+int eval_tri(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  if (x->rank < 2) return fail(e, "needs a matrix or a batch of matrices");
+  bool lower = !strcmp(e->n->op->name, "tril");
+  int64_t k = I64(e, "diagonal", 0), R = x->sizes[x->rank - 2], Cc = x->sizes[x->rank - 1], n = tensor_numel(x);
+  int es = dtype_info(out->dtype)->size;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t c = i % Cc, r = (i / Cc) % R;
+    bool keep = lower ? c - r <= k : c - r >= k;
+    if (keep) copy_elem(out, i, x, i);
+    else memset(elem_ptr(out, i), 0, (size_t)es);
+  }
+  return 0;
+}
+
+int eval_diff(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *pre = T(e, "prepend"), *app = T(e, "append"), *out = out0(e);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", -1), x->rank, &d)) return -1;
+  int64_t nd = I64(e, "n", 1);
+  /* concatenate prepend, self, append along d, then difference nd times */
+  int64_t len = x->sizes[d] + (pre ? pre->sizes[d] : 0) + (app ? app->sizes[d] : 0);
+  int64_t sz[GG_MAX_RANK];
+  memcpy(sz, x->sizes, sizeof sz);
+  sz[d] = len;
+  Tensor *cat = tensor_new(I, DT_F64, x->rank, sz);
+  if (!cat) return -1;
+  int64_t at = 0;
+  Tensor *parts[3] = {pre, x, app};
+  for (int p = 0; p < 3; p++) {
+    if (!parts[p]) continue;
+    Tensor *dst = view_of(I, cat);
+    dst->offset += at * cat->strides[d];
+    dst->sizes[d] = parts[p]->sizes[d];
+    copy_into(dst, parts[p]);
+    at += parts[p]->sizes[d];
+  }
+  double *v = read_f64(I, dim_last(I, cat, d));
+  int64_t rows = len ? tensor_numel(cat) / len : 0, cur = len;
+  for (int64_t k = 0; k < nd && cur > 0; k++, cur--)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j + 1 < cur; j++) {
+        double a = v[r * len + j + 1], b = v[r * len + j];
+        v[r * len + j] = x->dtype == DT_BOOL ? (double)((a != 0) != (b != 0)) : a - b;
+      }
+  Tensor *ov = dim_last(I, out, d);
+  int64_t olen = out->sizes[d];
+  double *res = arena_array(I->c->arena, (size_t)(rows * olen) + 1, sizeof *res);
+  for (int64_t r = 0; r < rows; r++) for (int64_t j = 0; j < olen; j++) res[r * olen + j] = v[r * len + j];
+  write_f64(ov, res);
+  return 0;
+}
+
+int eval_pad(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *p = A(e, "pad");
+  const char *mode = STR(e, "mode");
+  if (!mode) mode = "constant";
+  int m = !strcmp(mode, "constant") ? 0 : !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "replicate") ? 2 : !strcmp(mode, "circular") ? 3 : -1;
+  if (m < 0) return fail(e, "unknown pad mode '%s'", mode);
+  RArg *va = A(e, "value");
+  double value = va && va->k != AK_NONE ? F64(e, "value", 0) : 0;
+  int64_t before[GG_MAX_RANK] = {0};
+  for (int i = 0; i < p->n / 2; i++) before[x->rank - 1 - i] = p->is[2 * i];
+  for (int d = 0; d < x->rank; d++) {
+    if (m == 1 && (before[d] >= x->sizes[d] || out->sizes[d] - x->sizes[d] - before[d] >= x->sizes[d]) && before[d] + out->sizes[d] != x->sizes[d] + before[d])
+      return fail(e, "reflect padding must be smaller than the dim");
+    if (m && x->sizes[d] == 0) return fail(e, "cannot pad an empty dim in %s mode", mode);
+  }
+  int64_t n = tensor_numel(out), oi[GG_MAX_RANK], xi[GG_MAX_RANK];
+  uint8_t fill[8];
+  dtype_store_f64(out->dtype, fill, value);
+  int es = dtype_info(out->dtype)->size;
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, oi);
+    bool inside = true;
+    for (int d = 0; d < x->rank; d++) {
+      int64_t s = oi[d] - before[d], L = x->sizes[d];
+      if (s < 0 || s >= L) {
+        if (m == 0) { inside = false; break; }
+        if (m == 1) { s = s < 0 ? -s : 2 * (L - 1) - s; }
+        else if (m == 2) s = s < 0 ? 0 : L - 1;
+        else s = ((s % L) + L) % L;
+      }
+      xi[d] = s;
+    }
+    if (inside) copy_elem(out, i, x, ravel(x->rank, x->sizes, xi));
+    else memcpy(elem_ptr(out, i), fill, (size_t)es);
+  }
+  return 0;
+}
+
+int eval_broadcast_tensors(E *e) {
+  RArg *ta = A(e, "tensors");
+  for (int i = 0; i < ta->n; i++) {
+    /* a view in PyTorch; a copy here keeps outputs independent of later in-place ops, which the
+       functional graphs torch.export gives never apply to these */
+    e->outs[i] = tensor_new(e->I, ta->ts[i]->dtype, e->n->outs[i]->rank, e->osizes[i]);
+    copy_into(e->outs[i], expand_to(e->I, ta->ts[i], e->n->outs[i]->rank, e->osizes[i]));
+  }
+  return 0;
+}
+
+int eval_flip(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *da = A(e, "dims");
+  bool flip[GG_MAX_RANK] = {0};
+  for (int i = 0; i < da->n; i++) { int d; if (wrap_dim(e, da->is[i], x->rank, &d)) return -1; flip[d] = true; }
+  int64_t n = tensor_numel(out), idx[GG_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, idx);
+    for (int d = 0; d < x->rank; d++) if (flip[d]) idx[d] = x->sizes[d] - 1 - idx[d];
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
+  }
+  return 0;
+}
+
+int eval_roll(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *sa = A(e, "shifts"), *da = A(e, "dims");
+  int64_t shift[GG_MAX_RANK] = {0}, n = tensor_numel(out), idx[GG_MAX_RANK];
+  bool flat = da->n == 0;
+  if (!flat && da->n != sa->n) return fail(e, "shifts and dims differ in length");
+  for (int i = 0; !flat && i < da->n; i++) { int d; if (wrap_dim(e, da->is[i], x->rank, &d)) return -1; shift[d] += sa->is[i]; }
+  for (int64_t i = 0; i < n; i++) {
+    if (flat) { int64_t s = n ? ((i - sa->is[0]) % n + n) % n : 0; copy_elem(out, i, x, s); continue; }
+    unravel(i, out->rank, out->sizes, idx);
+    for (int d = 0; d < x->rank; d++) if (x->sizes[d]) idx[d] = ((idx[d] - shift[d]) % x->sizes[d] + x->sizes[d]) % x->sizes[d];
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- creation and conversion */
+
+int eval_arange(E *e) {
+  Tensor *out = out0(e);
+  RArg *st = A(e, "start"), *sp = A(e, "step");
+  double a = st ? F64(e, "start", 0) : 0, c = sp ? F64(e, "step", 1) : 1;
+  int64_t n = tensor_numel(out);
+  bool ints = !dtype_is_float(out->dtype) && (!st || st->k == AK_INT) && (!sp || sp->k == AK_INT);
+  for (int64_t i = 0; i < n; i++) {
+    if (ints) dtype_store_i64(out->dtype, elem_ptr(out, i), (st ? st->i : 0) + i * (sp ? sp->i : 1));
+    else dtype_store_f64(out->dtype, elem_ptr(out, i), a + (double)i * c);
+  }
+  return 0;
+}
+
+int eval_full(E *e) {
+  const char *name = e->n->op->name;
+  Tensor *out = out0(e);
+  RArg *fill = A(e, "fill_value") ? A(e, "fill_value") : A(e, "s");
+  double v = strstr(name, "zeros") ? 0 : strstr(name, "ones") ? 1 : fill ? F64(e, fill == A(e, "s") ? "s" : "fill_value", 0) : 0;
+  int64_t n = tensor_numel(out);
+  for (int64_t i = 0; i < n; i++) {
+    if (fill && fill->k == AK_INT && !dtype_is_float(out->dtype)) dtype_store_i64(out->dtype, elem_ptr(out, i), fill->i);
+    else dtype_store_f64(out->dtype, elem_ptr(out, i), v);
+  }
+  return 0;
+}
+
+int eval_to(E *e) {
+  Tensor *x = T(e, "self");
+  Value *ov = e->n->outs[0];
+  if (!e->outs[0]) {   /* to.*: self when nothing changes and no copy is asked for */
+    if (ov->dtype == x->dtype && !B(e, "copy")) { e->outs[0] = view_of(e->I, x); return 0; }
+    e->outs[0] = tensor_new(e->I, ov->dtype, x->rank, x->sizes);
+  }
+  copy_into(e->outs[0], x);
+  return 0;
+}
+
+int eval_assert(E *e) {
+  Tensor *a = T(e, "a");
+  RArg *dt = A(e, "dtype");
+  if (dt && dt->k == AK_DTYPE && dt->code != (int)a->dtype) return fail(e, "dtype is %s, expected %s", dtype_name(a->dtype), dtype_name((DType)dt->code));
+  RArg *sz = A(e, "size");
+  if (sz && sz->k == AK_INTS) {
+    if (sz->n != a->rank) return fail(e, "rank is %d, expected %d", a->rank, sz->n);
+    for (int d = 0; d < a->rank; d++) if (sz->is[d] != a->sizes[d]) return fail(e, "size at dim %d is %lld, expected %lld", d, (long long)a->sizes[d], (long long)sz->is[d]);
+  }
+  return 0;
+}
+
+int eval_sym_size(E *e) {
+  Tensor *x = T(e, "self");
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  e->symout->k = RV_INT;
+  e->symout->i = x->sizes[d];
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+Interp *interp_new(Ctx *c, Graph *g) {
+  Interp *I = arena_alloc(c->arena, sizeof *I);
+  I->c = c;
+  I->g = g;
+  I->vals = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *I->vals);
+  I->env = arena_array(c->arena, (size_t)g->nsyms + 1, sizeof *I->env);
+  I->mutated = arena_array(c->arena, (size_t)g->ninputs + 1, sizeof *I->mutated);
+  return I;
+}
+
+void interp_free(Interp *I) {
+  if (!I) return;
+  for (int i = 0; i < I->nstorages; i++) { free(I->storages[i]->data); free(I->storages[i]); }
+  free(I->storages);
+  I->storages = NULL;
+  I->nstorages = 0;
+}
+
+static void mark_write(Interp *I, const Tensor *t) {
+  for (int i = 0; i < I->g->ninputs; i++) {
+    RVal *rv = &I->vals[I->g->inputs[i]->id];
+    if (rv->k == RV_TENSOR && rv->t->st == t->st) I->mutated[i] = true;
+  }
+}
+
+/* Guards: count, dtype, rank, static sizes, symbols bound consistently and within range. */
+static int bind_input(Interp *I, Value *v, Tensor *t) {
+  Ctx *c = I->c;
+  Graph *g = I->g;
+  const char *nm = gg_quote(c, v->name);
+  if (t->dtype != v->dtype) return gg_error(c, "guard failed: tensor %s dtype mismatch. expected %s, actual %s", nm, dtype_name(v->dtype), dtype_name(t->dtype));
+  if (t->rank != v->rank) return gg_error(c, "guard failed: tensor %s rank mismatch. expected %d, actual %d", nm, v->rank, t->rank);
+  for (int d = 0; d < v->rank; d++) {
+    const Expr *e = v->sizes[d];
+    if (e->k != E_SYM) continue;
+    int64_t *slot = &I->env[e->c];
+    const Sym *s = &g->syms[e->c];
+    if (t->sizes[d] < s->min || t->sizes[d] > s->max)
+      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %s in [%lld, %lld], actual %lld", nm, d, s->name,
+                      (long long)s->min, (long long)s->max, (long long)t->sizes[d]);
+    *slot = t->sizes[d];
+  }
+  return 0;
+}
+
+static int check_sizes(Interp *I, Value *v, Tensor *t) {
+  Ctx *c = I->c;
+  for (int d = 0; d < v->rank; d++) {
+    int64_t want;
+    if (expr_eval(c, v->sizes[d], I->env, &want)) return -1;
+    if (want != t->sizes[d])
+      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %lld, actual %lld", gg_quote(c, v->name), d, (long long)want, (long long)t->sizes[d]);
+  }
+  return 0;
+}
+
+static int eval_args(Interp *I, Node *n, RArg *ra) {
+  Ctx *c = I->c;
+  for (int i = 0; i < n->op->nargs; i++) {
+    const Arg *a = &n->args[i];
+    RArg *r = &ra[i];
+    r->k = a->k;
+    r->n = a->n;
+    switch (a->k) {
+    case AK_TENSOR:
+      if (I->vals[a->u.t->id].k != RV_TENSOR) return gg_error(c, "internal error: value %s has not been computed", gg_quote(c, a->u.t->name));
+      r->t = I->vals[a->u.t->id].t;
+      break;
+    case AK_TENSORS:
+      r->ts = arena_array(c->arena, (size_t)a->n + 1, sizeof *r->ts);
+      for (int j = 0; j < a->n; j++) r->ts[j] = a->u.ts[j] ? I->vals[a->u.ts[j]->id].t : NULL;
+      break;
+    case AK_INT: if (expr_eval(c, a->u.i, I->env, &r->i)) return -1; break;
+    case AK_INTS:
+      r->is = arena_array(c->arena, (size_t)a->n + 1, sizeof *r->is);
+      for (int j = 0; j < a->n; j++) if (expr_eval(c, a->u.is[j], I->env, &r->is[j])) return -1;
+      break;
+    case AK_FLOAT: r->f = a->u.f; break;
+    case AK_FLOATS: r->fs = a->u.fs; break;
+    case AK_BOOL: r->b = a->u.b; break;
+    case AK_STR: case AK_DEVICE: r->s = a->u.s; break;
+    default: r->code = a->u.code; break;
+    }
+  }
+  return 0;
+}
+
+static int run_node(Interp *I, Node *n) {
+  Ctx *c = I->c;
+  E e = {0};
+  e.I = I;
+  e.n = n;
+  e.args = arena_array(c->arena, (size_t)n->op->nargs + 1, sizeof *e.args);
+  e.outs = arena_array(c->arena, (size_t)n->nouts + 1, sizeof *e.outs);
+  e.osizes = arena_array(c->arena, (size_t)n->nouts + 1, sizeof *e.osizes);
+  RVal sym = {0};
+  e.symout = &sym;
+  if (eval_args(I, n, e.args)) return -1;
+  for (int i = 0; i < n->nouts; i++) {
+    Value *v = n->outs[i];
+    if (v->kind != VK_TENSOR) continue;
+    for (int d = 0; d < v->rank; d++) if (expr_eval(c, v->sizes[d], I->env, &e.osizes[i][d])) return -1;
+    if (!n->op->view && !(e.outs[i] = tensor_new(I, v->dtype, v->rank, e.osizes[i]))) return -1;
+  }
+  if (n->op->eval(&e)) return -1;
+  if (n->op->inplace) {
+    /* the op computed its result out of place; write it into self, which the output aliases */
+    Tensor *self = e.args[0].t;
+    copy_into(self, e.outs[0]);
+    mark_write(I, self);
+    e.outs[0] = self;
+  }
+  for (int i = 0; i < n->nouts; i++) {
+    Value *v = n->outs[i];
+    if (v->kind == VK_SYMINT) { I->vals[v->id] = sym; continue; }
+    Tensor *t = e.outs[i];
+    if (!t || t->rank != v->rank) return gg_error(c, "internal error: node %s produced no output %d", gg_quote(c, n->name), i);
+    for (int d = 0; d < v->rank; d++)
+      if (t->sizes[d] != e.osizes[i][d])
+        return gg_error(c, "internal error: node %s output %d has size %lld at dim %d, expected %lld", gg_quote(c, n->name), i,
+                        (long long)t->sizes[d], d, (long long)e.osizes[i][d]);
+    I->vals[v->id].k = RV_TENSOR;
+    I->vals[v->id].t = t;
+  }
+  return 0;
+}
+
+int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, int nextra, RunResult *res) {
+  Ctx *c = I->c;
+  Graph *g = I->g;
+  memset(res, 0, sizeof *res);
+  Value **users;
+  int nusers = graph_user_inputs(g, &users);
+  if (ninputs != nusers) return gg_error(c, "guard failed: expected %d inputs, got %d", nusers, ninputs);
+  if (g->nunsupported) {
+    for (int k = 0; k < g->nnodes; k++)
+      if (!g->nodes[k]->op)
+        return gg_error(c, "node %s: op %s is not supported (gcc-graph explain lists every such node)", gg_quote(c, g->nodes[k]->name), gg_quote(c, g->nodes[k]->target));
+  }
+  for (int i = 0; i < nusers; i++) if (bind_input(I, users[i], inputs[i])) return -1;
+  for (int i = 0; i < nusers; i++) {
+    if (check_sizes(I, users[i], inputs[i])) return -1;
+    I->vals[users[i]->id].k = RV_TENSOR;
+    I->vals[users[i]->id].t = inputs[i];
+  }
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (v->input == IN_USER) continue;
+    Tensor *t = NULL;
+    if (v->weight) t = tensor_from_weight(I, v->weight, v->input == IN_BUFFER);
+    else {
+      for (int k = 0; k < nextra && !t; k++)
+        if (!strcmp(extra[k].name, v->fqn)) {
+          t = tensor_from_st(I, &extra[k]);
+          if (v->input == IN_BUFFER) { Tensor *cp = tensor_new(I, t->dtype, t->rank, t->sizes); copy_into(cp, t); t = cp; }
+        }
+      if (!t) return gg_error(c, "%s %s has no data: the file carries no weights; give --weights FILE.safetensors",
+                              v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant", gg_quote(c, v->fqn));
+      if (t->dtype != v->dtype || t->rank != v->rank) return gg_error(c, "%s: dtype or rank differs from the graph's", gg_quote(c, v->fqn));
+    }
+    if (check_sizes(I, v, t)) return -1;
+    I->vals[v->id].k = RV_TENSOR;
+    I->vals[v->id].t = t;
+  }
+  for (int k = 0; k < g->nnodes; k++)
+    if (run_node(I, g->nodes[k])) return -1;
+  res->outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *res->outs);
+  res->buffers = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *res->buffers);
+  res->buffer_names = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *res->buffer_names);
+  for (int i = 0; i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    Tensor *t = I->vals[o->v->id].t;
+    if (o->kind == OUT_USER) res->outs[res->nouts++] = t;
+    else if (o->kind == OUT_BUFFER_MUTATION && o->target_name) {
+      res->buffers[res->nbuffers] = t;
+      res->buffer_names[res->nbuffers++] = o->target_name;
+    }
+  }
+  for (int i = 0; i < g->ninputs; i++)
+    if (I->mutated[i] && g->inputs[i]->input == IN_BUFFER) {
+      res->buffers[res->nbuffers] = I->vals[g->inputs[i]->id].t;
+      res->buffer_names[res->nbuffers++] = g->inputs[i]->fqn;
+    }
+  return 0;
+}

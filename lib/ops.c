@@ -1,0 +1,355 @@
+/* ops.c: the op table (rows in ops.def) and the reader of its schema strings.
+ * Requires: nothing. Guarantees: after ops_init, every OpDef has its arguments (names, types, defaults)
+ * parsed from PyTorch's schema text, so the loader can match exported arguments by name and fill in
+ * the defaults the JSON leaves out. The scalar functions of pointwise ops are here too. */
+#include "gg.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- pointwise scalar functions */
+
+static double f_abs(const double *x) { return fabs(x[0]); }
+static double f_neg(const double *x) { return -x[0]; }
+static double f_exp(const double *x) { return exp(x[0]); }
+static double f_log(const double *x) { return log(x[0]); }
+static double f_sin(const double *x) { return sin(x[0]); }
+static double f_cos(const double *x) { return cos(x[0]); }
+static double f_tanh(const double *x) { return tanh(x[0]); }
+static double f_sigmoid(const double *x) { return 1.0 / (1.0 + exp(-x[0])); }
+static double f_erf(const double *x) { return erf(x[0]); }
+static double f_sqrt(const double *x) { return sqrt(x[0]); }
+static double f_rsqrt(const double *x) { return 1.0 / sqrt(x[0]); }
+static double f_reciprocal(const double *x) { return 1.0 / x[0]; }
+static double f_relu(const double *x) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : 0.0; }
+static double f_silu(const double *x) { return x[0] / (1.0 + exp(-x[0])); }
+static double relu6(double v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
+static double f_hardswish(const double *x) { return x[0] * relu6(x[0] + 3) / 6; }
+static double f_hardsigmoid(const double *x) { return relu6(x[0] + 3) / 6; }
+static double f_leaky_relu(const double *x) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
+static double f_sign(const double *x) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
+static double f_floor(const double *x) { return floor(x[0]); }
+static double f_ceil(const double *x) { return ceil(x[0]); }
+static double f_round(const double *x) { return nearbyint(x[0]); }
+static double f_trunc(const double *x) { return trunc(x[0]); }
+static double f_not(const double *x) { return x[0] == 0; }
+static double f_isnan(const double *x) { return isnan(x[0]); }
+static double f_ident(const double *x) { return x[0]; }
+/* clamp: a None bound arrives as NaN (interp.c), and means no bound */
+static double f_clamp(const double *x) {
+  double v = x[0];
+  if (isnan(v)) return v;
+  if (!isnan(x[1]) && v < x[1]) v = x[1];
+  if (!isnan(x[2]) && v > x[2]) v = x[2];
+  return v;
+}
+static double f_clamp_min(const double *x) { return isnan(x[0]) ? x[0] : x[0] < x[1] ? x[1] : x[0]; }
+static double f_clamp_max(const double *x) { return isnan(x[0]) ? x[0] : x[0] > x[1] ? x[1] : x[0]; }
+static double f_add(const double *x) { return x[0] + x[2] * x[1]; }
+static double f_sub(const double *x) { return x[0] - x[2] * x[1]; }
+static double f_rsub(const double *x) { return x[1] - x[2] * x[0]; }
+static double f_mul(const double *x) { return x[0] * x[1]; }
+static double f_div(const double *x) { return x[0] / x[1]; }
+static double f_floordiv(const double *x) {
+  /* Python semantics, as torch.floor_divide and div(rounding_mode='floor') on floats */
+  if (x[1] == 0) return x[0] / x[1];
+  double m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
+  if (m != 0 && ((x[1] < 0) != (m < 0))) d -= 1;
+  double fd = floor(d);
+  if (d - fd > 0.5) fd += 1;
+  return d == 0 ? copysign(0.0, x[0] / x[1]) : fd;
+}
+static double f_remainder(const double *x) {
+  double m = fmod(x[0], x[1]);
+  if (m != 0 && ((x[1] < 0) != (m < 0))) m += x[1];
+  return m;
+}
+static double f_fmod(const double *x) { return fmod(x[0], x[1]); }
+static double f_pow(const double *x) { return pow(x[0], x[1]); }
+static double f_maximum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
+static double f_minimum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
+static double f_eq(const double *x) { return x[0] == x[1]; }
+static double f_ne(const double *x) { return x[0] != x[1]; }
+static double f_lt(const double *x) { return x[0] < x[1]; }
+static double f_le(const double *x) { return x[0] <= x[1]; }
+static double f_gt(const double *x) { return x[0] > x[1]; }
+static double f_ge(const double *x) { return x[0] >= x[1]; }
+static double f_land(const double *x) { return x[0] != 0 && x[1] != 0; }
+static double f_lor(const double *x) { return x[0] != 0 || x[1] != 0; }
+static double f_where(const double *x) { return x[0] != 0 ? x[1] : x[2]; }
+static double f_masked_fill(const double *x) { return x[1] != 0 ? x[2] : x[0]; }
+
+/* Integer versions use unsigned arithmetic where C would overflow: PyTorch wraps around. */
+#define WRAP(expr) ((int64_t)(expr))
+static int64_t i_abs(const int64_t *x) { return x[0] < 0 ? WRAP(0 - (uint64_t)x[0]) : x[0]; }
+static int64_t i_neg(const int64_t *x) { return WRAP(0 - (uint64_t)x[0]); }
+static int64_t i_relu(const int64_t *x) { return x[0] > 0 ? x[0] : 0; }
+static int64_t i_sign(const int64_t *x) { return (x[0] > 0) - (x[0] < 0); }
+static int64_t i_ident(const int64_t *x) { return x[0]; }
+static int64_t i_zero(const int64_t *x) { (void)x; return 0; }
+static int64_t i_not(const int64_t *x) { return x[0] == 0; }
+static int64_t i_bitnot(const int64_t *x) { return ~x[0]; }
+/* clamp: a None bound arrives as INT64_MIN (min) or INT64_MAX (max) */
+static int64_t i_clamp(const int64_t *x) { int64_t v = x[0] < x[1] ? x[1] : x[0]; return v > x[2] ? x[2] : v; }
+static int64_t i_clamp_min(const int64_t *x) { return x[0] < x[1] ? x[1] : x[0]; }
+static int64_t i_clamp_max(const int64_t *x) { return x[0] > x[1] ? x[1] : x[0]; }
+static int64_t i_add(const int64_t *x) { return WRAP((uint64_t)x[0] + (uint64_t)x[2] * (uint64_t)x[1]); }
+static int64_t i_sub(const int64_t *x) { return WRAP((uint64_t)x[0] - (uint64_t)x[2] * (uint64_t)x[1]); }
+static int64_t i_rsub(const int64_t *x) { return WRAP((uint64_t)x[1] - (uint64_t)x[2] * (uint64_t)x[0]); }
+static int64_t i_mul(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[1]); }
+static int64_t i_floordiv(const int64_t *x) {
+  if (x[1] == 0) return 0;      /* PyTorch raises; an oracle must not trap */
+  if (x[0] == INT64_MIN && x[1] == -1) return INT64_MIN;
+  int64_t q = x[0] / x[1];
+  if ((x[0] % x[1] != 0) && ((x[0] < 0) != (x[1] < 0))) q--;
+  return q;
+}
+static int64_t i_remainder(const int64_t *x) {
+  if (x[1] == 0 || (x[0] == INT64_MIN && x[1] == -1)) return 0;
+  int64_t m = x[0] % x[1];
+  if (m != 0 && ((m < 0) != (x[1] < 0))) m += x[1];
+  return m;
+}
+static int64_t i_fmod(const int64_t *x) { return x[1] == 0 || x[1] == -1 ? 0 : x[0] % x[1]; }
+static int64_t i_pow(const int64_t *x) {
+  int64_t b = x[0], e = x[1];
+  if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0;
+  uint64_t r = 1, ub = (uint64_t)b;
+  while (e) { if (e & 1) r *= ub; ub *= ub; e >>= 1; }
+  return WRAP(r);
+}
+static int64_t i_max(const int64_t *x) { return x[0] > x[1] ? x[0] : x[1]; }
+static int64_t i_min(const int64_t *x) { return x[0] < x[1] ? x[0] : x[1]; }
+static int64_t i_eq(const int64_t *x) { return x[0] == x[1]; }
+static int64_t i_ne(const int64_t *x) { return x[0] != x[1]; }
+static int64_t i_lt(const int64_t *x) { return x[0] < x[1]; }
+static int64_t i_le(const int64_t *x) { return x[0] <= x[1]; }
+static int64_t i_gt(const int64_t *x) { return x[0] > x[1]; }
+static int64_t i_ge(const int64_t *x) { return x[0] >= x[1]; }
+static int64_t i_and(const int64_t *x) { return x[0] & x[1]; }
+static int64_t i_or(const int64_t *x) { return x[0] | x[1]; }
+static int64_t i_land(const int64_t *x) { return x[0] != 0 && x[1] != 0; }
+static int64_t i_lor(const int64_t *x) { return x[0] != 0 || x[1] != 0; }
+static int64_t i_where(const int64_t *x) { return x[0] != 0 ? x[1] : x[2]; }
+static int64_t i_masked_fill(const int64_t *x) { return x[1] != 0 ? x[2] : x[0]; }
+
+/* ---------------------------------------------------------------- the table */
+
+#define OP(schema, shape, eval, pwf, pwi, pwout, doc) int shape(struct ShapeCtx *); int eval(struct EvalCtx *);
+#include "ops.def"
+#undef OP
+
+static OpDef table[] = {
+#define OP(schema, shape, eval, pwf, pwi, pwout, doc) {NULL, schema, shape, eval, pwf, pwi, pwout, doc, 0, NULL, 0, false, false},
+#include "ops.def"
+#undef OP
+};
+#define NOPS ((int)(sizeof table / sizeof *table))
+
+int ops_count(void) { return NOPS; }
+const OpDef *ops_at(int i) { return &table[i]; }
+
+/* ---------------------------------------------------------------- schema reader */
+
+typedef struct SP { Ctx *c; Arena *a; const char *schema; } SP;
+
+static int bad_schema(SP *p, const char *what) {
+  return gg_error(p->c, "internal error: op table schema %s: %s", gg_quote(p->c, p->schema), what);
+}
+
+static char *dup_range(Arena *a, const char *s, const char *e) {
+  while (s < e && isspace((unsigned char)*s)) s++;
+  while (e > s && isspace((unsigned char)e[-1])) e--;
+  char *r = arena_alloc(a, (size_t)(e - s) + 1);
+  memcpy(r, s, (size_t)(e - s));
+  return r;
+}
+
+static int parse_type(SP *p, const char *t, ArgSpec *as) {
+  char base[64];
+  size_t n = 0;
+  as->mutated = strchr(t, '!') != NULL;
+  /* drop alias annotations "(a!)", "(a -> *)" */
+  for (const char *q = t; *q && n < sizeof base - 1; q++) {
+    if (*q == '(') { while (*q && *q != ')') q++; if (!*q) break; continue; }
+    base[n++] = *q;
+  }
+  base[n] = 0;
+  bool list = false;
+  char *br = strchr(base, '[');
+  if (n && base[n - 1] == '?') { as->optional = true; base[--n] = 0; }
+  if (br) {
+    list = true;
+    as->fixed_len = atoi(br + 1);
+    if (br > base && br[-1] == '?') br[-1] = 0;   /* Tensor?[]: elements may be None */
+    *br = 0;
+  }
+  static const struct { const char *name; ArgType one, many; } types[] = {
+    {"Tensor", T_TENSOR, T_TENSOR_LIST}, {"int", T_INT, T_INT_LIST}, {"SymInt", T_INT, T_INT_LIST},
+    {"float", T_FLOAT, T_FLOAT_LIST}, {"bool", T_BOOL, T_BOOL_LIST}, {"Scalar", T_SCALAR, T_ANY},
+    {"ScalarType", T_DTYPE, T_ANY}, {"Layout", T_LAYOUT, T_ANY}, {"Device", T_DEVICE, T_ANY},
+    {"MemoryFormat", T_MEMFMT, T_ANY}, {"str", T_STR, T_ANY}, {"Generator", T_ANY, T_ANY},
+  };
+  for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+    if (!strcmp(base, types[i].name)) { as->type = list ? types[i].many : types[i].one; return 0; }
+  return bad_schema(p, "unknown type");
+}
+
+static int parse_number(SP *p, const char *s, Arg *out, ArgType type) {
+  char *end;
+  if (strpbrk(s, ".e") || type == T_FLOAT || type == T_FLOAT_LIST) {
+    out->k = AK_FLOAT;
+    out->u.f = strtod(s, &end);
+  } else {
+    out->k = AK_INT;
+    out->u.i = expr_const(p->a, strtoll(s, &end, 10));
+  }
+  return *end ? bad_schema(p, "bad default") : 0;
+}
+
+static int parse_default(SP *p, const char *d, ArgSpec *as) {
+  Arg *v = &as->def;
+  as->has_default = true;
+  if (!strcmp(d, "None")) { v->k = AK_NONE; return 0; }
+  if (!strcmp(d, "True") || !strcmp(d, "False")) { v->k = AK_BOOL; v->u.b = d[0] == 'T'; return 0; }
+  if (!strcmp(d, "contiguous_format")) { v->k = AK_MEMFMT; v->u.code = 1; return 0; }
+  if (!strcmp(d, "Mean")) { v->k = AK_INT; v->u.i = expr_const(p->a, 1); return 0; }
+  if (!strcmp(d, "Sum")) { v->k = AK_INT; v->u.i = expr_const(p->a, 2); return 0; }
+  if (d[0] == '\'' || d[0] == '"') {
+    v->k = AK_STR;
+    v->u.s = dup_range(p->a, d + 1, d + strlen(d) - 1);
+    return 0;
+  }
+  bool is_list = as->type == T_INT_LIST || as->type == T_FLOAT_LIST || as->type == T_BOOL_LIST;
+  if (d[0] == '[') {
+    /* [] or [0, 0] */
+    int n = 0;
+    const Expr **is = arena_array(p->a, 8, sizeof *is);
+    const char *q = d + 1;
+    while (*q && *q != ']') {
+      char *end;
+      long long x = strtoll(q, &end, 10);
+      if (end == q || n >= 8) return bad_schema(p, "bad list default");
+      is[n++] = expr_const(p->a, x);
+      q = end;
+      while (*q == ',' || *q == ' ') q++;
+    }
+    if (as->type != T_INT_LIST && n) return bad_schema(p, "non-int list default");
+    v->k = as->type == T_TENSOR_LIST ? AK_TENSORS : AK_INTS;
+    v->n = n;
+    v->u.is = is;
+    return 0;
+  }
+  Arg one;
+  if (parse_number(p, d, &one, as->type)) return -1;
+  if (is_list) {
+    /* int[2] stride=1 means [1, 1] */
+    int n = as->fixed_len ? as->fixed_len : 1;
+    v->k = AK_INTS;
+    v->n = n;
+    v->u.is = arena_array(p->a, (size_t)n, sizeof *v->u.is);
+    for (int i = 0; i < n; i++) v->u.is[i] = one.u.i;
+    return 0;
+  }
+  *v = one;
+  return 0;
+}
+
+static int parse_schema(SP *p, OpDef *op) {
+  const char *s = op->schema, *lp = strchr(s, '(');
+  if (!lp) return bad_schema(p, "no '('");
+  op->name = dup_range(p->a, s, lp);
+  /* find the matching ')' of the argument list */
+  int depth = 0;
+  const char *q = lp, *rp = NULL;
+  for (; *q; q++) {
+    if (*q == '(' || *q == '[') depth++;
+    else if ((*q == ')' || *q == ']') && --depth == 0) { rp = q; break; }
+  }
+  if (!rp) return bad_schema(p, "unbalanced");
+  ArgSpec specs[32];
+  int n = 0;
+  const char *start = lp + 1;
+  depth = 0;
+  for (q = lp + 1; q <= rp; q++) {
+    if (*q == '(' || *q == '[') depth++;
+    else if ((*q == ')' || *q == ']') && q != rp) depth--;
+    if ((*q == ',' && depth == 0) || q == rp) {
+      char *arg = dup_range(p->a, start, q);
+      start = q + 1;
+      if (!*arg || !strcmp(arg, "*")) continue;
+      if (n == 32) return bad_schema(p, "too many arguments");
+      ArgSpec *as = &specs[n++];
+      memset(as, 0, sizeof *as);
+      char *eq = NULL;
+      /* the default follows the first '=' outside parentheses */
+      int d = 0;
+      for (char *r = arg; *r; r++) {
+        if (*r == '(') d++;
+        else if (*r == ')') d--;
+        else if (*r == '=' && d == 0) { eq = r; break; }
+      }
+      if (eq) *eq = 0;
+      char *sp = strrchr(arg, ' ');
+      if (!sp) return bad_schema(p, "argument without a name");
+      *sp = 0;
+      as->name = sp + 1;
+      if (parse_type(p, arg, as)) return -1;
+      if (eq && parse_default(p, eq + 1, as)) return -1;
+    }
+  }
+  op->nargs = n;
+  op->args = arena_array(p->a, (size_t)(n ? n : 1), sizeof *op->args);
+  memcpy(op->args, specs, sizeof *specs * (size_t)n);
+  op->inplace = n > 0 && op->args[0].mutated;
+  const char *ret = strstr(rp, "->");
+  if (!ret) return bad_schema(p, "no return");
+  ret += 2;
+  while (*ret == ' ') ret++;
+  op->view = strncmp(ret, "Tensor(a)", 9) == 0;
+  if (!strcmp(ret, "()")) op->nrets = 0;
+  else if (strstr(ret, "[]")) op->nrets = -1;
+  else if (*ret == '(') {
+    op->nrets = 1;
+    for (const char *r = ret; *r; r++) op->nrets += *r == ',';
+  } else op->nrets = 1;
+  return 0;
+}
+
+int ops_init(Ctx *c) {
+  static Arena *schema_arena;   /* the parsed table is read-only after this and shared by every Ctx */
+  if (table[0].name) return 0;
+  schema_arena = arena_new();
+  SP p = {c, schema_arena, NULL};
+  for (int i = 0; i < NOPS; i++) {
+    p.schema = table[i].schema;
+    if (parse_schema(&p, &table[i])) return -1;
+  }
+  return 0;
+}
+
+const OpDef *ops_find(const char *target) {
+  static const char prefix[] = "torch.ops.aten.";
+  if (!strncmp(target, prefix, sizeof prefix - 1)) target += sizeof prefix - 1;
+  else if (!strncmp(target, "aten::", 6)) target += 6;
+  else if (strchr(target, ':') || !strncmp(target, "torch.", 6) || !strncmp(target, "_operator.", 10)) return NULL;
+  char buf[128];
+  size_t n = strlen(target);
+  /* "relu.default" is the op "relu" */
+  if (n > 8 && !strcmp(target + n - 8, ".default") && n - 8 < sizeof buf) {
+    memcpy(buf, target, n - 8);
+    buf[n - 8] = 0;
+    target = buf;
+  }
+  for (int i = 0; i < NOPS; i++)
+    if (table[i].name && !strcmp(table[i].name, target)) return &table[i];
+  return NULL;
+}
+
+int ops_arg_index(const OpDef *op, const char *name) {
+  for (int i = 0; i < op->nargs; i++)
+    if (!strcmp(op->args[i].name, name)) return i;
+  return -1;
+}

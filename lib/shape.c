@@ -1,0 +1,979 @@
+/* shape.c: shape and dtype rules, one per family of ops (the op table names them).
+ * Requires: a loaded node whose input values have dtype, rank and sizes. Guarantees: the rule fills
+ * ShapeCtx.out with each output's dtype and symbolic sizes, or fails with a message naming the node.
+ * Sizes are Exprs, so a symbolic batch stays symbolic; dims, kernel sizes and the like must be static.
+ * verify.c compares the result with what torch.export recorded in tensor_values. */
+#include "gg.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef ShapeCtx S;
+
+static int fail(S *s, const char *fmt, const char *detail) {
+  char msg[512];
+  snprintf(msg, sizeof msg, fmt, detail);
+  Ctx *c = s->g->ctx;
+  return gg_error(c, "%s: node %s (%s): %s", s->g->path, gg_quote(c, s->n->name), gg_quote(c, s->n->target), msg);
+}
+
+static const Arg *arg(S *s, const char *name) {
+  int i = ops_arg_index(s->n->op, name);
+  return i < 0 ? NULL : &s->n->args[i];
+}
+
+static Value *tensor(S *s, const char *name) {
+  const Arg *a = arg(s, name);
+  return a && a->k == AK_TENSOR ? a->u.t : NULL;
+}
+
+static bool is_none(S *s, const char *name) {
+  const Arg *a = arg(s, name);
+  return !a || a->k == AK_NONE;
+}
+
+/* A static int argument; symbolic values are refused where the rule needs a number. */
+static int int_arg(S *s, const char *name, int64_t *out) {
+  const Arg *a = arg(s, name);
+  if (!a || a->k != AK_INT) return fail(s, "argument '%s' must be an integer", name);
+  if (!expr_is_const(a->u.i, out)) return fail(s, "argument '%s' must not be symbolic", name);
+  return 0;
+}
+
+static bool bool_arg(S *s, const char *name) {
+  const Arg *a = arg(s, name);
+  return a && a->k == AK_BOOL && a->u.b;
+}
+
+static int ints_arg(S *s, const char *name, int64_t *out, int *n) {
+  const Arg *a = arg(s, name);
+  if (!a || a->k == AK_NONE) { *n = 0; return 0; }
+  if (a->k != AK_INTS) return fail(s, "argument '%s' must be a list of integers", name);
+  if (a->n > GG_MAX_RANK * 2) return fail(s, "argument '%s' is too long", name);
+  for (int i = 0; i < a->n; i++)
+    if (!expr_is_const(a->u.is[i], &out[i])) return fail(s, "argument '%s' must not be symbolic", name);
+  *n = a->n;
+  return 0;
+}
+
+static int norm_dim(S *s, int64_t d, int rank, int64_t *out) {
+  int r = rank ? rank : 1;   /* a 0-d tensor accepts dim 0 and -1 */
+  if (d < -r || d >= r) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld", (long long)d);
+    return fail(s, "dim %s out of range", buf);
+  }
+  *out = d < 0 ? d + r : d;
+  return 0;
+}
+
+static const Expr *C(S *s, int64_t v) { return expr_const(s->a, v); }
+static const Expr *ADD(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_ADD, x, y); }
+static const Expr *MUL(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_MUL, x, y); }
+static const Expr *DIV(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_FLOORDIV, x, y); }
+
+static void set_out(S *s, int i, DType dt, int rank, const Expr *const *sizes) {
+  s->out[i].dtype = dt;
+  s->out[i].rank = rank;
+  for (int d = 0; d < rank; d++) s->out[i].sizes[d] = sizes[d];
+  if (s->nouts <= i) s->nouts = i + 1;
+}
+
+static void like(S *s, int i, const Value *v, DType dt) { set_out(s, i, dt, v->rank, v->sizes); }
+
+static bool is_one(const Expr *e) { int64_t v; return expr_is_const(e, &v) && v == 1; }
+
+/* Broadcast b into acc (rank *r). */
+static int broadcast_into(S *s, const Expr **acc, int *r, const Value *b) {
+  int rank = *r > b->rank ? *r : b->rank;
+  const Expr *out[GG_MAX_RANK];
+  for (int i = 0; i < rank; i++) {
+    int ia = i - (rank - *r), ib = i - (rank - b->rank);
+    const Expr *x = ia >= 0 ? acc[ia] : NULL, *y = ib >= 0 ? b->sizes[ib] : NULL;
+    if (!x || (y && is_one(x))) out[i] = y;
+    else if (!y || is_one(y)) out[i] = x;
+    else if (expr_same(s->g, x, y)) out[i] = x;
+    else {
+      char buf[128];
+      snprintf(buf, sizeof buf, "%s vs %s at dim %d", expr_str(s->a, s->g, x), expr_str(s->a, s->g, y), i);
+      return fail(s, "shapes cannot broadcast: %s", buf);
+    }
+  }
+  memcpy(acc, out, sizeof *out * (size_t)rank);
+  *r = rank;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- type promotion */
+
+static DType combine(DType higher, DType lower) {
+  if (higher == DT_UNKNOWN) return lower;
+  if (lower == DT_UNKNOWN) return higher;
+  if (dtype_is_float(higher)) return higher;
+  if (higher == DT_BOOL || dtype_is_float(lower)) return dtype_promote(higher, lower);
+  return higher;
+}
+
+static DType acc(DType a, DType b) { return a == DT_UNKNOWN ? b : dtype_promote(a, b); }
+
+/* Arguments that do not take part in promotion: they follow self's dtype or are conditions. */
+static bool promotes(const char *name) {
+  static const char *no[] = {"alpha", "value", "negative_slope", "min_val", "max_val", "condition", "mask", "beta"};
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++) if (!strcmp(name, no[i])) return false;
+  return true;
+}
+
+/* torch.result_type over the numeric operands: dimensioned tensors, then 0-d tensors, then Python numbers. */
+DType shape_promote(const Node *n) {
+  DType dim = DT_UNKNOWN, zero = DT_UNKNOWN, wrapped = DT_UNKNOWN;
+  for (int i = 0; i < n->op->nargs; i++) {
+    const ArgSpec *as = &n->op->args[i];
+    const Arg *a = &n->args[i];
+    if ((as->type != T_TENSOR && as->type != T_SCALAR) || !promotes(as->name)) continue;
+    if (a->k == AK_TENSOR) {
+      if (a->u.t->rank > 0) dim = acc(dim, a->u.t->dtype);
+      else zero = acc(zero, a->u.t->dtype);
+    } else if (a->k == AK_INT) wrapped = acc(wrapped, DT_I64);
+    else if (a->k == AK_FLOAT) wrapped = acc(wrapped, DT_F32);
+    else if (a->k == AK_BOOL) wrapped = acc(wrapped, DT_BOOL);
+  }
+  DType r = combine(dim, combine(zero, wrapped));
+  return r == DT_UNKNOWN ? DT_F32 : r;
+}
+
+static DType pw_result(const Node *n, DType promoted) {
+  switch (n->op->pwout) {
+  case PW_FLOAT: return dtype_is_float(promoted) ? promoted : DT_F32;
+  case PW_CMP: case PW_BOOL: return DT_BOOL;
+  default: return promoted;
+  }
+}
+
+/* ---------------------------------------------------------------- pointwise and friends */
+
+int shape_pointwise(S *s) {
+  const Expr *sizes[GG_MAX_RANK];
+  int rank = 0;
+  for (int i = 0; i < s->n->op->nargs; i++) {
+    const Arg *a = &s->n->args[i];
+    if (a->k == AK_TENSOR && broadcast_into(s, sizes, &rank, a->u.t)) return -1;
+  }
+  if (s->n->op->inplace) {
+    const Value *self = s->n->args[0].u.t;
+    if (rank != self->rank) return fail(s, "%s", "in-place result would not fit self");
+    like(s, 0, self, self->dtype);
+    return 0;
+  }
+  set_out(s, 0, pw_result(s->n, shape_promote(s->n)), rank, sizes);
+  return 0;
+}
+
+int shape_native_dropout(S *s) {
+  Value *x = tensor(s, "input");
+  like(s, 0, x, x->dtype);
+  like(s, 1, x, DT_BOOL);
+  return 0;
+}
+
+int shape_div_mode(S *s) {
+  if (shape_pointwise(s)) return -1;
+  DType p = shape_promote(s->n);
+  s->out[0].dtype = is_none(s, "rounding_mode") && !dtype_is_float(p) ? DT_F32 : p;
+  return 0;
+}
+
+int shape_copy(S *s) {
+  Value *x = tensor(s, "self"), *src = tensor(s, "src");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  int rank = x->rank;
+  if (broadcast_into(s, sizes, &rank, src)) return -1;
+  if (rank != x->rank) return fail(s, "%s", "src does not broadcast to self");
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- reductions */
+
+/* Which dims a reduction covers: mask[d] set. dim None, absent or [] means all. */
+static int reduce_dims(S *s, const Value *x, bool *mask) {
+  memset(mask, 0, sizeof(bool) * GG_MAX_RANK);
+  const Arg *a = arg(s, "dim");
+  int64_t dims[GG_MAX_RANK * 2];
+  int n = 0;
+  if (a && a->k == AK_INT) {
+    if (int_arg(s, "dim", &dims[0])) return -1;
+    n = 1;
+  } else if (a && a->k == AK_INTS) {
+    if (ints_arg(s, "dim", dims, &n)) return -1;
+  }
+  if (n == 0) {
+    for (int d = 0; d < x->rank; d++) mask[d] = true;
+    return 0;
+  }
+  for (int i = 0; i < n; i++) {
+    int64_t d;
+    if (norm_dim(s, dims[i], x->rank, &d)) return -1;
+    if (x->rank) mask[d] = true;
+  }
+  return 0;
+}
+
+int shape_reduce(S *s) {
+  Value *x = tensor(s, "self");
+  const char *name = s->n->op->name;
+  bool mask[GG_MAX_RANK];
+  if (reduce_dims(s, x, mask)) return -1;
+  bool keep = bool_arg(s, "keepdim");
+  /* argmax(dim=None, keepdim=True) keeps every dim as 1 */
+  const Expr *sizes[GG_MAX_RANK];
+  int rank = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (!mask[d]) sizes[rank++] = x->sizes[d];
+    else if (keep) sizes[rank++] = C(s, 1);
+  }
+  DType dt = x->dtype;
+  const Arg *dta = arg(s, "dtype");
+  bool is = !strncmp(name, "sum", 3) || !strncmp(name, "prod", 4);
+  if (dta && dta->k == AK_DTYPE) dt = (DType)dta->u.code;
+  else if (is && !dtype_is_float(dt)) dt = DT_I64;
+  else if (!strncmp(name, "arg", 3)) dt = DT_I64;
+  else if (!strncmp(name, "any", 3) || !strncmp(name, "all", 3)) dt = x->dtype == DT_U8 ? DT_U8 : DT_BOOL;
+  else if (!strcmp(name, "logsumexp") && !dtype_is_float(dt)) dt = DT_F32;
+  else if ((!strncmp(name, "mean", 4) || !strncmp(name, "var", 3) || !strncmp(name, "std", 3)) && !dtype_is_float(dt))
+    return fail(s, "%s needs a floating-point input", name);
+  set_out(s, 0, dt, rank, sizes);
+  if (!strcmp(name, "max.dim") || !strcmp(name, "min.dim")) set_out(s, 1, DT_I64, rank, sizes);
+  if (!strcmp(name, "var_mean.correction")) set_out(s, 1, dt, rank, sizes);
+  return 0;
+}
+
+int shape_scan(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  DType dt = x->dtype;
+  const Arg *dta = arg(s, "dtype");
+  if (dta && dta->k == AK_DTYPE) dt = (DType)dta->u.code;
+  else if (!strcmp(s->n->op->name, "cumsum") && !dtype_is_float(dt)) dt = DT_I64;
+  else if (bool_arg(s, "half_to_float") && dt == DT_F16) dt = DT_F32;
+  else if (!dtype_is_float(dt) && strcmp(s->n->op->name, "cumsum")) return fail(s, "%s", "softmax needs a floating-point input");
+  like(s, 0, x, dt);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+static int check_same(S *s, const Expr *x, const Expr *y, const char *what) {
+  if (expr_same(s->g, x, y)) return 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s: %s vs %s", what, expr_str(s->a, s->g, x), expr_str(s->a, s->g, y));
+  return fail(s, "sizes disagree: %s", buf);
+}
+
+int shape_linear(S *s) {
+  Value *x = tensor(s, "input"), *w = tensor(s, "weight");
+  if (x->rank < 1 || w->rank < 1 || w->rank > 2) return fail(s, "%s", "linear needs input of rank >= 1 and weight of rank 1 or 2");
+  if (check_same(s, x->sizes[x->rank - 1], w->sizes[w->rank - 1], "input features vs weight")) return -1;
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < x->rank - 1; d++) sizes[r++] = x->sizes[d];
+  if (w->rank == 2) sizes[r++] = w->sizes[0];
+  set_out(s, 0, dtype_promote(x->dtype, w->dtype), r, sizes);
+  return 0;
+}
+
+int shape_addmm(S *s) {
+  bool batched = !strcmp(s->n->op->name, "baddbmm");
+  Value *self = tensor(s, "self"), *a = tensor(s, batched ? "batch1" : "mat1"), *b = tensor(s, batched ? "batch2" : "mat2");
+  int r = batched ? 3 : 2;
+  if (a->rank != r || b->rank != r) return fail(s, "%s", "operands have the wrong rank");
+  if (check_same(s, a->sizes[r - 1], b->sizes[r - 2], "inner dimension")) return -1;
+  if (batched && check_same(s, a->sizes[0], b->sizes[0], "batch")) return -1;
+  const Expr *sizes[3] = {a->sizes[0], a->sizes[r - 2], b->sizes[r - 1]};
+  if (!batched) { sizes[0] = a->sizes[0]; sizes[1] = b->sizes[1]; }
+  Value out = {.rank = r, .sizes = sizes};
+  const Expr *bs[GG_MAX_RANK];
+  memcpy(bs, self->sizes, sizeof *bs * (size_t)self->rank);
+  int br = self->rank;
+  if (broadcast_into(s, bs, &br, &out)) return -1;
+  if (br != r) return fail(s, "%s", "self does not broadcast to the product");
+  set_out(s, 0, dtype_promote(self->dtype, dtype_promote(a->dtype, b->dtype)), r, sizes);
+  return 0;
+}
+
+int shape_matmul(S *s) {
+  Value *a = tensor(s, "self"), *b = tensor(s, "mat2") ? tensor(s, "mat2") : tensor(s, "other");
+  const char *name = s->n->op->name;
+  if (!strcmp(name, "mm") && (a->rank != 2 || b->rank != 2)) return fail(s, "%s", "mm needs two matrices");
+  if (!strcmp(name, "bmm") && (a->rank != 3 || b->rank != 3)) return fail(s, "%s", "bmm needs two rank-3 tensors");
+  if (a->rank < 1 || b->rank < 1) return fail(s, "%s", "matmul needs tensors of rank >= 1");
+  DType dt = dtype_promote(a->dtype, b->dtype);
+  const Expr *ka = a->sizes[a->rank - 1], *kb = b->sizes[b->rank >= 2 ? b->rank - 2 : 0];
+  if (check_same(s, ka, kb, "inner dimension")) return -1;
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  if (a->rank == 1 && b->rank == 1) { set_out(s, 0, dt, 0, sizes); return 0; }
+  /* batch dims broadcast */
+  Value ba = {.rank = a->rank > 2 ? a->rank - 2 : 0, .sizes = a->sizes};
+  Value bb = {.rank = b->rank > 2 ? b->rank - 2 : 0, .sizes = b->sizes};
+  if (!strcmp(name, "bmm") && check_same(s, a->sizes[0], b->sizes[0], "batch")) return -1;
+  if (broadcast_into(s, sizes, &r, &ba) || broadcast_into(s, sizes, &r, &bb)) return -1;
+  if (a->rank >= 2) sizes[r++] = a->sizes[a->rank - 2];
+  if (b->rank >= 2) sizes[r++] = b->sizes[b->rank - 1];
+  set_out(s, 0, dt, r, sizes);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- convolution and pooling */
+
+static int spatial_list(S *s, const char *name, int nsp, int64_t *out) {
+  int n;
+  if (ints_arg(s, name, out, &n)) return -1;
+  if (n == 1) for (int i = 1; i < nsp; i++) out[i] = out[0];
+  else if (n != nsp) return fail(s, "argument '%s' has the wrong length", name);
+  return 0;
+}
+
+int shape_conv(S *s) {
+  Value *x = tensor(s, "input"), *w = tensor(s, "weight");
+  int nsp = w->rank - 2;
+  if (nsp < 1 || nsp > 3) return fail(s, "%s", "weight must have rank 3 to 5");
+  bool batched = x->rank == nsp + 2;
+  if (!batched && x->rank != nsp + 1) return fail(s, "%s", "input rank does not match the weight");
+  int64_t st[3], pd[3], dl[3], op[3] = {0, 0, 0}, groups;
+  bool transposed = bool_arg(s, "transposed");
+  if (spatial_list(s, "stride", nsp, st) || spatial_list(s, "padding", nsp, pd) || spatial_list(s, "dilation", nsp, dl) || int_arg(s, "groups", &groups)) return -1;
+  if (transposed && spatial_list(s, "output_padding", nsp, op)) return -1;
+  if (groups < 1) return fail(s, "%s", "groups must be positive");
+  for (int i = 0; i < nsp; i++) if (st[i] < 1 || dl[i] < 1 || pd[i] < 0) return fail(s, "%s", "stride and dilation must be positive, padding non-negative");
+  const Expr *cin = x->sizes[batched ? 1 : 0];
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  if (batched) sizes[r++] = x->sizes[0];
+  if (transposed) {
+    if (check_same(s, cin, w->sizes[0], "input channels vs weight")) return -1;
+    sizes[r++] = MUL(s, w->sizes[1], C(s, groups));
+  } else {
+    if (check_same(s, cin, MUL(s, w->sizes[1], C(s, groups)), "input channels vs weight*groups")) return -1;
+    sizes[r++] = w->sizes[0];
+  }
+  for (int i = 0; i < nsp; i++) {
+    const Expr *in = x->sizes[x->rank - nsp + i];
+    int64_t k;
+    if (!expr_is_const(w->sizes[2 + i], &k)) return fail(s, "%s", "kernel size must be static");
+    const Expr *o;
+    if (transposed) o = ADD(s, MUL(s, ADD(s, in, C(s, -1)), C(s, st[i])), C(s, -2 * pd[i] + dl[i] * (k - 1) + op[i] + 1));
+    else o = ADD(s, DIV(s, ADD(s, in, C(s, 2 * pd[i] - dl[i] * (k - 1) - 1)), C(s, st[i])), C(s, 1));
+    if (expr_hint(s->g, o) <= 0) return fail(s, "%s", "output size would be empty: kernel larger than padded input");
+    sizes[r++] = o;
+  }
+  DType dt = dtype_promote(x->dtype, w->dtype);
+  set_out(s, 0, dt, r, sizes);
+  return 0;
+}
+
+static const Expr *pool_out(S *s, const Expr *in, int64_t k, int64_t st, int64_t pd, int64_t dl, bool ceil_mode) {
+  int64_t iv;
+  if (expr_is_const(in, &iv)) {
+    int64_t num = iv + 2 * pd - dl * (k - 1) - 1 + (ceil_mode ? st - 1 : 0);
+    int64_t o = (num >= 0 ? num / st : -((-num + st - 1) / st)) + 1;
+    if (ceil_mode && (o - 1) * st >= iv + pd) o--;
+    return C(s, o);
+  }
+  /* symbolic input: ceil_mode's correction needs a comparison, so only floor mode stays symbolic */
+  return ADD(s, DIV(s, ADD(s, in, C(s, 2 * pd - dl * (k - 1) - 1 + (ceil_mode ? st - 1 : 0))), C(s, st)), C(s, 1));
+}
+
+int shape_pool(S *s) {
+  Value *x = tensor(s, "self");
+  if (x->rank != 3 && x->rank != 4) return fail(s, "%s", "pooling needs a rank-3 or rank-4 input");
+  int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
+  int n;
+  if (spatial_list(s, "kernel_size", 2, k) || ints_arg(s, "stride", st, &n)) return -1;
+  if (n == 0) { st[0] = k[0]; st[1] = k[1]; }
+  else if (spatial_list(s, "stride", 2, st)) return -1;
+  if (spatial_list(s, "padding", 2, pd)) return -1;
+  if (arg(s, "dilation") && spatial_list(s, "dilation", 2, dl)) return -1;
+  for (int i = 0; i < 2; i++) {
+    if (k[i] < 1 || st[i] < 1 || dl[i] < 1 || pd[i] < 0) return fail(s, "%s", "kernel, stride and dilation must be positive");
+    if (pd[i] * 2 > k[i]) return fail(s, "%s", "padding should be at most half the kernel size");
+  }
+  bool ceil_mode = bool_arg(s, "ceil_mode");
+  const Expr *sizes[4];
+  for (int d = 0; d < x->rank - 2; d++) sizes[d] = x->sizes[d];
+  for (int i = 0; i < 2; i++) {
+    sizes[x->rank - 2 + i] = pool_out(s, x->sizes[x->rank - 2 + i], k[i], st[i], pd[i], dl[i], ceil_mode);
+    if (expr_hint(s->g, sizes[x->rank - 2 + i]) <= 0) return fail(s, "%s", "output size would be empty");
+  }
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  if (s->n->op->nrets == 2) set_out(s, 1, DT_I64, x->rank, sizes);
+  return 0;
+}
+
+int shape_adaptive_pool(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *a = arg(s, "output_size");
+  if (x->rank != 3 && x->rank != 4) return fail(s, "%s", "adaptive pooling needs a rank-3 or rank-4 input");
+  if (a->k != AK_INTS || a->n != 2) return fail(s, "%s", "output_size needs two values");
+  const Expr *sizes[4];
+  for (int d = 0; d < x->rank - 2; d++) sizes[d] = x->sizes[d];
+  sizes[x->rank - 2] = a->u.is[0];
+  sizes[x->rank - 1] = a->u.is[1];
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
+int shape_upsample(S *s) {
+  Value *x = tensor(s, "input") ? tensor(s, "input") : tensor(s, "self");
+  if (x->rank != 4) return fail(s, "%s", "upsample_nearest2d needs a rank-4 input");
+  const Arg *os = arg(s, "output_size"), *sf = arg(s, "scale_factors");
+  const Expr *sizes[4] = {x->sizes[0], x->sizes[1], NULL, NULL};
+  if (os && os->k == AK_INTS && os->n == 2) { sizes[2] = os->u.is[0]; sizes[3] = os->u.is[1]; }
+  else if (sf && sf->k == AK_FLOATS && sf->n == 2) {
+    for (int i = 0; i < 2; i++) {
+      int64_t in;
+      if (!expr_is_const(x->sizes[2 + i], &in)) return fail(s, "%s", "scale_factors need static input sizes");
+      sizes[2 + i] = C(s, (int64_t)floor((double)in * sf->u.fs[i]));
+    }
+  } else return fail(s, "%s", "give output_size or two scale_factors");
+  set_out(s, 0, x->dtype, 4, sizes);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- normalization */
+
+int shape_norm(S *s) {
+  const char *name = s->n->op->name;
+  Value *x = tensor(s, "input");
+  if (!dtype_is_float(x->dtype)) return fail(s, "%s", "normalization needs a floating-point input");
+  like(s, 0, x, x->dtype);
+  const Expr *st[GG_MAX_RANK];
+  if (!strcmp(name, "native_layer_norm")) {
+    const Arg *ns = arg(s, "normalized_shape");
+    int k = ns->k == AK_INTS ? ns->n : 0;
+    if (k > x->rank) return fail(s, "%s", "normalized_shape longer than the input's rank");
+    for (int d = 0; d < x->rank; d++) st[d] = d < x->rank - k ? x->sizes[d] : C(s, 1);
+    set_out(s, 1, x->dtype, x->rank, st);
+    set_out(s, 2, x->dtype, x->rank, st);
+  } else if (!strcmp(name, "native_group_norm")) {
+    const Arg *na = arg(s, "N");
+    int64_t g;
+    if (int_arg(s, "group", &g)) return -1;
+    st[0] = na->u.i;
+    st[1] = C(s, g);
+    set_out(s, 1, x->dtype, 2, st);
+    set_out(s, 2, x->dtype, 2, st);
+  } else if (!strncmp(name, "_native_batch_norm", 18)) {
+    if (x->rank < 2) return fail(s, "%s", "batch norm needs a rank >= 2 input");
+    bool stats = strcmp(name, "_native_batch_norm_legit_no_training") && (bool_arg(s, "training") || !arg(s, "training") || !strcmp(name, "_native_batch_norm_legit.no_stats"));
+    st[0] = stats ? x->sizes[1] : C(s, 0);
+    set_out(s, 1, x->dtype, 1, st);
+    set_out(s, 2, x->dtype, 1, st);
+    if (s->n->op->nrets == 5) {
+      st[0] = x->sizes[1];
+      Value *rm = tensor(s, "running_mean"), *rv = tensor(s, "running_var");
+      set_out(s, 3, rm->dtype, 1, st);
+      set_out(s, 4, rv->dtype, 1, st);
+    }
+  }
+  return 0;
+}
+
+int shape_sdpa(S *s) {
+  Value *q = tensor(s, "query"), *k = tensor(s, "key"), *v = tensor(s, "value");
+  if (q->rank < 2 || k->rank != q->rank || v->rank != q->rank) return fail(s, "%s", "query, key and value need the same rank >= 2");
+  if (check_same(s, q->sizes[q->rank - 1], k->sizes[k->rank - 1], "query vs key head size")) return -1;
+  if (check_same(s, k->sizes[k->rank - 2], v->sizes[v->rank - 2], "key vs value length")) return -1;
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, q->sizes, sizeof *sizes * (size_t)q->rank);
+  sizes[q->rank - 1] = v->sizes[v->rank - 1];
+  set_out(s, 0, q->dtype, q->rank, sizes);
+  return 0;
+}
+
+int shape_loss(S *s) {
+  const char *name = s->n->op->name;
+  Value *x = tensor(s, "self"), *t = tensor(s, "target");
+  int64_t red;
+  if (int_arg(s, "reduction", &red)) return -1;
+  if (red < 0 || red > 2) return fail(s, "%s", "reduction must be 0 (none), 1 (mean) or 2 (sum)");
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  if (!strcmp(name, "mse_loss")) {
+    if (red == 0) {
+      memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+      r = x->rank;
+      if (broadcast_into(s, sizes, &r, t)) return -1;
+    }
+    set_out(s, 0, x->dtype, red == 0 ? r : 0, sizes);
+    return 0;
+  }
+  if (!dtype_is_float(x->dtype)) return fail(s, "%s", "loss needs a floating-point input");
+  bool probs = dtype_is_float(t->dtype);
+  if (red == 0) {
+    if (probs) { for (int d = 0; d < x->rank; d++) if (d != (x->rank > 1)) sizes[r++] = x->sizes[d]; }
+    else { memcpy(sizes, t->sizes, sizeof *sizes * (size_t)t->rank); r = t->rank; }
+  }
+  set_out(s, 0, x->dtype, r, sizes);
+  if (s->n->op->nrets == 2) set_out(s, 1, x->dtype, 0, sizes);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* Resolve a size list with at most one -1 against numel. */
+static int infer_sizes(S *s, const Value *x, const Arg *a, const Expr **out, int *rank) {
+  if (a->k != AK_INTS) return fail(s, "%s", "size must be a list");
+  if (a->n > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+  const Expr *numel = C(s, 1), *known = C(s, 1);
+  for (int d = 0; d < x->rank; d++) numel = MUL(s, numel, x->sizes[d]);
+  int infer = -1;
+  for (int i = 0; i < a->n; i++) {
+    int64_t v;
+    if (expr_is_const(a->u.is[i], &v) && v == -1) {
+      if (infer >= 0) return fail(s, "%s", "only one dimension can be -1");
+      infer = i;
+    } else if (expr_is_const(a->u.is[i], &v) && v < 0) return fail(s, "%s", "negative size");
+    else known = MUL(s, known, a->u.is[i]);
+    out[i] = a->u.is[i];
+  }
+  int64_t kh = expr_hint(s->g, known), nh = expr_hint(s->g, numel);
+  if (infer >= 0) {
+    if (kh == 0 || nh % kh) return fail(s, "%s", "shape is invalid for the input's size");
+    out[infer] = DIV(s, numel, known);
+  } else if (kh != nh) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld vs %lld elements", (long long)kh, (long long)nh);
+    return fail(s, "shape is invalid for the input's size: %s", buf);
+  }
+  *rank = a->n;
+  return 0;
+}
+
+int shape_reshape(S *s) {
+  const char *name = s->n->op->name;
+  Value *x = tensor(s, "self");
+  const Expr *sizes[GG_MAX_RANK * 2];
+  int r = 0;
+  if (!strncmp(name, "flatten", 7)) {
+    int64_t a, b;
+    if (int_arg(s, "start_dim", &a) || int_arg(s, "end_dim", &b) || norm_dim(s, a, x->rank, &a) || norm_dim(s, b, x->rank, &b)) return -1;
+    if (a > b) return fail(s, "%s", "flatten: start_dim after end_dim");
+    if (x->rank == 0) { sizes[0] = C(s, 1); set_out(s, 0, x->dtype, 1, sizes); return 0; }
+    for (int d = 0; d < a; d++) sizes[r++] = x->sizes[d];
+    const Expr *p = C(s, 1);
+    for (int64_t d = a; d <= b; d++) p = MUL(s, p, x->sizes[d]);
+    sizes[r++] = p;
+    for (int d = (int)b + 1; d < x->rank; d++) sizes[r++] = x->sizes[d];
+  } else if (!strncmp(name, "unflatten", 9)) {
+    int64_t dim;
+    if (int_arg(s, "dim", &dim) || norm_dim(s, dim, x->rank, &dim)) return -1;
+    Value part = {.rank = 1, .sizes = &x->sizes[dim]};
+    const Expr *mid[GG_MAX_RANK];
+    int mr;
+    if (infer_sizes(s, &part, arg(s, "sizes"), mid, &mr)) return -1;
+    if (x->rank - 1 + mr > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+    for (int d = 0; d < dim; d++) sizes[r++] = x->sizes[d];
+    for (int i = 0; i < mr; i++) sizes[r++] = mid[i];
+    for (int d = (int)dim + 1; d < x->rank; d++) sizes[r++] = x->sizes[d];
+  } else {
+    if (infer_sizes(s, x, arg(s, strcmp(name, "reshape") ? "size" : "shape"), sizes, &r)) return -1;
+  }
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
+/* slice bounds, PyTorch's rules: None -> 0 / size, negatives wrap once, then clamp to [0, size] */
+static const Expr *slice_bound(S *s, const Arg *a, const Expr *size, int64_t dflt_is_end) {
+  if (!a || a->k == AK_NONE) return dflt_is_end ? size : C(s, 0);
+  int64_t v, sz;
+  if (expr_is_const(a->u.i, &v)) {
+    if (expr_is_const(size, &sz)) {
+      if (v < 0) v += sz;
+      if (v < 0) v = 0;
+      if (v > sz) v = sz;
+      return C(s, v);
+    }
+    if (v >= INT64_MAX / 2) return size;
+    if (v < 0) return expr_bin(s->a, E_MAX, C(s, 0), ADD(s, size, C(s, v)));
+    return expr_bin(s->a, E_MIN, C(s, v), size);
+  }
+  return expr_bin(s->a, E_MIN, a->u.i, size);
+}
+
+int shape_view(S *s) {
+  const char *name = s->n->op->name;
+  Value *x = tensor(s, "self");
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  if (!strcmp(name, "alias") || !strcmp(name, "contiguous")) { like(s, 0, x, x->dtype); return 0; }
+  if (!strcmp(name, "permute")) {
+    int64_t p[GG_MAX_RANK * 2];
+    int n;
+    bool used[GG_MAX_RANK] = {0};
+    if (ints_arg(s, "dims", p, &n)) return -1;
+    if (n != x->rank) return fail(s, "%s", "permute needs one entry per dim");
+    for (int i = 0; i < n; i++) {
+      int64_t d;
+      if (norm_dim(s, p[i], x->rank, &d)) return -1;
+      if (used[d]) return fail(s, "%s", "permute repeats a dim");
+      used[d] = true;
+      sizes[i] = x->sizes[d];
+    }
+    set_out(s, 0, x->dtype, n, sizes);
+    return 0;
+  }
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  r = x->rank;
+  if (!strcmp(name, "transpose.int") || !strcmp(name, "t")) {
+    int64_t a = 0, b = 1;
+    if (!strcmp(name, "t")) { if (x->rank > 2) return fail(s, "%s", "t() needs rank <= 2"); if (x->rank < 2) { like(s, 0, x, x->dtype); return 0; } }
+    else if (int_arg(s, "dim0", &a) || int_arg(s, "dim1", &b) || norm_dim(s, a, x->rank, &a) || norm_dim(s, b, x->rank, &b)) return -1;
+    if (x->rank) { const Expr *t = sizes[a]; sizes[a] = sizes[b]; sizes[b] = t; }
+  } else if (!strcmp(name, "unsqueeze")) {
+    int64_t d;
+    if (int_arg(s, "dim", &d)) return -1;
+    if (d < -(x->rank + 1) || d > x->rank) return fail(s, "%s", "dim out of range");
+    if (d < 0) d += x->rank + 1;
+    if (x->rank + 1 > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+    memmove(&sizes[d + 1], &sizes[d], sizeof *sizes * (size_t)(x->rank - d));
+    sizes[d] = C(s, 1);
+    r++;
+  } else if (!strncmp(name, "squeeze", 7)) {
+    bool mask[GG_MAX_RANK] = {0};
+    if (!strcmp(name, "squeeze")) for (int d = 0; d < x->rank; d++) mask[d] = true;
+    else if (reduce_dims(s, x, mask)) return -1;
+    r = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (!(mask[d] && is_one(x->sizes[d]))) sizes[r++] = x->sizes[d];
+  } else if (!strcmp(name, "expand")) {
+    const Arg *a = arg(s, "size");
+    if (a->k != AK_INTS || a->n < x->rank || a->n > GG_MAX_RANK) return fail(s, "%s", "expand: size must have at least the input's rank");
+    int lead = a->n - x->rank;
+    for (int i = 0; i < a->n; i++) {
+      int64_t v;
+      const Expr *want = a->u.is[i];
+      if (expr_is_const(want, &v) && v == -1) {
+        if (i < lead) return fail(s, "%s", "expand: -1 is not allowed in a new leading dim");
+        sizes[i] = x->sizes[i - lead];
+      } else {
+        if (i >= lead && !is_one(x->sizes[i - lead]) && !expr_same(s->g, x->sizes[i - lead], want))
+          return fail(s, "expand: size %s does not match the input's non-singleton dim", expr_str(s->a, s->g, want));
+        sizes[i] = want;
+      }
+    }
+    r = a->n;
+  } else if (!strcmp(name, "select.int")) {
+    int64_t d;
+    if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+    if (x->rank == 0) return fail(s, "%s", "select on a 0-d tensor");
+    const Arg *ia = arg(s, "index");
+    int64_t iv, sz;
+    if (expr_is_const(ia->u.i, &iv) && expr_is_const(x->sizes[d], &sz) && (iv < -sz || iv >= sz)) return fail(s, "%s", "index out of range");
+    memmove(&sizes[d], &sizes[d + 1], sizeof *sizes * (size_t)(x->rank - d - 1));
+    r--;
+  } else if (!strcmp(name, "slice.Tensor") || !strcmp(name, "narrow")) {
+    int64_t d, step = 1;
+    if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+    if (x->rank == 0) return fail(s, "%s", "slice on a 0-d tensor");
+    if (!strcmp(name, "narrow")) {
+      const Expr *len = arg(s, "length")->u.i;
+      sizes[d] = len;
+    } else {
+      if (int_arg(s, "step", &step)) return -1;
+      if (step < 1) return fail(s, "%s", "slice step must be positive");
+      const Expr *st = slice_bound(s, arg(s, "start"), x->sizes[d], 0), *en = slice_bound(s, arg(s, "end"), x->sizes[d], 1);
+      const Expr *len = expr_bin(s->a, E_MAX, C(s, 0), ADD(s, en, MUL(s, C(s, -1), st)));
+      sizes[d] = step == 1 ? len : DIV(s, ADD(s, len, C(s, step - 1)), C(s, step));
+    }
+  } else return fail(s, "%s", "no view rule");
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
+int shape_split(S *s) {
+  const char *name = s->n->op->name;
+  Value *x = tensor(s, "self");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (x->rank == 0) return fail(s, "%s", "split on a 0-d tensor");
+  int64_t size;
+  if (!expr_is_const(x->sizes[d], &size)) return fail(s, "%s", "split along a symbolic dim");
+  int64_t parts[256];
+  int n = 0;
+  if (!strcmp(name, "split_with_sizes")) {
+    if (ints_arg(s, "split_sizes", parts, &n)) return -1;
+    int64_t tot = 0;
+    for (int i = 0; i < n; i++) tot += parts[i];
+    if (tot != size) return fail(s, "%s", "split_sizes do not add up to the dim's size");
+  } else if (!strcmp(name, "unbind.int")) {
+    if (size > 256) return fail(s, "%s", "too many outputs");
+    for (n = 0; n < size; n++) parts[n] = -1;
+  } else {
+    int64_t k;
+    if (!strcmp(name, "chunk")) {
+      int64_t chunks;
+      if (int_arg(s, "chunks", &chunks)) return -1;
+      if (chunks < 1) return fail(s, "%s", "chunks must be positive");
+      k = (size + chunks - 1) / chunks;
+    } else {
+      const Arg *a = arg(s, "split_size");
+      if (!expr_is_const(a->u.i, &k)) return fail(s, "%s", "split_size must be static");
+    }
+    if (k < 1 && size > 0) return fail(s, "%s", "split size must be positive");
+    for (int64_t at = 0; at < size || (n == 0); at += k) {
+      if (n == 256) return fail(s, "%s", "too many outputs");
+      parts[n++] = size - at < k ? size - at : k;
+      if (size == 0) break;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const Expr *sizes[GG_MAX_RANK];
+    memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+    if (parts[i] < 0) {
+      memmove(&sizes[d], &sizes[d + 1], sizeof *sizes * (size_t)(x->rank - d - 1));
+      set_out(s, i, x->dtype, x->rank - 1, sizes);
+    } else {
+      sizes[d] = C(s, parts[i]);
+      set_out(s, i, x->dtype, x->rank, sizes);
+    }
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- data movement */
+
+static bool is_empty_1d(const Value *t) {
+  int64_t v;
+  return t->rank == 1 && expr_is_const(t->sizes[0], &v) && v == 0;
+}
+
+int shape_cat(S *s) {
+  const Arg *a = arg(s, "tensors");
+  if (a->k != AK_TENSORS || a->n == 0) return fail(s, "%s", "needs a non-empty list of tensors");
+  bool stack = !strcmp(s->n->op->name, "stack");
+  int64_t d;
+  if (int_arg(s, "dim", &d)) return -1;
+  /* legacy rule: 1-d tensors of static size 0 are skipped by cat */
+  const Value *ref = NULL;
+  DType dt = DT_UNKNOWN;
+  for (int i = 0; i < a->n; i++) {
+    const Value *t = a->u.ts[i];
+    dt = acc(dt, t->dtype);
+    if (!ref && (stack || !is_empty_1d(t))) ref = t;
+  }
+  if (!ref) { set_out(s, 0, dt, 1, (const Expr *[]){C(s, 0)}); return 0; }
+  int rank = ref->rank + (stack ? 1 : 0);
+  if (rank > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+  if (norm_dim(s, d, rank, &d)) return -1;
+  const Expr *sizes[GG_MAX_RANK];
+  const Expr *total = C(s, 0);
+  for (int i = 0; i < a->n; i++) {
+    const Value *t = a->u.ts[i];
+    if (!stack && is_empty_1d(t) && t != ref) continue;
+    if (t->rank != ref->rank) return fail(s, "%s", "tensors must have the same rank");
+    for (int k = 0; k < ref->rank; k++)
+      if ((stack || k != d) && check_same(s, t->sizes[k], ref->sizes[k], "tensor sizes")) return -1;
+    if (!stack) total = ADD(s, total, t->sizes[d]);
+  }
+  if (stack) {
+    for (int k = 0, j = 0; k < rank; k++) sizes[k] = k == d ? C(s, a->n) : ref->sizes[j++];
+  } else {
+    memcpy(sizes, ref->sizes, sizeof *sizes * (size_t)rank);
+    sizes[d] = total;
+  }
+  set_out(s, 0, dt, rank, sizes);
+  return 0;
+}
+
+int shape_index_select(S *s) {
+  Value *x = tensor(s, "self"), *idx = tensor(s, "index");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (idx->rank > 1 || dtype_is_float(idx->dtype)) return fail(s, "%s", "index must be a 0-d or 1-d integer tensor");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  if (x->rank) sizes[d] = idx->rank ? idx->sizes[0] : C(s, 1);
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
+int shape_gather(S *s) {
+  Value *x = tensor(s, "self"), *idx = tensor(s, "index");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (dtype_is_float(idx->dtype) || (idx->rank != x->rank && !(idx->rank <= 1 && x->rank <= 1))) return fail(s, "%s", "index must be an integer tensor of the input's rank");
+  like(s, 0, idx, x->dtype);
+  return 0;
+}
+
+int shape_index(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *a = arg(s, "indices");
+  if (a->k != AK_TENSORS || a->n > x->rank) return fail(s, "%s", "too many indices");
+  const Expr *bsz[GG_MAX_RANK];
+  int br = 0, first = -1, last = -1, count = 0;
+  for (int i = 0; i < a->n; i++) {
+    const Value *t = a->u.ts[i];
+    if (!t) continue;
+    if (t->dtype == DT_BOOL || t->dtype == DT_U8) return fail(s, "%s", "boolean mask indexing has a data-dependent size and is not supported");
+    if (dtype_is_float(t->dtype)) return fail(s, "%s", "indices must be integer tensors");
+    if (broadcast_into(s, bsz, &br, t)) return -1;
+    if (first < 0) first = i;
+    last = i;
+    count++;
+  }
+  if (!count) { like(s, 0, x, x->dtype); return 0; }
+  bool adjacent = last - first + 1 == count;
+  const Expr *sizes[GG_MAX_RANK * 2];
+  int r = 0;
+  if (adjacent) {
+    for (int d = 0; d < first; d++) sizes[r++] = x->sizes[d];
+    for (int i = 0; i < br; i++) sizes[r++] = bsz[i];
+    for (int d = last + 1; d < x->rank; d++) sizes[r++] = x->sizes[d];
+  } else {
+    for (int i = 0; i < br; i++) sizes[r++] = bsz[i];
+    for (int d = 0; d < x->rank; d++) if (d >= a->n || !a->u.ts[d]) sizes[r++] = x->sizes[d];
+  }
+  if (r > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
+int shape_embedding(S *s) {
+  Value *w = tensor(s, "weight"), *idx = tensor(s, "indices");
+  if (w->rank != 2) return fail(s, "%s", "embedding weight must be a matrix");
+  if (dtype_is_float(idx->dtype)) return fail(s, "%s", "indices must be integers");
+  if (idx->rank + 1 > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, idx->sizes, sizeof *sizes * (size_t)idx->rank);
+  sizes[idx->rank] = w->sizes[1];
+  set_out(s, 0, w->dtype, idx->rank + 1, sizes);
+  return 0;
+}
+
+int shape_diff(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t n, d;
+  if (int_arg(s, "n", &n) || int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (x->rank == 0) return fail(s, "%s", "diff needs rank >= 1");
+  if (n < 0) return fail(s, "%s", "n must be non-negative");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  const Expr *len = x->sizes[d];
+  Value *pre = tensor(s, "prepend"), *app = tensor(s, "append");
+  if (pre) len = ADD(s, len, pre->sizes[d]);
+  if (app) len = ADD(s, len, app->sizes[d]);
+  sizes[d] = expr_bin(s->a, E_MAX, C(s, 0), ADD(s, len, C(s, -n)));
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
+int shape_pad(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *p = arg(s, "pad");
+  if (p->k != AK_INTS || p->n % 2 || p->n / 2 > x->rank) return fail(s, "%s", "pad needs an even number of values, two per padded dim");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  for (int i = 0; i < p->n / 2; i++) {
+    int d = x->rank - 1 - i;
+    sizes[d] = ADD(s, ADD(s, sizes[d], p->u.is[2 * i]), p->u.is[2 * i + 1]);
+    if (expr_hint(s->g, sizes[d]) < 0) return fail(s, "%s", "negative padding removes more than the dim holds");
+  }
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
+int shape_broadcast_tensors(S *s) {
+  const Arg *a = arg(s, "tensors");
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < a->n; i++) if (broadcast_into(s, sizes, &r, a->u.ts[i])) return -1;
+  for (int i = 0; i < a->n; i++) set_out(s, i, a->u.ts[i]->dtype, r, sizes);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- creation and conversion */
+
+static double num_arg(const Arg *a) {
+  int64_t v;
+  if (a->k == AK_FLOAT) return a->u.f;
+  if (a->k == AK_BOOL) return a->u.b;
+  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
+  return NAN;
+}
+
+static DType given_dtype(S *s, DType dflt) {
+  const Arg *a = arg(s, "dtype");
+  return a && a->k == AK_DTYPE ? (DType)a->u.code : dflt;
+}
+
+int shape_arange(S *s) {
+  const Arg *st = arg(s, "start"), *en = arg(s, "end"), *sp = arg(s, "step");
+  bool fl = en->k == AK_FLOAT || (st && st->k == AK_FLOAT) || (sp && sp->k == AK_FLOAT);
+  DType dt = given_dtype(s, fl ? DT_F32 : DT_I64);
+  const Expr *len;
+  double a = st ? num_arg(st) : 0, b = num_arg(en), c = sp ? num_arg(sp) : 1;
+  if (en->k == AK_INT && !expr_is_const(en->u.i, NULL) && a == 0 && c == 1) len = en->u.i;  /* arange(s0) */
+  else {
+    if (isnan(a) || isnan(b) || isnan(c) || c == 0) return fail(s, "%s", "arange needs static, finite bounds and a non-zero step");
+    double n = ceil((b - a) / c);
+    if (n < 0) n = 0;
+    if (n > (double)GG_MAX_ELEMS) return fail(s, "%s", "arange too long");
+    len = C(s, (int64_t)n);
+  }
+  set_out(s, 0, dt, 1, &len);
+  return 0;
+}
+
+int shape_full(S *s) {
+  const char *name = s->n->op->name;
+  Value *self = tensor(s, "self");
+  const Arg *fill = arg(s, "fill_value") ? arg(s, "fill_value") : arg(s, "s");
+  DType dflt = DT_F32;
+  if (self) dflt = self->dtype;
+  else if (fill && strcmp(name, "scalar_tensor")) dflt = fill->k == AK_INT ? DT_I64 : fill->k == AK_BOOL ? DT_BOOL : DT_F32;
+  DType dt = given_dtype(s, dflt);
+  const Arg *sz = arg(s, "size");
+  if (sz) {
+    if (sz->k != AK_INTS || sz->n > GG_MAX_RANK) return fail(s, "%s", "size must be a list of at most 16 integers");
+    for (int i = 0; i < sz->n; i++) { int64_t v; if (expr_is_const(sz->u.is[i], &v) && v < 0) return fail(s, "%s", "negative size"); }
+    set_out(s, 0, dt, sz->n, sz->u.is);
+  } else if (self) like(s, 0, self, dt);
+  else set_out(s, 0, dt, 0, NULL);
+  return 0;
+}
+
+int shape_to(S *s) {
+  Value *x = tensor(s, "self"), *o = tensor(s, "other");
+  like(s, 0, x, o ? o->dtype : given_dtype(s, x->dtype));
+  return 0;
+}
+
+int shape_assert(S *s) {
+  Value *x = tensor(s, "a");
+  DType dt = given_dtype(s, x->dtype);
+  if (dt != x->dtype) return fail(s, "tensor metadata assertion fails: dtype %s", dtype_name(x->dtype));
+  s->nouts = 0;
+  return 0;
+}
+
+int shape_sym_size(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (x->rank == 0) return fail(s, "%s", "sym_size of a 0-d tensor");
+  s->out[0].is_sym = true;
+  s->out[0].sym = x->sizes[d];
+  s->nouts = 1;
+  return 0;
+}
+
+int shape_infer(Graph *g, Node *n, ShapeCtx *sc) {
+  memset(sc, 0, sizeof *sc);
+  sc->g = g;
+  sc->n = n;
+  sc->a = g->ctx->arena;
+  return n->op->shape(sc);
+}

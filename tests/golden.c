@@ -1,0 +1,124 @@
+/* golden.c: run every corpus case under the reference interpreter and compare with PyTorch.
+ * A case is a folder with model.pt2 and io.safetensors (in.N, out.N, ref64.out.N, buffer_after.*).
+ * The rule (DESIGN.md): a float output's relative L2 error against ref64.out.N is at most
+ * max(1e-5, 10 x the error of PyTorch's own float32 out.N); integer and bool outputs are exact.
+ * Usage: test-golden CASE_DIR...   Prints one line per case and "N passed, N failed". */
+#include "../lib/gg.h"
+
+#include <math.h>
+#include <string.h>
+
+static double load(const STensor *t, int64_t i) { return dtype_load_f64(t->dtype, t->data + i * dtype_info(t->dtype)->size); }
+
+static int64_t numel(const STensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) n *= t->sizes[d];
+  return n;
+}
+
+/* Relative L2 distance of a from r over finite entries; non-finite entries must agree exactly. */
+static double rel_err(const STensor *a, const STensor *r, bool *nonfinite_mismatch) {
+  double num = 0, den = 0;
+  *nonfinite_mismatch = false;
+  for (int64_t i = 0; i < numel(r); i++) {
+    double x = load(a, i), y = load(r, i);
+    if (!isfinite(y) || !isfinite(x)) {
+      if (!(isnan(x) && isnan(y)) && x != y) *nonfinite_mismatch = true;
+      continue;
+    }
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static bool same_shape(const STensor *a, const STensor *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++) if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+/* Compare one result tensor. Returns NULL when it passes, else a reason. */
+static const char *compare(Ctx *c, const char *name, Interp *I, Tensor *t, const STensor *want, const STensor *ref64, double *err_out) {
+  STensor got = {name, t->dtype, t->rank, {0}, NULL, 0};
+  memcpy(got.sizes, t->sizes, sizeof got.sizes);
+  got.data = tensor_contiguous_bytes(I, t, &got.nbytes);
+  if (got.dtype != want->dtype) return arena_printf(c->arena, "%s: dtype %s, PyTorch gives %s", name, dtype_name(got.dtype), dtype_name(want->dtype));
+  if (!same_shape(&got, want)) return arena_printf(c->arena, "%s: shape differs from PyTorch's", name);
+  *err_out = 0;
+  if (!dtype_is_float(got.dtype)) {
+    for (int64_t i = 0; i < numel(want); i++)
+      if (dtype_load_i64(got.dtype, got.data + i * dtype_info(got.dtype)->size) != dtype_load_i64(want->dtype, want->data + i * dtype_info(want->dtype)->size))
+        return arena_printf(c->arena, "%s: element %lld differs", name, (long long)i);
+    return NULL;
+  }
+  bool bad1, bad2;
+  double tol = 1e-5;
+  const STensor *ref = ref64 ? ref64 : want;
+  if (ref64) { double pe = rel_err(want, ref64, &bad2); if (10 * pe > tol) tol = 10 * pe; }
+  double e = rel_err(&got, ref, &bad1);
+  *err_out = e;
+  if (bad1) return arena_printf(c->arena, "%s: NaN or infinity where PyTorch has none (or the reverse)", name);
+  if (!(e <= tol)) return arena_printf(c->arena, "%s: relative error %.3g exceeds %.3g", name, e, tol);
+  return NULL;
+}
+
+static const char *run_case(Ctx *c, const char *dir, double *worst) {
+  char *model = arena_printf(c->arena, "%s/model.pt2", dir), *io = arena_printf(c->arena, "%s/io.safetensors", dir);
+  Graph *g = graph_load(c, model, NULL);
+  if (!g || verify_graph(g)) return c->err;
+  SafeTensors st;
+  if (st_read(c, g, io, &st)) return c->err;
+  Value **users;
+  int nu = graph_user_inputs(g, &users);
+  Interp *I = interp_new(c, g);
+  Tensor **in = arena_array(c->arena, (size_t)nu + 1, sizeof *in);
+  for (int i = 0; i < nu; i++) {
+    const STensor *s = st_find(&st, arena_printf(c->arena, "in.%d", i));
+    if (!s) return arena_printf(c->arena, "io.safetensors has no in.%d", i);
+    in[i] = tensor_from_st(I, s);
+  }
+  RunResult r;
+  const char *why = NULL;
+  if (interp_run(I, in, nu, NULL, 0, &r)) why = c->err;
+  *worst = 0;
+  for (int i = 0; !why && i < r.nouts; i++) {
+    const char *on = arena_printf(c->arena, "out.%d", i);
+    const STensor *want = st_find(&st, on), *ref = st_find(&st, arena_printf(c->arena, "ref64.out.%d", i));
+    if (!want) { why = arena_printf(c->arena, "io.safetensors has no %s", on); break; }
+    double e;
+    why = compare(c, on, I, r.outs[i], want, ref, &e);
+    if (e > *worst) *worst = e;
+  }
+  for (int i = 0; !why && i < r.nbuffers; i++) {
+    const char *bn = arena_printf(c->arena, "buffer_after.%s", r.buffer_names[i]);
+    const STensor *want = st_find(&st, bn);
+    if (!want) { why = arena_printf(c->arena, "mutates %s, which PyTorch does not", bn); break; }
+    double e;
+    why = compare(c, bn, I, r.buffers[i], want, NULL, &e);
+  }
+  /* every buffer PyTorch mutated must be mutated here too */
+  for (int k = 0; !why && k < st.n; k++) {
+    if (strncmp(st.t[k].name, "buffer_after.", 13)) continue;
+    bool found = false;
+    for (int i = 0; i < r.nbuffers; i++) found |= !strcmp(r.buffer_names[i], st.t[k].name + 13);
+    if (!found) why = arena_printf(c->arena, "%s: PyTorch mutates this buffer, the interpreter did not", st.t[k].name);
+  }
+  interp_free(I);
+  graph_release(g);
+  return why;
+}
+
+int main(int argc, char **argv) {
+  int pass = 0, fail = 0;
+  for (int i = 1; i < argc; i++) {
+    Ctx *c = ctx_new();
+    double worst = 0;
+    const char *why = run_case(c, argv[i], &worst);
+    if (why) { printf("FAIL %s: %s\n", argv[i], why); fail++; }
+    else { printf("ok   %s (max rel err %.2g)\n", argv[i], worst); pass++; }
+    ctx_free(c);
+  }
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
+}
