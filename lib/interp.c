@@ -1616,6 +1616,28 @@ static int eval_args(Interp *I, Node *n, RArg *ra) {
   return 0;
 }
 
+/* Lay an output out as PyTorch did when the export recorded a dense permuted layout: later views in
+ * the graph may depend on it (scaled_dot_product_attention returns a transposed layout, and exported
+ * graphs view its output accordingly). */
+static int use_exported_strides(Interp *I, const Value *v, Tensor *t) {
+  if (!v->strides || v->rank < 2) return 0;
+  int64_t st[GG_MAX_RANK];
+  for (int d = 0; d < v->rank; d++) if (expr_eval(I->c, v->strides[d], I->env, &st[d])) return -1;
+  /* dense: visiting dims by decreasing stride must give the contiguous strides of that order */
+  int order[GG_MAX_RANK];
+  for (int d = 0; d < v->rank; d++) order[d] = d;
+  for (int a = 1; a < v->rank; a++)
+    for (int b = a; b > 0 && st[order[b]] > st[order[b - 1]]; b--) { int x = order[b]; order[b] = order[b - 1]; order[b - 1] = x; }
+  int64_t expect = 1;
+  for (int k = v->rank - 1; k >= 0; k--) {
+    int d = order[k];
+    if (t->sizes[d] != 1 && st[d] != expect) return 0;
+    expect *= t->sizes[d];
+  }
+  for (int d = 0; d < v->rank; d++) t->strides[d] = t->sizes[d] == 1 ? t->strides[d] : st[d];
+  return 0;
+}
+
 static int run_node(Interp *I, Node *n) {
   Ctx *c = I->c;
   E e = {0};
@@ -1632,6 +1654,7 @@ static int run_node(Interp *I, Node *n) {
     if (v->kind != VK_TENSOR) continue;
     for (int d = 0; d < v->rank; d++) if (expr_eval(c, v->sizes[d], I->env, &e.osizes[i][d])) return -1;
     if (!n->op->view && !(e.outs[i] = tensor_new(I, v->dtype, v->rank, e.osizes[i]))) return -1;
+    if (!n->op->view && use_exported_strides(I, v, e.outs[i])) return -1;
   }
   if (n->op->eval(&e)) return -1;
   if (n->op->inplace) {

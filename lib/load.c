@@ -118,8 +118,11 @@ static const char *get_str(const cJSON *o, const char *key) {
 static bool get_int(const cJSON *o, int64_t *out) {
   if (!cJSON_IsNumber(o)) return false;
   double d = o->valuedouble;
-  if (!(d >= -9.0e15 && d <= 9.0e15) || d != floor(d)) return false;
-  *out = (int64_t)d;
+  if (d != floor(d)) return false;
+  /* Python writes sys.maxsize for "to the end" (slice); beyond 2^53 a double cannot say more */
+  if (d >= 9.2e18) *out = INT64_MAX;
+  else if (d <= -9.2e18) *out = INT64_MIN;
+  else *out = (int64_t)d;
   return true;
 }
 
