@@ -85,7 +85,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
 static Graph *load_verified(Ctx *c, const Opts *o) {
   Graph *g = graph_load(c, o->model, o->weights);
   if (!g) return NULL;
-  if (verify_graph(g)) { graph_release(g); return NULL; }
+  if (verify_graph(g) || graph_check_supported(g)) { graph_release(g); return NULL; }
   return g;
 }
 

@@ -246,7 +246,8 @@ Value *graph_find_value(const Graph *g, const char *name);
 Value *graph_new_value(Graph *g, const char *name);   /* NULL (with a message) if defined twice */
 int graph_bind_name(Graph *g, const char *name, Value *v); /* another name for v */
 int graph_user_inputs(const Graph *g, Value ***out); /* user input values in order */
-int verify_graph(Graph *g);         /* topological order, single definition, shapes (shape.c rules) */
+int verify_graph(Graph *g);
+int graph_check_supported(Graph *g); /* error naming the first node of an unknown op */         /* topological order, single definition, shapes (shape.c rules) */
 
 /* ---------------------------------------------------------------- files (archive.c, safetensors.c) */
 

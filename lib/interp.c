@@ -536,14 +536,18 @@ int eval_scan(E *e) {
 
 /* ---------------------------------------------------------------- matrix products */
 
-/* C[b] (MxN) = A[b] (MxK) @ B[b] (KxN), all contiguous float64 */
+/* C (MxN) = A (MxK) @ B (KxN), contiguous float64. Each output sums over k in ascending order; the
+ * i-k-j loop order only makes the walk over B and C sequential. */
 static void gemm(const double *a, const double *b, double *c, int64_t M, int64_t K, int64_t N) {
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t j = 0; j < N; j++) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; k++) acc += a[i * K + k] * b[k * N + j];
-      c[i * N + j] = acc;
+  for (int64_t i = 0; i < M; i++) {
+    double *ci = c + i * N;
+    for (int64_t j = 0; j < N; j++) ci[j] = 0;
+    for (int64_t k = 0; k < K; k++) {
+      double aik = a[i * K + k];
+      const double *bk = b + k * N;
+      for (int64_t j = 0; j < N; j++) ci[j] += aik * bk[j];
     }
+  }
 }
 
 static Tensor *transposed_view(Interp *I, const Tensor *t) {
@@ -1679,6 +1683,14 @@ static int run_node(Interp *I, Node *n) {
   return 0;
 }
 
+int graph_check_supported(Graph *g) {
+  for (int k = 0; k < g->nnodes; k++)
+    if (!g->nodes[k]->op)
+      return gg_error(g->ctx, "%s: node %s: op %s is not supported (gcc-graph explain lists every such node)", g->path,
+                      gg_quote(g->ctx, g->nodes[k]->name), gg_quote(g->ctx, g->nodes[k]->target));
+  return 0;
+}
+
 int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, int nextra, RunResult *res) {
   Ctx *c = I->c;
   Graph *g = I->g;
@@ -1686,11 +1698,7 @@ int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, in
   Value **users;
   int nusers = graph_user_inputs(g, &users);
   if (ninputs != nusers) return gg_error(c, "guard failed: expected %d inputs, got %d", nusers, ninputs);
-  if (g->nunsupported) {
-    for (int k = 0; k < g->nnodes; k++)
-      if (!g->nodes[k]->op)
-        return gg_error(c, "node %s: op %s is not supported (gcc-graph explain lists every such node)", gg_quote(c, g->nodes[k]->name), gg_quote(c, g->nodes[k]->target));
-  }
+  if (graph_check_supported(g)) return -1;
   for (int i = 0; i < nusers; i++) if (bind_input(I, users[i], inputs[i])) return -1;
   for (int i = 0; i < nusers; i++) {
     if (check_sizes(I, users[i], inputs[i])) return -1;

@@ -157,7 +157,7 @@ static const Expr *read_symint(L *l, const cJSON *si, const char *where) {
   if (m && !strcmp(k, "as_expr")) {
     const char *s = get_str(m, "expr_str");
     if (!s) { gg_error(l->c, "%s: %s: as_expr without expr_str", l->file, where); return NULL; }
-    const Expr *e = expr_parse(l->c, l->g, s, where);
+    const Expr *e = expr_parse(l->c, l->g, s, arena_printf(l->c->arena, "%s: %s", l->file, where));
     if (!e) return NULL;
     cJSON *hint = get(m, "hint");
     const char *hk;
@@ -799,7 +799,7 @@ static int load_program(L *l, cJSON *root) {
   /* symbols named in range_constraints, with their bounds */
   const cJSON *rc = get(root, "range_constraints");
   for (const cJSON *r = rc ? rc->child : NULL; r; r = r->next) {
-    const Expr *e = expr_parse(l->c, g, r->string, "range_constraints");
+    const Expr *e = expr_parse(l->c, g, r->string, arena_printf(l->c->arena, "%s: range_constraints", l->file));
     if (!e) return -1;
     if (e->k != E_SYM) continue;   /* constraints on expressions follow from those on symbols */
     int64_t lo, hi;

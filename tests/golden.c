@@ -39,10 +39,7 @@ static bool same_shape(const STensor *a, const STensor *b) {
 }
 
 /* Compare one result tensor. Returns NULL when it passes, else a reason. */
-static const char *compare(Ctx *c, const char *name, Interp *I, Tensor *t, const STensor *want, const STensor *ref64, double *err_out) {
-  STensor got = {name, t->dtype, t->rank, {0}, NULL, 0};
-  memcpy(got.sizes, t->sizes, sizeof got.sizes);
-  got.data = tensor_contiguous_bytes(I, t, &got.nbytes);
+static const char *compare_st(Ctx *c, const char *name, STensor got, const STensor *want, const STensor *ref64, double *err_out) {
   if (got.dtype != want->dtype) return arena_printf(c->arena, "%s: dtype %s, PyTorch gives %s", name, dtype_name(got.dtype), dtype_name(want->dtype));
   if (!same_shape(&got, want)) return arena_printf(c->arena, "%s: shape differs from PyTorch's", name);
   *err_out = 0;
@@ -61,6 +58,34 @@ static const char *compare(Ctx *c, const char *name, Interp *I, Tensor *t, const
   if (bad1) return arena_printf(c->arena, "%s: NaN or infinity where PyTorch has none (or the reverse)", name);
   if (!(e <= tol)) return arena_printf(c->arena, "%s: relative error %.3g exceeds %.3g", name, e, tol);
   return NULL;
+}
+
+static const char *compare(Ctx *c, const char *name, Interp *I, Tensor *t, const STensor *want, const STensor *ref64, double *err_out) {
+  STensor got = {name, t->dtype, t->rank, {0}, NULL, 0};
+  memcpy(got.sizes, t->sizes, sizeof got.sizes);
+  got.data = tensor_contiguous_bytes(I, t, &got.nbytes);
+  return compare_st(c, name, got, want, ref64, err_out);
+}
+
+/* --compare OUT IO: check the out.N of a file that `gcc-graph run` wrote against the case's answers. */
+static int compare_files(const char *out, const char *io) {
+  Ctx *c = ctx_new();
+  Graph g = {.ctx = c};
+  SafeTensors so, si;
+  int bad = 0;
+  if (st_read(c, &g, out, &so) || st_read(c, &g, io, &si)) { printf("FAIL %s\n", c->err); bad = 1; }
+  for (int i = 0; !bad; i++) {
+    const char *on = arena_printf(c->arena, "out.%d", i);
+    const STensor *want = st_find(&si, on), *got = st_find(&so, on);
+    if (!want) { if (st_find(&so, on)) { printf("FAIL %s: extra output %s\n", out, on); bad = 1; } break; }
+    if (!got) { printf("FAIL %s: no %s\n", out, on); bad = 1; break; }
+    double e;
+    const char *why = compare_st(c, on, *got, want, st_find(&si, arena_printf(c->arena, "ref64.out.%d", i)), &e);
+    if (why) { printf("FAIL %s: %s\n", out, why); bad = 1; }
+  }
+  graph_release(&g);
+  ctx_free(c);
+  return bad;
 }
 
 static const char *run_case(Ctx *c, const char *dir, double *worst) {
@@ -110,6 +135,7 @@ static const char *run_case(Ctx *c, const char *dir, double *worst) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3]);
   int pass = 0, fail = 0;
   for (int i = 1; i < argc; i++) {
     Ctx *c = ctx_new();

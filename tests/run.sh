@@ -1,0 +1,125 @@
+#!/bin/sh
+# run.sh: every test of gcc-graph. Unit tests, golden tests over the corpus (each case's interpreter
+# result against PyTorch's), the command-line contracts, and hostile inputs. Ends with
+# "N passed, N failed"; exits non-zero if anything failed.
+BUILD=${BUILD:-build}
+GG=$BUILD/gcc-graph
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+
+# add the counts of a sub-runner's closing "N passed, N failed" line
+tally() {
+  line=$(tail -n 1 "$1")
+  p=${line%% passed*}
+  f=${line#*passed, }
+  f=${f%% failed*}
+  case "$p$f" in *[!0-9]*|"") echo "FAIL: $2 did not finish: $line"; fail=$((fail + 1)); return;; esac
+  pass=$((pass + p))
+  fail=$((fail + f))
+  grep '^FAIL' "$1"
+}
+
+ok() { pass=$((pass + 1)); }
+no() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# expect STATUS SUBSTRING -- command...: the exit status and a piece of stderr (or stdout)
+expect() {
+  want=$1 msg=$2
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  if [ "$rc" != "$want" ]; then no "'$*' exited $rc, expected $want: $(head -c 300 "$TMP/err")"; return; fi
+  if [ -n "$msg" ] && ! grep -qF -- "$msg" "$TMP/err" "$TMP/out"; then no "'$*': output lacks '$msg': $(head -c 300 "$TMP/err")"; return; fi
+  ok
+}
+
+# a safetensors file with one tensor of zeros: mk_st FILE NAME DTYPE SHAPE NBYTES
+mk_st() {
+  hdr="{\"$2\":{\"dtype\":\"$3\",\"shape\":[$4],\"data_offsets\":[0,$5]}}"
+  while [ $(( ${#hdr} % 8 )) != 0 ]; do hdr="$hdr "; done
+  n=${#hdr}
+  printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((n & 255)) $((n >> 8 & 255)) $((n >> 16 & 255)) $((n >> 24 & 255)))\\000\\000\\000\\000" >"$1"
+  printf '%s' "$hdr" >>"$1"
+  head -c "$5" /dev/zero >>"$1"
+}
+
+echo "== unit"
+"$BUILD/test-unit" >"$TMP/unit" 2>&1
+tally "$TMP/unit" unit
+
+echo "== golden: every corpus case under the interpreter against PyTorch"
+"$BUILD/test-golden" tests/corpus/*/* >"$TMP/golden" 2>&1
+tally "$TMP/golden" golden
+
+echo "== command line"
+M=tests/corpus/models
+expect 0 "gcc-graph 0" -- "$GG" --version
+expect 0 "usage: gcc-graph <command>" -- "$GG" --help
+expect 0 "usage: gcc-graph run" -- "$GG" run --help
+expect 0 "usage: gcc-graph explain" -- "$GG" explain --help
+expect 2 "usage" -- "$GG"
+expect 2 "unknown command 'frob'" -- "$GG" frob
+expect 2 "unknown option '--frob'" -- "$GG" run $M/mlp/model.pt2 --frob
+expect 2 "missing --inputs" -- "$GG" run $M/mlp/model.pt2 -o "$TMP/o.st"
+expect 2 "needs a value" -- "$GG" run $M/mlp/model.pt2 --inputs
+expect 1 "cannot open" -- "$GG" explain "$TMP/nonexistent.pt2"
+# run writes out.N that match PyTorch (in.N by position)
+expect 0 "" -- "$GG" run $M/mlp/model.pt2 --inputs $M/mlp/io.safetensors -o "$TMP/mlp.st" --interpret
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/mlp.st" $M/mlp/io.safetensors
+expect 0 "" -- "$GG" run $M/bert_tiny/model.pt2 --inputs $M/bert_tiny/io.safetensors -o "$TMP/bert.st" --interpret
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/bert.st" $M/bert_tiny/io.safetensors
+# training forward: the loss, and the buffers batch norm mutates
+expect 0 "" -- "$GG" run tests/corpus/train/cnn_train/model.pt2 --inputs tests/corpus/train/cnn_train/io.safetensors -o "$TMP/cnn.st"
+expect 0 "" -- grep -q buffer_after.bn.running_mean "$TMP/cnn.st"
+expect 0 "" -- grep -q buffer_after.bn.num_batches_tracked "$TMP/cnn.st"
+# an input by its own name; a bare model.json with --weights; without them
+mk_st "$TMP/x.st" x F32 8,64 2048
+expect 0 "" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/x.st" -o "$TMP/o.st"
+expect 0 "" -- "$GG" run tests/cases/mlp_json/model.json --weights tests/cases/mlp_json/weights.safetensors --inputs $M/mlp/io.safetensors -o "$TMP/j.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/j.st" $M/mlp/io.safetensors
+expect 1 "parameter 'fc1.weight' has no data" -- "$GG" run tests/cases/mlp_json/model.json --inputs $M/mlp/io.safetensors -o "$TMP/j.st"
+# guards
+mk_st "$TMP/b9.st" in.0 F32 9,64 2304
+expect 1 "guard failed: tensor 'x' size mismatch at index 0. expected 8, actual 9" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/b9.st" -o "$TMP/o.st"
+mk_st "$TMP/f64.st" in.0 F64 8,64 4096
+expect 1 "guard failed: tensor 'x' dtype mismatch. expected float32, actual float64" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/f64.st" -o "$TMP/o.st"
+mk_st "$TMP/f63.st" in.0 F32 8,63 2016
+expect 1 "guard failed: tensor 'x' size mismatch at index 1. expected 64, actual 63" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/f63.st" -o "$TMP/o.st"
+mk_st "$TMP/extra.st" in.1 F32 8,64 2048
+expect 1 "no tensor for input 0" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/extra.st" -o "$TMP/o.st"
+mk_st "$TMP/b3.st" in.0 F32 3,64 768
+expect 0 "" -- "$GG" run $M/mlp_dynamic_batch/model.pt2 --inputs "$TMP/b3.st" -o "$TMP/o.st"
+mk_st "$TMP/b65.st" in.0 F32 65,64 16640
+expect 1 "expected s77 in [1, 64], actual 65" -- "$GG" run $M/mlp_dynamic_batch/model.pt2 --inputs "$TMP/b65.st" -o "$TMP/o.st"
+expect 1 "header length" -- "$GG" run $M/mlp/model.pt2 --inputs tests/bad/truncated.json -o "$TMP/o.st"
+# explain
+expect 0 "s77 in [1, 64]" -- "$GG" explain $M/mlp_dynamic_batch/model.pt2
+expect 0 "float32[s77, 64]" -- "$GG" explain $M/mlp_dynamic_batch/model.pt2
+expect 0 "parameter 'fc1.weight'" -- "$GG" explain $M/mlp/model.pt2
+expect 0 "unsupported nodes (graph breaks): 0" -- "$GG" explain $M/llama_tiny/model.pt2
+expect 0 "File \"model.py\", line 3, in forward" -- "$GG" explain tests/bad/unknown_op.json
+expect 0 "'torch.ops.aten.frobnicate.default'" -- "$GG" explain tests/bad/unknown_op.json
+# names that look like code are carried as data and printed escaped
+expect 0 '/* \n */' -- "$GG" explain tests/bad/evil_names.json
+
+echo "== hostile inputs"
+grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do
+  [ -n "$file" ] || continue
+  if [ "$cmd" = run ]; then
+    mk_st "$TMP/in.st" in.0 F32 2,3 24
+    set -- "$GG" run "tests/bad/$file" --inputs "$TMP/in.st" -o "$TMP/o.st"
+  else
+    set -- "$GG" explain "tests/bad/$file"
+  fi
+  timeout 20 "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  if [ $rc = 1 ] && grep -qF -- "$msg" "$TMP/err"; then echo ok; else echo "FAIL tests/bad/$file: exit $rc: $(head -c 300 "$TMP/err")"; fi
+done >"$TMP/bad"
+pass=$((pass + $(grep -c '^ok' "$TMP/bad")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/bad")))
+grep '^FAIL' "$TMP/bad"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
