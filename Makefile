@@ -36,6 +36,9 @@ test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden
 sanitize:
 	$(MAKE) BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+docs/ops.md: $(BUILD)/gcc-graph
+	$(BUILD)/gcc-graph ops > $@
+
 clean:
 	rm -rf build build-san
 

@@ -104,6 +104,10 @@ expect 0 "'torch.ops.aten.frobnicate.default'" -- "$GG" explain tests/bad/unknow
 # names that look like code are carried as data and printed escaped
 expect 0 '/* \n */' -- "$GG" explain tests/bad/evil_names.json
 
+# the op list in docs/ is the table's
+"$GG" ops >"$TMP/ops.md"
+expect 0 "" -- cmp "$TMP/ops.md" docs/ops.md
+
 echo "== hostile inputs"
 grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do
   [ -n "$file" ] || continue
