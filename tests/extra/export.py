@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Exports the cases of tests/extra (run with PyTorch >= 2.9; it was run with 2.11 on the GPU host).
+
+Each case: <out>/extra/<name>/ (training IR) and <out>/extra_aten/<name>/ (after run_decompositions),
+each with model.pt2, io.safetensors (in.N, out.N, ref64.out.N computed in float64) and case.json,
+the corpus's format. These are models and ops beyond ../corpus, to check that gcc-graph implements
+ops in general. Usage: export.py OUTDIR"""
+import copy, json, os, struct, sys, traceback
+import torch, torch.nn as nn, torch.nn.functional as F
+
+OUT = sys.argv[1]
+torch.manual_seed(0)
+ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
+      torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+
+def save_st(path, tensors):
+    hdr, blobs, off = {}, [], 0
+    for k, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        b = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        hdr[k] = {"dtype": ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b); off += len(b)
+    h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h))); f.write(h); [f.write(b) for b in blobs]
+
+def flat(o):
+    if isinstance(o, torch.Tensor): return [o]
+    if isinstance(o, (tuple, list)): return [t for x in o for t in flat(x)]
+    if hasattr(o, "values"): return [t for x in o.values() for t in flat(x)]
+    return []
+
+class Fn(nn.Module):
+    def __init__(self, f, **mods):
+        super().__init__(); self.f = f
+        for k, m in mods.items(): setattr(self, k, m)
+    def forward(self, *a): return self.f(self, *a)
+
+CASES = []
+def case(name, mod, *inputs, dynamic=None): CASES.append((name, mod, inputs, dynamic))
+r = lambda *s: torch.randn(*s)
+
+# convolutions
+case("conv_transpose2d", nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), r(2, 4, 5, 5))
+case("conv_transpose1d", nn.ConvTranspose1d(3, 4, 4, stride=2, padding=1), r(2, 3, 7))
+case("conv3d", nn.Conv3d(2, 3, 3, padding=1, stride=(1, 2, 2)), r(1, 2, 4, 6, 6))
+case("conv_dilated_groups", nn.Conv2d(4, 8, 3, dilation=2, groups=4, padding=2, bias=False), r(2, 4, 9, 9))
+case("conv_unbatched", nn.Conv2d(3, 4, 3), r(3, 6, 6))
+# resampling and pooling
+case("upsample_bilinear", Fn(lambda s, x: (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+                                          F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True))), r(1, 3, 5, 6))
+case("upsample_nearest_size", Fn(lambda s, x: F.interpolate(x, size=(7, 5), mode="nearest")), r(1, 2, 4, 3))
+case("pool1d", Fn(lambda s, x: (F.max_pool1d(x, 3, 2, 1), F.avg_pool1d(x, 2), F.adaptive_avg_pool1d(x, 5))), r(2, 3, 11))
+case("pool_ceil", Fn(lambda s, x: (F.max_pool2d(x, 3, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+                                   F.max_pool2d(x, 2, dilation=2), F.adaptive_avg_pool2d(x, (3, 5)), F.adaptive_max_pool2d(x, 2))), r(1, 2, 8, 11))
+# pointwise
+case("activations", Fn(lambda s, x: (F.softplus(x), F.elu(x), F.mish(x), F.relu6(x * 4), F.gelu(x, approximate="tanh"), F.logsigmoid(x),
+                                     F.hardtanh(x, -0.5, 0.5), F.selu(x), F.softsign(x), F.celu(x), torch.nn.functional.glu(x, -1))), r(3, 8))
+case("math_unary", Fn(lambda s, x: (torch.expm1(x), torch.log1p(x.abs()), torch.log2(x.abs() + 1), torch.tan(x * 0.5), torch.atan(x),
+                                    torch.round(x * 3), torch.trunc(x * 3), torch.square(x), torch.exp2(x), torch.atan2(x, x.flip(0)),
+                                    torch.asin(x.clamp(-0.9, 0.9)), torch.cosh(x), torch.frac(x * 3), torch.erfinv(x.clamp(-0.9, 0.9)))), r(4, 5))
+case("int_math", Fn(lambda s, a, b: (a // b, a % b, torch.div(a, b, rounding_mode="trunc"), torch.div(a, b, rounding_mode="floor"),
+                                     a * 3 - 1, a ^ b, torch.bitwise_not(a), a.abs().max(), torch.remainder(a, -3), a / b, a.sum(0), a.cumsum(1))),
+     torch.randint(-20, 20, (4, 6)), torch.randint(1, 7, (4, 6)) * torch.tensor([1, -1] * 3))
+case("logical", Fn(lambda s, x, y: (torch.logical_xor(x > 0, y > 0), (x > 0) | (y < 0), ~(x > y), torch.where(x > 0, x, 0.0),
+                                    torch.where(y > 0, 1.0, y), x.masked_fill(x > y, float("-inf")).softmax(-1), torch.isnan(x / (x - x)),
+                                    torch.clamp(x, min=y), torch.minimum(x, y), torch.maximum(x, y))), r(3, 4), r(3, 4))
+# reductions
+case("reductions", Fn(lambda s, x: (x.std(dim=1), *torch.var_mean(x, dim=(0, 2), correction=0), x.prod(dim=-1), x.amin(dim=(1,)),
+                                    x.argmin(dim=0, keepdim=True), (x > 0).all(dim=1), *x.max(dim=1), x.logsumexp(dim=(1, 2)),
+                                    x.cumprod(dim=1), x.norm(dim=-1), x.mean(), x.sum(dtype=torch.float64), F.normalize(x, dim=-1))), r(3, 4, 5))
+# shapes and views
+case("shapes", Fn(lambda s, x, y: (*torch.chunk(x, 3, dim=1), *x.unbind(0), x.narrow(2, 1, 2), x.repeat(2, 1, 3), x.flip(0, 2),
+                                   torch.roll(x, (1, -2), (0, 2)), y.expand_as(x) + x, x.unflatten(1, (3, -1)), x.movedim(0, -1),
+                                   x.transpose(0, 2).contiguous().view(-1, 2), torch.tril(x, -1), torch.triu(x, 1), x[..., 1:5:2], x[-1],
+                                   x.permute(2, 0, 1).reshape(4, -1), torch.stack([x, x], -1), torch.cat([x, y.expand(2, 6, 4)], 0))),
+     r(2, 6, 4), r(1, 6, 1))
+case("indexing", Fn(lambda s, x, i, j: (x[i], x[:, j], x[i, :, j], x[i, j], torch.gather(x, 1, j.view(1, -1, 1).expand(4, -1, 3)),
+                                        torch.index_select(x, 2, j.clamp(max=2)), x[torch.tensor([0, -1])])),
+     r(4, 5, 3), torch.tensor([[0, 3], [2, 1]]), torch.tensor([4, 0]))
+case("index_put", Fn(lambda s, x, i, v: x.clone().index_put_((i,), v) * 2), r(5, 3), torch.tensor([4, 0]), r(2, 3))
+case("scatter", Fn(lambda s, x, i: (torch.scatter(x, 1, i, 1.5), torch.zeros(3, 5).scatter_add(1, i, x[:, :2]))), r(3, 5), torch.tensor([[0, 1], [4, 2], [3, 3]]))
+case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
+case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
+                                  torch.ones_like(x, dtype=torch.int64), torch.zeros(2, 2) + x.sum(), torch.eye(3) * x[0, 1], torch.empty_like(x).fill_(3.0))), r(2, 3))
+# normalization and attention
+case("norms", Fn(lambda s, x: (s.bn(x), s.gn(x), s.inorm(x), s.ln(x), F.rms_norm(x, (7,), eps=1e-6)),
+                 bn=nn.BatchNorm2d(4), gn=nn.GroupNorm(2, 4), inorm=nn.InstanceNorm2d(4, affine=True), ln=nn.LayerNorm([5, 7])), r(2, 4, 5, 7))
+case("attention", Fn(lambda s, q, k, v, m: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                          F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                                          F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True, scale=0.3))),
+     r(2, 4, 6, 8), r(2, 4, 6, 8), r(2, 4, 6, 8), r(6, 6))
+case("transformer_layer", nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True), r(2, 5, 16))
+# precision
+case("mlp_bf16", nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8)).to(torch.bfloat16), r(4, 16).to(torch.bfloat16))
+case("mlp_f16", nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 8), nn.Softmax(-1)).to(torch.float16), r(4, 16).to(torch.float16))
+case("cnn_f64", nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)).double(), r(2, 3, 8, 8).double())
+# dynamic sequence length
+case("dynamic_seq", nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)), r(2, 6, 8),
+     dynamic=({0: torch.export.Dim("b", min=1, max=16), 1: torch.export.Dim("s", min=2, max=32)},))
+# architectures
+try:
+    import torchvision
+    case("mobilenet_v2_w35", torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=10), r(1, 3, 64, 64))
+    case("shufflenet_v2", torchvision.models.shufflenet_v2_x0_5(num_classes=10), r(1, 3, 64, 64))
+    case("regnet_tiny", torchvision.models.regnet.RegNet(torchvision.models.regnet.BlockParams.from_init_params(depth=4, w_0=16, w_a=8.0, w_m=2.0, group_width=8), num_classes=10), r(1, 3, 32, 32))
+except Exception: traceback.print_exc()
+try:
+    from transformers import Qwen2Config, Qwen2ForCausalLM, T5Config, T5EncoderModel
+    cfg = Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    case("qwen2_tiny", Fn(lambda s, ids: s.m(input_ids=ids).logits, m=Qwen2ForCausalLM(cfg)), torch.randint(0, 128, (2, 10)))
+    t5 = T5Config(vocab_size=100, d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2, dropout_rate=0.0)
+    case("t5_encoder_tiny", Fn(lambda s, ids: s.m(input_ids=ids).last_hidden_state, m=T5EncoderModel(t5)), torch.randint(0, 100, (2, 12)))
+except Exception: traceback.print_exc()
+
+def ops_of(ep):
+    return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
+
+for name, mod, inputs, dyn in CASES:
+    try:
+        mod = mod.eval()
+        with torch.no_grad():
+            outs = flat(mod(*inputs))
+            m64 = copy.deepcopy(mod).to(torch.float64)
+            in64 = [t.double() if t.is_floating_point() else t for t in inputs]
+            ref = flat(m64(*in64))
+        ep = torch.export.export(mod, inputs, dynamic_shapes=dyn)
+        io = {f"in.{i}": t for i, t in enumerate(inputs)}
+        io.update({f"out.{i}": t for i, t in enumerate(outs)})
+        io.update({f"ref64.out.{i}": t.double() if t.is_floating_point() else t for i, t in enumerate(ref)})
+        for group, prog in (("extra", ep), ("extra_aten", ep.run_decompositions())):
+            d = os.path.join(OUT, group, name)
+            os.makedirs(d, exist_ok=True)
+            torch.export.save(prog, os.path.join(d, "model.pt2"))
+            save_st(os.path.join(d, "io.safetensors"), io)
+            json.dump({"name": name, "group": group, "kind": "inference", "ops": ops_of(prog), "torch_version": torch.__version__},
+                      open(os.path.join(d, "case.json"), "w"), indent=1)
+        print("ok", name, flush=True)
+    except Exception as e:
+        print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
