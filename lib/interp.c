@@ -268,6 +268,8 @@ static double round_to(DType dt, double v) {
   return dtype_load_f64(dt, buf);
 }
 
+static double f_logical_not(const double *x) { return x[0] == 0; }
+
 /* Apply f (float64) or fi (int64) to the numeric operands, broadcast to the output. A Scalar operand
  * is first cast to the computation dtype, as PyTorch casts wrapped numbers. */
 static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
@@ -276,6 +278,8 @@ static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
   bool use_float = dtype_is_float(promoted) || n->op->pwout == PW_FLOAT || !fi;
   if (use_float && !f) return fail(e, "not defined for %s", dtype_name(promoted));
   DType comp = dtype_is_float(promoted) ? promoted : DT_F64;
+  /* on bool, PyTorch's bitwise not is logical not */
+  if (promoted == DT_BOOL && !strcmp(n->op->name, "bitwise_not")) { f = f_logical_not; use_float = true; }
   int64_t numel = tensor_numel(out);
   enum { MAXOP = 8 };
   double fv[MAXOP], *fa[MAXOP] = {0};
@@ -325,6 +329,20 @@ static double gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] / sq
 static double gelu_tanh(const double *x) {
   double k = sqrt(2.0 / M_PI);
   return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
+}
+
+int eval_glu(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", -1), x->rank, &d)) return -1;
+  Tensor *a = view_of(I, x), *b = view_of(I, x);
+  a->sizes[d] = b->sizes[d] = x->sizes[d] / 2;
+  b->offset += a->sizes[d] * x->strides[d];
+  double *av = read_f64(I, a), *bv = read_f64(I, b);
+  for (int64_t i = 0; i < tensor_numel(out); i++) av[i] = av[i] / (1 + exp(-bv[i]));
+  write_f64(out, av);
+  return 0;
 }
 
 int eval_gelu(E *e) {
@@ -448,7 +466,8 @@ int eval_reduce(E *e) {
   int64_t *idx = arena_array(I->c->arena, (size_t)O + 1, sizeof *idx);
   double *res2 = arena_array(I->c->arena, (size_t)O + 1, sizeof *res2);
   double correction = 1;
-  if (!strcmp(name, "var.dim")) correction = B(e, "unbiased") ? 1 : 0;
+  double ord = F64(e, "ord", 2);
+  if (!strcmp(name, "var.dim") || !strcmp(name, "std.dim")) correction = B(e, "unbiased") ? 1 : 0;
   else { RArg *ca = A(e, "correction"); if (ca && ca->k != AK_NONE) correction = F64(e, "correction", 1); }
   for (int64_t o = 0; o < O; o++) {
     const double *row = v + o * N;
@@ -473,6 +492,17 @@ int eval_reduce(E *e) {
       double var = dof > 0 ? ss / dof : (dof == 0 ? ss / 0.0 : NAN);
       res[o] = !strncmp(name, "std", 3) ? sqrt(var) : var;
       res2[o] = mean;
+    } else if (!strcmp(name, "linalg_vector_norm")) {
+      double m = isinf(ord) && ord < 0 ? INFINITY : 0;
+      for (int64_t i = 0; i < N; i++) {
+        double a = fabs(row[i]);
+        if (isinf(ord)) m = ord > 0 ? (a > m || isnan(a) ? a : m) : (a < m || isnan(a) ? a : m);
+        else if (ord == 0) acc += a != 0;
+        else if (ord == 1) acc += a;
+        else if (ord == 2) acc += a * a;
+        else acc += pow(a, ord);
+      }
+      res[o] = isinf(ord) ? m : ord == 0 || ord == 1 ? acc : ord == 2 ? sqrt(acc) : pow(acc, 1.0 / ord);
     } else if (!strcmp(name, "logsumexp")) {
       double m = -INFINITY;
       for (int64_t i = 0; i < N; i++) if (row[i] > m || isnan(row[i])) m = row[i];
@@ -506,11 +536,12 @@ int eval_scan(E *e) {
   Interp *I = e->I;
   Tensor *xv = dim_last(I, x, d), *ov = dim_last(I, out, d);
   int64_t N = x->rank ? x->sizes[d] : 1, O = N ? tensor_numel(x) / N : 0;
-  if (!strcmp(name, "cumsum") && !dtype_is_float(out->dtype)) {
+  bool prod = !strcmp(name, "cumprod");
+  if (!strncmp(name, "cum", 3) && !dtype_is_float(out->dtype)) {
     int64_t *v = read_i64(I, xv);
     for (int64_t o = 0; o < O; o++) {
-      uint64_t acc = 0;
-      for (int64_t i = 0; i < N; i++) { acc += (uint64_t)v[o * N + i]; v[o * N + i] = (int64_t)acc; }
+      uint64_t acc = prod;
+      for (int64_t i = 0; i < N; i++) { acc = prod ? acc * (uint64_t)v[o * N + i] : acc + (uint64_t)v[o * N + i]; v[o * N + i] = (int64_t)acc; }
     }
     write_i64(ov, v);
     return 0;
@@ -519,9 +550,9 @@ int eval_scan(E *e) {
   bool log_sm = strstr(name, "log_softmax") != NULL;
   for (int64_t o = 0; o < O; o++) {
     double *row = v + o * N;
-    if (!strcmp(name, "cumsum")) {
-      double acc = 0;
-      for (int64_t i = 0; i < N; i++) { acc += row[i]; row[i] = acc; }
+    if (!strncmp(name, "cum", 3)) {
+      double acc = prod;
+      for (int64_t i = 0; i < N; i++) { acc = prod ? acc * row[i] : acc + row[i]; row[i] = acc; }
       continue;
     }
     double m = -INFINITY, s = 0;
@@ -616,7 +647,7 @@ int eval_conv(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "input"), *w = T(e, "weight"), *bias = T(e, "bias"), *out = out0(e);
   int nsp = w->rank - 2;
-  bool batched = x->rank == nsp + 2, tr = B(e, "transposed");
+  bool batched = x->rank == nsp + 2, tr = B(e, "transposed") || !strncmp(e->n->op->name, "conv_transpose", 14);
   int64_t g = I64(e, "groups", 1);
   /* every convolution as a 3-d one: missing spatial dims have size 1 */
   int64_t st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, os[3] = {1, 1, 1};
@@ -704,14 +735,17 @@ int eval_pool(E *e) {
   Tensor *x = T(e, "self"), *out = out0(e);
   bool is_max = !strncmp(e->n->op->name, "max", 3);
   RArg *ka = A(e, "kernel_size"), *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
-  int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
-  for (int i = 0; i < 2; i++) {
-    k[i] = ka->is[ka->n == 1 ? 0 : i];
-    st[i] = sa->n == 0 ? k[i] : sa->is[sa->n == 1 ? 0 : i];
-    pd[i] = pa->is[pa->n == 1 ? 0 : i];
-    if (da) dl[i] = da->is[da->n == 1 ? 0 : i];
+  /* 1-d pooling is 2-d pooling of height 1 */
+  int nsp = e->n->op->args[ops_arg_index(e->n->op, "kernel_size")].fixed_len, off = 2 - nsp;
+  int64_t k[2] = {1, 1}, st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1};
+  for (int i = 0; i < nsp; i++) {
+    k[i + off] = ka->is[ka->n == 1 ? 0 : i];
+    st[i + off] = sa->n == 0 ? k[i + off] : sa->is[sa->n == 1 ? 0 : i];
+    pd[i + off] = pa->is[pa->n == 1 ? 0 : i];
+    if (da) dl[i + off] = da->is[da->n == 1 ? 0 : i];
   }
-  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], OH = out->sizes[out->rank - 2], OW = out->sizes[out->rank - 1];
+  int64_t H = nsp == 2 ? x->sizes[x->rank - 2] : 1, W = x->sizes[x->rank - 1];
+  int64_t OH = nsp == 2 ? out->sizes[out->rank - 2] : 1, OW = out->sizes[out->rank - 1];
   int64_t planes = tensor_numel(x) / ((H * W) != 0 ? H * W : 1);
   if (H * W == 0) planes = 0;
   bool cip = A(e, "count_include_pad") ? B(e, "count_include_pad") : true;
@@ -757,18 +791,31 @@ int eval_pool(E *e) {
 int eval_adaptive_pool(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "self"), *out = out0(e);
-  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], OH = out->sizes[out->rank - 2], OW = out->sizes[out->rank - 1];
+  bool is_max = strstr(e->n->op->name, "max") != NULL;
+  int nsp = e->n->op->args[ops_arg_index(e->n->op, "output_size")].fixed_len;
+  int64_t H = nsp == 2 ? x->sizes[x->rank - 2] : 1, W = x->sizes[x->rank - 1];
+  int64_t OH = nsp == 2 ? out->sizes[out->rank - 2] : 1, OW = out->sizes[out->rank - 1];
   int64_t planes = (H * W) != 0 ? tensor_numel(x) / (H * W) : 0;
   double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
+  int64_t *iv = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *iv);
   for (int64_t p = 0; p < planes; p++)
     for (int64_t oh = 0; oh < OH; oh++)
       for (int64_t ow = 0; ow < OW; ow++) {
         int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH, w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
-        double s = 0;
-        for (int64_t h = h0; h < h1; h++) for (int64_t w = w0; w < w1; w++) s += xv[p * H * W + h * W + w];
-        ov[(p * OH + oh) * OW + ow] = s / (double)((h1 - h0) * (w1 - w0));
+        double s = 0, m = -INFINITY;
+        int64_t mi = -1;
+        for (int64_t h = h0; h < h1; h++)
+          for (int64_t w = w0; w < w1; w++) {
+            double v = xv[p * H * W + h * W + w];
+            s += v;
+            if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * W + w; }
+          }
+        int64_t o = (p * OH + oh) * OW + ow;
+        ov[o] = is_max ? m : s / (double)((h1 - h0) * (w1 - w0));
+        iv[o] = mi;
       }
   write_f64(out, ov);
+  if (e->n->nouts == 2) write_i64(e->outs[1], iv);
   return 0;
 }
 
@@ -780,6 +827,14 @@ static int64_t nearest_src(int64_t o, int64_t in, int64_t out, double scale_fact
   return s < in - 1 ? s : in - 1;
 }
 
+/* PyTorch's area_pixel_compute_source_index for linear modes */
+static double linear_src(int64_t o, int64_t in, int64_t out, double scale_factor, bool align) {
+  if (align) return out > 1 ? (double)o * (double)(in - 1) / (double)(out - 1) : 0;
+  double scale = scale_factor > 0 ? 1.0 / scale_factor : (double)in / (double)out;
+  double s = scale * ((double)o + 0.5) - 0.5;
+  return s < 0 ? 0 : s;
+}
+
 int eval_upsample(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "input") ? T(e, "input") : T(e, "self"), *out = out0(e);
@@ -787,12 +842,23 @@ int eval_upsample(E *e) {
   double sc[2] = {0, 0};
   if (sf && sf->k == AK_FLOATS) { sc[0] = sf->fs[0]; sc[1] = sf->fs[1]; }
   else { sc[0] = F64(e, "scales_h", 0); sc[1] = F64(e, "scales_w", 0); }
+  bool bilinear = strstr(e->n->op->name, "bilinear") != NULL, align = B(e, "align_corners");
   int64_t H = x->sizes[2], W = x->sizes[3], OH = out->sizes[2], OW = out->sizes[3], planes = x->sizes[0] * x->sizes[1];
   double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
   for (int64_t p = 0; p < planes; p++)
     for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++)
-        ov[(p * OH + oh) * OW + ow] = xv[p * H * W + nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const double *xp = xv + p * H * W;
+        double v;
+        if (!bilinear) v = xp[nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
+        else {
+          double sh = linear_src(oh, H, OH, sc[0], align), sw = linear_src(ow, W, OW, sc[1], align);
+          int64_t h0 = (int64_t)sh, w0 = (int64_t)sw, h1 = h0 + (h0 < H - 1), w1 = w0 + (w0 < W - 1);
+          double lh = sh - (double)h0, lw = sw - (double)w0;
+          v = (1 - lh) * ((1 - lw) * xp[h0 * W + w0] + lw * xp[h0 * W + w1]) + lh * ((1 - lw) * xp[h1 * W + w0] + lw * xp[h1 * W + w1]);
+        }
+        ov[(p * OH + oh) * OW + ow] = v;
+      }
   write_f64(out, ov);
   return 0;
 }
@@ -843,9 +909,25 @@ int eval_norm(E *e) {
     if (e->n->nouts == 3) { write_f64(e->outs[1], mean); write_f64(e->outs[2], rstd); }
     return 0;
   }
+  if (!strcmp(name, "rms_norm")) {
+    RArg *ns = A(e, "normalized_shape"), *ea = A(e, "eps");
+    int64_t len = 1;
+    for (int i = 0; i < ns->n; i++) len *= ns->is[i];
+    /* eps None means the dtype's machine epsilon */
+    double ep = ea && ea->k == AK_FLOAT ? ea->f : x->dtype == DT_F64 ? 2.220446049250313e-16 : x->dtype == DT_F16 ? 0.0009765625 : x->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+    for (int64_t r = 0; len && r < numel / len; r++) {
+      double ss = 0;
+      for (int64_t j = 0; j < len; j++) ss += xv[r * len + j] * xv[r * len + j];
+      double rs = 1.0 / sqrt(ss / (double)len + ep);
+      for (int64_t j = 0; j < len; j++) ov[r * len + j] = xv[r * len + j] * rs * (wv ? wv[j] : 1);
+    }
+    write_f64(out, ov);
+    return 0;
+  }
   int64_t N = x->sizes[0], C = x->rank > 1 ? x->sizes[1] : 1, HW = (N * C) != 0 ? numel / (N * C) : 0;
-  if (strstr(name, "group_norm")) {
-    int64_t G = strcmp(name, "group_norm") ? I64(e, "group", 1) : I64(e, "num_groups", 1);
+  bool instance = !strcmp(name, "instance_norm") && B(e, "use_input_stats");
+  if (strstr(name, "group_norm") || instance) {
+    int64_t G = instance ? C : strcmp(name, "group_norm") ? I64(e, "group", 1) : I64(e, "num_groups", 1);
     if (G <= 0 || C % G) return fail(e, "channels (%lld) must divide into %lld groups", (long long)C, (long long)G);
     int64_t rows = N * G, len = C / G * HW;
     double *mean = arena_array(I->c->arena, (size_t)rows + 1, sizeof *mean), *rstd = arena_array(I->c->arena, (size_t)rows + 1, sizeof *rstd);
@@ -1077,7 +1159,19 @@ int eval_view(E *e) {
   Tensor *x = T(e, "self");
   Tensor *v = view_of(e->I, x);
   e->outs[0] = v;
-  if (!strcmp(name, "alias")) return 0;
+  if (!strcmp(name, "alias") || !strcmp(name, "detach")) return 0;
+  if (!strcmp(name, "expand_as")) { e->outs[0] = expand_to(e->I, x, e->n->outs[0]->rank, e->osizes[0]); return 0; }
+  if (!strcmp(name, "movedim.int")) {
+    int src, dst, perm[GG_MAX_RANK], k = 0;
+    if (wrap_dim(e, I64(e, "source", 0), x->rank, &src) || wrap_dim(e, I64(e, "destination", 0), x->rank, &dst)) return -1;
+    for (int d = 0; d < x->rank; d++) {
+      if (k == dst) perm[k++] = src;
+      if (d != src) perm[k++] = d;
+    }
+    if (k == dst) perm[k++] = src;
+    if (x->rank) permute_view(v, perm);
+    return 0;
+  }
   if (!strcmp(name, "contiguous")) {
     if (tensor_is_contiguous(x)) return 0;
     e->outs[0] = tensor_new(e->I, x->dtype, x->rank, x->sizes);
@@ -1471,7 +1565,136 @@ int eval_roll(E *e) {
   return 0;
 }
 
+int eval_repeat(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  int lead = out->rank - x->rank;
+  int64_t n = tensor_numel(out), oi[GG_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, out->rank, out->sizes, oi);
+    for (int d = 0; d < x->rank; d++) oi[d] = oi[d + lead] % x->sizes[d];
+    copy_elem(out, i, x, ravel(x->rank, x->sizes, oi));
+  }
+  return 0;
+}
+
+/* out = self; out[indices] = values (broadcast over the indexed shape), or += with accumulate */
+int eval_index_put(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *vals = T(e, "values"), *out = out0(e);
+  RArg *ia = A(e, "indices");
+  bool acc = B(e, "accumulate");
+  copy_into(out, x);
+  /* the positions written are those x[indices] reads: reuse the index rule on a tensor of offsets */
+  Tensor *pos = tensor_new(I, DT_I64, x->rank, x->sizes);
+  for (int64_t i = 0; i < tensor_numel(pos); i++) dtype_store_i64(DT_I64, elem_ptr(pos, i), i);
+  Node *n = e->n;
+  Value *iv = arena_alloc(I->c->arena, sizeof *iv);
+  *iv = *n->outs[0];
+  const OpDef *index = ops_find("index.Tensor");
+  Node sub = {.name = n->name, .target = n->target, .op = index};
+  RArg args[2] = {{.k = AK_TENSOR, .t = pos}, *ia};
+  /* the index result's shape: evaluate it by broadcasting the index tensors */
+  int br = 0, first = -1, last = -1, cnt = 0;
+  int64_t bsz[GG_MAX_RANK];
+  for (int i = 0; i < ia->n; i++) {
+    Tensor *t = ia->ts[i];
+    if (!t) continue;
+    if (t->dtype == DT_BOOL) return fail(e, "boolean mask indices are not supported");
+    if (first < 0) first = i;
+    last = i;
+    cnt++;
+    int r = br > t->rank ? br : t->rank;
+    int64_t nb[GG_MAX_RANK];
+    for (int d = 0; d < r; d++) {
+      int da = d - (r - br), db = d - (r - t->rank);
+      int64_t a = da >= 0 ? bsz[da] : 1, b = db >= 0 ? t->sizes[db] : 1;
+      nb[d] = a == 1 ? b : a;
+    }
+    memcpy(bsz, nb, sizeof nb);
+    br = r;
+  }
+  int64_t rs[GG_MAX_RANK * 2];
+  int rr = 0;
+  bool adjacent = last - first + 1 == cnt;
+  if (adjacent) {
+    for (int d = 0; d < first; d++) rs[rr++] = x->sizes[d];
+    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
+    for (int d = last + 1; d < x->rank; d++) rs[rr++] = x->sizes[d];
+  } else {
+    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
+    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->ts[d]) rs[rr++] = x->sizes[d];
+  }
+  if (rr > GG_MAX_RANK) return fail(e, "too many dims");
+  Tensor *where = tensor_new(I, DT_I64, rr, rs);
+  Tensor *outs[1] = {where};
+  int64_t osz[1][GG_MAX_RANK];
+  memcpy(osz[0], rs, sizeof(int64_t) * (size_t)rr);
+  E se = {.I = I, .n = &sub, .args = args, .outs = outs, .osizes = osz};
+  sub.args = n->args;
+  if (eval_index(&se)) return -1;
+  int64_t nw = tensor_numel(where);
+  Tensor *vb = expand_to(I, vals, rr, rs);
+  bool ints = !dtype_is_float(out->dtype);
+  for (int64_t i = 0; i < nw; i++) {
+    int64_t p = dtype_load_i64(DT_I64, elem_ptr(where, i));
+    uint8_t *dst = elem_ptr(out, p);
+    const uint8_t *src = elem_ptr(vb, i);
+    if (ints) dtype_store_i64(out->dtype, dst, (acc ? dtype_load_i64(out->dtype, dst) : 0) + dtype_load_i64(vb->dtype, src));
+    else dtype_store_f64(out->dtype, dst, (acc ? dtype_load_f64(out->dtype, dst) : 0) + dtype_load_f64(vb->dtype, src));
+  }
+  return 0;
+}
+
+int eval_scatter(E *e) {
+  Tensor *x = T(e, "self"), *ix = T(e, "index"), *src = T(e, "src"), *out = out0(e);
+  bool add = !strcmp(e->n->op->name, "scatter_add");
+  double value = F64(e, "value", 0);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  copy_into(out, x);
+  int64_t *iv = read_i64(e->I, ix), n = tensor_numel(ix), idx[GG_MAX_RANK];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, ix->rank, ix->sizes, idx);
+    int64_t si = src ? ravel(src->rank, src->sizes, idx) : 0;
+    if (x->rank) {
+      int64_t k = iv[i];
+      if (check_index(e, &k, x->sizes[d], d)) return -1;
+      idx[d] = k;
+    }
+    uint8_t *dst = elem_ptr(out, ravel(x->rank, x->sizes, idx));
+    double v = src ? dtype_load_f64(src->dtype, elem_ptr(src, si)) : value;
+    if (!dtype_is_float(out->dtype)) {
+      int64_t w = src ? dtype_load_i64(src->dtype, elem_ptr(src, si)) : (int64_t)value;
+      dtype_store_i64(out->dtype, dst, add ? dtype_load_i64(out->dtype, dst) + w : w);
+    } else dtype_store_f64(out->dtype, dst, add ? dtype_load_f64(out->dtype, dst) + v : v);
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- creation and conversion */
+
+int eval_eye(E *e) {
+  Tensor *out = out0(e);
+  int64_t n = tensor_numel(out), cols = out->sizes[1];
+  for (int64_t i = 0; i < n; i++) dtype_store_f64(out->dtype, elem_ptr(out, i), i / cols == i % cols);
+  return 0;
+}
+
+int eval_linspace(E *e) {
+  Tensor *out = out0(e);
+  double a = F64(e, "start", 0), b = F64(e, "end", 0);
+  int64_t n = tensor_numel(out);
+  double step = n > 1 ? (b - a) / (double)(n - 1) : 0;
+  /* as PyTorch: the first half counts up from start, the second down from end */
+  for (int64_t i = 0; i < n; i++) dtype_store_f64(out->dtype, elem_ptr(out, i), i < n / 2 ? a + step * (double)i : b - step * (double)(n - 1 - i));
+  return 0;
+}
+
+int eval_sym_arith(E *e) {
+  /* the value is known symbolically (verify set it): evaluate it with this run's symbols */
+  return expr_eval(e->I->c, e->n->outs[0]->sym, e->I->env, &e->symout->i) ? -1 : (e->symout->k = RV_INT, 0);
+}
+
 
 int eval_arange(E *e) {
   Tensor *out = out0(e);
@@ -1489,8 +1712,9 @@ int eval_arange(E *e) {
 int eval_full(E *e) {
   const char *name = e->n->op->name;
   Tensor *out = out0(e);
-  RArg *fill = A(e, "fill_value") ? A(e, "fill_value") : A(e, "s");
-  double v = strstr(name, "zeros") ? 0 : strstr(name, "ones") ? 1 : fill ? F64(e, fill == A(e, "s") ? "s" : "fill_value", 0) : 0;
+  RArg *fill = A(e, "fill_value") ? A(e, "fill_value") : A(e, "s") ? A(e, "s") : A(e, "value");
+  double v = strstr(name, "zero") || strstr(name, "empty") ? 0 : strstr(name, "ones") ? 1
+           : fill ? (fill->k == AK_FLOAT ? fill->f : fill->k == AK_BOOL ? fill->b : (double)fill->i) : 0;
   int64_t n = tensor_numel(out);
   for (int64_t i = 0; i < n; i++) {
     if (fill && fill->k == AK_INT && !dtype_is_float(out->dtype)) dtype_store_i64(out->dtype, elem_ptr(out, i), fill->i);

@@ -37,6 +37,41 @@ static double f_trunc(const double *x) { return trunc(x[0]); }
 static double f_not(const double *x) { return x[0] == 0; }
 static double f_isnan(const double *x) { return isnan(x[0]); }
 static double f_ident(const double *x) { return x[0]; }
+static double f_asin(const double *x) { return asin(x[0]); }
+static double f_atan(const double *x) { return atan(x[0]); }
+static double f_tan(const double *x) { return tan(x[0]); }
+static double f_cosh(const double *x) { return cosh(x[0]); }
+static double f_sinh(const double *x) { return sinh(x[0]); }
+static double f_expm1(const double *x) { return expm1(x[0]); }
+static double f_log1p(const double *x) { return log1p(x[0]); }
+static double f_log2(const double *x) { return log2(x[0]); }
+static double f_log10(const double *x) { return log10(x[0]); }
+static double f_exp2(const double *x) { return exp2(x[0]); }
+static double f_frac(const double *x) { return x[0] - trunc(x[0]); }
+static double f_square(const double *x) { return x[0] * x[0]; }
+/* erfinv by Newton steps on erf from a closed-form first guess: exact to double rounding */
+static double f_erfinv(const double *x) {
+  double y = x[0];
+  if (y <= -1) return y == -1 ? -INFINITY : NAN;
+  if (y >= 1) return y == 1 ? INFINITY : NAN;
+  /* Winitzki's approximation: t = 2/(pi a) - w/2 with w = -log(1 - y^2), a = 0.147 */
+  double w = -log((1 - y) * (1 + y)), t = 2 / (M_PI * 0.147) - w / 2;
+  double r = copysign(sqrt(sqrt(t * t + w / 0.147) - t), y);
+  for (int i = 0; i < 4; i++) r -= (erf(r) - y) / (2 / sqrt(M_PI) * exp(-r * r));
+  return r;
+}
+static double f_relu6(const double *x) { return isnan(x[0]) ? x[0] : relu6(x[0]); }
+static double f_softplus(const double *x) { return x[0] * x[1] > x[2] ? x[0] : log1p(exp(x[0] * x[1])) / x[1]; }
+static double f_elu(const double *x) { return x[0] > 0 ? x[2] * x[0] : x[2] * x[1] * expm1(x[0] * x[3]); }
+static double f_celu(const double *x) { return x[0] > 0 ? x[0] : x[1] * expm1(x[0] / x[1]); }
+static double f_selu(const double *x) {
+  const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+  return x[0] > 0 ? scale * x[0] : scale * alpha * expm1(x[0]);
+}
+static double f_mish(const double *x) { return x[0] * tanh(log1p(exp(x[0]))); }
+static double f_log_sigmoid(const double *x) { return x[0] < 0 ? x[0] - log1p(exp(x[0])) : -log1p(exp(-x[0])); }
+static double f_atan2(const double *x) { return atan2(x[0], x[1]); }
+static double f_lxor(const double *x) { return (x[0] != 0) != (x[1] != 0); }
 /* clamp: a None bound arrives as NaN (interp.c), and means no bound */
 static double f_clamp(const double *x) {
   double v = x[0];
@@ -129,6 +164,10 @@ static int64_t i_le(const int64_t *x) { return x[0] <= x[1]; }
 static int64_t i_gt(const int64_t *x) { return x[0] > x[1]; }
 static int64_t i_ge(const int64_t *x) { return x[0] >= x[1]; }
 static int64_t i_and(const int64_t *x) { return x[0] & x[1]; }
+static int64_t i_xor(const int64_t *x) { return x[0] ^ x[1]; }
+static int64_t i_lxor(const int64_t *x) { return (x[0] != 0) != (x[1] != 0); }
+static int64_t i_square(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[0]); }
+static int64_t i_relu6(const int64_t *x) { return x[0] < 0 ? 0 : x[0] > 6 ? 6 : x[0]; }
 static int64_t i_or(const int64_t *x) { return x[0] | x[1]; }
 static int64_t i_land(const int64_t *x) { return x[0] != 0 && x[1] != 0; }
 static int64_t i_lor(const int64_t *x) { return x[0] != 0 || x[1] != 0; }
@@ -334,7 +373,7 @@ const OpDef *ops_find(const char *target) {
   static const char prefix[] = "torch.ops.aten.";
   if (!strncmp(target, prefix, sizeof prefix - 1)) target += sizeof prefix - 1;
   else if (!strncmp(target, "aten::", 6)) target += 6;
-  else if (strchr(target, ':') || !strncmp(target, "torch.", 6) || !strncmp(target, "_operator.", 10)) return NULL;
+  else if (strchr(target, ':') || !strncmp(target, "torch.", 6)) return NULL;
   char buf[128];
   size_t n = strlen(target);
   /* "relu.default" is the op "relu" */

@@ -168,6 +168,25 @@ int shape_pointwise(S *s) {
   return 0;
 }
 
+/* The result has self's shape and dtype (index_put, scatter). */
+int shape_pointwise_self(S *s) {
+  Value *x = tensor(s, "self");
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
+int shape_glu(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t d, n;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (x->rank == 0 || !expr_is_const(x->sizes[d], &n) || n % 2) return fail(s, "%s", "glu needs an even, static size along dim");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  sizes[d] = C(s, n / 2);
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
 int shape_native_dropout(S *s) {
   Value *x = tensor(s, "input");
   like(s, 0, x, x->dtype);
@@ -239,7 +258,7 @@ int shape_reduce(S *s) {
   else if (is && !dtype_is_float(dt)) dt = DT_I64;
   else if (!strncmp(name, "arg", 3)) dt = DT_I64;
   else if (!strncmp(name, "any", 3) || !strncmp(name, "all", 3)) dt = x->dtype == DT_U8 ? DT_U8 : DT_BOOL;
-  else if (!strcmp(name, "logsumexp") && !dtype_is_float(dt)) dt = DT_F32;
+  else if ((!strcmp(name, "logsumexp") || !strcmp(name, "linalg_vector_norm")) && !dtype_is_float(dt)) dt = DT_F32;
   else if ((!strncmp(name, "mean", 4) || !strncmp(name, "var", 3) || !strncmp(name, "std", 3)) && !dtype_is_float(dt))
     return fail(s, "%s needs a floating-point input", name);
   set_out(s, 0, dt, rank, sizes);
@@ -255,9 +274,9 @@ int shape_scan(S *s) {
   DType dt = x->dtype;
   const Arg *dta = arg(s, "dtype");
   if (dta && dta->k == AK_DTYPE) dt = (DType)dta->u.code;
-  else if (!strcmp(s->n->op->name, "cumsum") && !dtype_is_float(dt)) dt = DT_I64;
+  else if (!strncmp(s->n->op->name, "cum", 3) && !dtype_is_float(dt)) dt = DT_I64;
   else if (bool_arg(s, "half_to_float") && dt == DT_F16) dt = DT_F32;
-  else if (!dtype_is_float(dt) && strcmp(s->n->op->name, "cumsum")) return fail(s, "%s", "softmax needs a floating-point input");
+  else if (!dtype_is_float(dt) && strncmp(s->n->op->name, "cum", 3)) return fail(s, "%s", "softmax needs a floating-point input");
   like(s, 0, x, dt);
   return 0;
 }
@@ -342,7 +361,7 @@ int shape_conv(S *s) {
   bool batched = x->rank == nsp + 2;
   if (!batched && x->rank != nsp + 1) return fail(s, "%s", "input rank does not match the weight");
   int64_t st[3], pd[3], dl[3], op[3] = {0, 0, 0}, groups;
-  bool transposed = bool_arg(s, "transposed");
+  bool transposed = bool_arg(s, "transposed") || !strncmp(s->n->op->name, "conv_transpose", 14);
   if (spatial_list(s, "stride", nsp, st) || spatial_list(s, "padding", nsp, pd) || spatial_list(s, "dilation", nsp, dl) || int_arg(s, "groups", &groups)) return -1;
   if (transposed && spatial_list(s, "output_padding", nsp, op)) return -1;
   if (groups < 1) return fail(s, "%s", "groups must be positive");
@@ -385,26 +404,29 @@ static const Expr *pool_out(S *s, const Expr *in, int64_t k, int64_t st, int64_t
   return ADD(s, DIV(s, ADD(s, in, C(s, 2 * pd - dl * (k - 1) - 1 + (ceil_mode ? st - 1 : 0))), C(s, st)), C(s, 1));
 }
 
+/* Pooling over the last 1 or 2 dims (kernel_size's length says which). */
 int shape_pool(S *s) {
   Value *x = tensor(s, "self");
-  if (x->rank != 3 && x->rank != 4) return fail(s, "%s", "pooling needs a rank-3 or rank-4 input");
+  int nsp = s->n->op->args[ops_arg_index(s->n->op, "kernel_size")].fixed_len;
+  if (x->rank != nsp + 1 && x->rank != nsp + 2) return fail(s, "%s", "pooling input has the wrong rank");
   int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
   int n;
-  if (spatial_list(s, "kernel_size", 2, k) || ints_arg(s, "stride", st, &n)) return -1;
-  if (n == 0) { st[0] = k[0]; st[1] = k[1]; }
-  else if (spatial_list(s, "stride", 2, st)) return -1;
-  if (spatial_list(s, "padding", 2, pd)) return -1;
-  if (arg(s, "dilation") && spatial_list(s, "dilation", 2, dl)) return -1;
-  for (int i = 0; i < 2; i++) {
+  if (spatial_list(s, "kernel_size", nsp, k) || ints_arg(s, "stride", st, &n)) return -1;
+  if (n == 0) memcpy(st, k, sizeof k);
+  else if (spatial_list(s, "stride", nsp, st)) return -1;
+  if (spatial_list(s, "padding", nsp, pd)) return -1;
+  if (arg(s, "dilation") && spatial_list(s, "dilation", nsp, dl)) return -1;
+  for (int i = 0; i < nsp; i++) {
     if (k[i] < 1 || st[i] < 1 || dl[i] < 1 || pd[i] < 0) return fail(s, "%s", "kernel, stride and dilation must be positive");
     if (pd[i] * 2 > k[i]) return fail(s, "%s", "padding should be at most half the kernel size");
   }
   bool ceil_mode = bool_arg(s, "ceil_mode");
-  const Expr *sizes[4];
-  for (int d = 0; d < x->rank - 2; d++) sizes[d] = x->sizes[d];
-  for (int i = 0; i < 2; i++) {
-    sizes[x->rank - 2 + i] = pool_out(s, x->sizes[x->rank - 2 + i], k[i], st[i], pd[i], dl[i], ceil_mode);
-    if (expr_hint(s->g, sizes[x->rank - 2 + i]) <= 0) return fail(s, "%s", "output size would be empty");
+  const Expr *sizes[GG_MAX_RANK];
+  for (int d = 0; d < x->rank - nsp; d++) sizes[d] = x->sizes[d];
+  for (int i = 0; i < nsp; i++) {
+    int d = x->rank - nsp + i;
+    sizes[d] = pool_out(s, x->sizes[d], k[i], st[i], pd[i], dl[i], ceil_mode);
+    if (expr_hint(s->g, sizes[d]) <= 0) return fail(s, "%s", "output size would be empty");
   }
   set_out(s, 0, x->dtype, x->rank, sizes);
   if (s->n->op->nrets == 2) set_out(s, 1, DT_I64, x->rank, sizes);
@@ -414,13 +436,14 @@ int shape_pool(S *s) {
 int shape_adaptive_pool(S *s) {
   Value *x = tensor(s, "self");
   const Arg *a = arg(s, "output_size");
-  if (x->rank != 3 && x->rank != 4) return fail(s, "%s", "adaptive pooling needs a rank-3 or rank-4 input");
-  if (a->k != AK_INTS || a->n != 2) return fail(s, "%s", "output_size needs two values");
-  const Expr *sizes[4];
-  for (int d = 0; d < x->rank - 2; d++) sizes[d] = x->sizes[d];
-  sizes[x->rank - 2] = a->u.is[0];
-  sizes[x->rank - 1] = a->u.is[1];
+  int nsp = s->n->op->args[ops_arg_index(s->n->op, "output_size")].fixed_len;
+  if (x->rank != nsp + 1 && x->rank != nsp + 2) return fail(s, "%s", "adaptive pooling input has the wrong rank");
+  if (a->k != AK_INTS || a->n != nsp) return fail(s, "%s", "output_size has the wrong length");
+  const Expr *sizes[GG_MAX_RANK];
+  for (int d = 0; d < x->rank - nsp; d++) sizes[d] = x->sizes[d];
+  for (int i = 0; i < nsp; i++) sizes[x->rank - nsp + i] = a->u.is[i];
   set_out(s, 0, x->dtype, x->rank, sizes);
+  if (s->n->op->nrets == 2) set_out(s, 1, DT_I64, x->rank, sizes);
   return 0;
 }
 
@@ -607,7 +630,30 @@ int shape_view(S *s) {
   Value *x = tensor(s, "self");
   const Expr *sizes[GG_MAX_RANK];
   int r = 0;
-  if (!strcmp(name, "alias") || !strcmp(name, "contiguous")) { like(s, 0, x, x->dtype); return 0; }
+  if (!strcmp(name, "alias") || !strcmp(name, "contiguous") || !strcmp(name, "detach")) { like(s, 0, x, x->dtype); return 0; }
+  if (!strcmp(name, "expand_as")) {
+    Value *o = tensor(s, "other");
+    const Expr *want[GG_MAX_RANK];
+    memcpy(want, o->sizes, sizeof *want * (size_t)o->rank);
+    int r2 = x->rank;
+    const Expr *got[GG_MAX_RANK];
+    memcpy(got, x->sizes, sizeof *got * (size_t)x->rank);
+    if (broadcast_into(s, got, &r2, o) || r2 != o->rank) return fail(s, "%s", "self does not expand to other's shape");
+    set_out(s, 0, x->dtype, o->rank, want);
+    return 0;
+  }
+  if (!strcmp(name, "movedim.int")) {
+    int64_t src, dst;
+    if (int_arg(s, "source", &src) || int_arg(s, "destination", &dst) || norm_dim(s, src, x->rank, &src) || norm_dim(s, dst, x->rank, &dst)) return -1;
+    int k = 0;
+    for (int d = 0; d < x->rank; d++) {
+      if (k == dst) sizes[k++] = x->sizes[src];
+      if (d != src) sizes[k++] = x->sizes[d];
+    }
+    if (k == dst) sizes[k++] = x->sizes[src];
+    set_out(s, 0, x->dtype, x->rank, sizes);
+    return 0;
+  }
   if (!strcmp(name, "permute")) {
     int64_t p[GG_MAX_RANK * 2];
     int n;
@@ -943,6 +989,49 @@ int shape_full(S *s) {
   } else if (self) like(s, 0, self, dt);
   else set_out(s, 0, dt, 0, NULL);
   return 0;
+}
+
+int shape_repeat(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *rp = arg(s, "repeats");
+  if (rp->k != AK_INTS || rp->n < x->rank || rp->n > GG_MAX_RANK) return fail(s, "%s", "repeats must have at least the input's rank");
+  const Expr *sizes[GG_MAX_RANK];
+  int lead = rp->n - x->rank;
+  for (int i = 0; i < rp->n; i++) sizes[i] = i < lead ? rp->u.is[i] : MUL(s, x->sizes[i - lead], rp->u.is[i]);
+  set_out(s, 0, x->dtype, rp->n, sizes);
+  return 0;
+}
+
+int shape_eye(S *s) {
+  const Arg *n = arg(s, "n"), *m = arg(s, "m");
+  const Expr *sizes[2] = {n->u.i, m ? m->u.i : n->u.i};
+  set_out(s, 0, given_dtype(s, DT_F32), 2, sizes);
+  return 0;
+}
+
+int shape_linspace(S *s) {
+  int64_t steps;
+  if (int_arg(s, "steps", &steps)) return -1;
+  if (steps < 0) return fail(s, "%s", "steps must be non-negative");
+  const Expr *len = C(s, steps);
+  set_out(s, 0, given_dtype(s, DT_F32), 1, &len);
+  return 0;
+}
+
+int shape_sym_arith(S *s) {
+  static const struct { const char *name; ExprKind k; } ops[] = {
+    {"_operator.add", E_ADD}, {"_operator.mul", E_MUL}, {"_operator.floordiv", E_FLOORDIV}, {"_operator.mod", E_MOD}, {"_operator.sub", E_ADD}};
+  const Arg *a = arg(s, "a"), *b = arg(s, "b");
+  if (a->k != AK_INT || b->k != AK_INT) return fail(s, "%s", "symbolic arithmetic needs two integers");
+  const Expr *rhs = !strcmp(s->n->op->name, "_operator.sub") ? MUL(s, C(s, -1), b->u.i) : b->u.i;
+  for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+    if (!strcmp(s->n->op->name, ops[i].name)) {
+      s->out[0].is_sym = true;
+      s->out[0].sym = expr_bin(s->a, ops[i].k, a->u.i, rhs);
+      s->nouts = 1;
+      return 0;
+    }
+  return fail(s, "%s", "unknown symbolic operator");
 }
 
 int shape_to(S *s) {

@@ -50,7 +50,7 @@ echo "== unit"
 tally "$TMP/unit" unit
 
 echo "== golden: every corpus case under the interpreter against PyTorch"
-"$BUILD/test-golden" tests/corpus/*/* >"$TMP/golden" 2>&1
+"$BUILD/test-golden" tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/golden" 2>&1
 tally "$TMP/golden" golden
 
 echo "== command line"
