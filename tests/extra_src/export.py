@@ -80,7 +80,7 @@ case("indexing", Fn(lambda s, x, i, j: (x[i], x[:, j], x[i, :, j.clamp(max=2)], 
                                         torch.index_select(x, 2, j.clamp(max=2)), x[torch.tensor([0, -1])])),
      r(4, 5, 3), torch.tensor([[0, 3], [2, 1]]), torch.tensor([4, 0]))
 case("index_put", Fn(lambda s, x, i, v: x.clone().index_put_((i,), v) * 2), r(5, 3), torch.tensor([4, 0]), r(2, 3))
-case("scatter", Fn(lambda s, x, i: (torch.scatter(x, 1, i, 1.5), torch.zeros(3, 5).scatter_add(1, i, x[:, :2]), x.scatter(0, i[:2].clamp(max=2), x[:2] * 2))),
+case("scatter", Fn(lambda s, x, i: (torch.scatter(x, 1, i, 1.5), torch.zeros_like(x).scatter_add(1, i, x[:, :2]), x.scatter(0, i[:2].clamp(max=2), x[:2] * 2))),
      r(3, 5), torch.tensor([[0, 1], [4, 2], [3, 3]]))
 case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
 case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
