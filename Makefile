@@ -8,7 +8,7 @@ BUILD   ?= build
 
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
-HDRS    := lib/gg.h lib/ops.def
+HDRS    := lib/gg.h lib/ops.def lib/scalar.h
 
 all: $(BUILD)/gcc-graph
 

@@ -5,6 +5,7 @@
  * It is written to be obviously right, not fast: kernels read their operands into contiguous float64
  * or int64 arrays, compute, and write back. Bad indices and the like fail with a message, never a trap. */
 #include "gg.h"
+#include "scalar.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -268,7 +269,6 @@ static double round_to(DType dt, double v) {
   return dtype_load_f64(dt, buf);
 }
 
-static double f_logical_not(const double *x) { return x[0] == 0; }
 
 /* Apply f (float64) or fi (int64) to the numeric operands, broadcast to the output. A Scalar operand
  * is first cast to the computation dtype, as PyTorch casts wrapped numbers. */
@@ -325,11 +325,6 @@ static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
 
 int eval_pointwise(E *e) { return pointwise(e, e->n->op->pwf, e->n->op->pwi, out0(e)); }
 
-static double gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] / sqrt(2.0))); }
-static double gelu_tanh(const double *x) {
-  double k = sqrt(2.0 / M_PI);
-  return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
-}
 
 int eval_glu(E *e) {
   Interp *I = e->I;
@@ -348,7 +343,7 @@ int eval_glu(E *e) {
 int eval_gelu(E *e) {
   const char *m = STR(e, "approximate");
   if (m && strcmp(m, "none") && strcmp(m, "tanh")) return fail(e, "unknown approximate mode '%s'", m);
-  return pointwise(e, m && !strcmp(m, "tanh") ? gelu_tanh : gelu_erf, NULL, out0(e));
+  return pointwise(e, m && !strcmp(m, "tanh") ? f_gelu_tanh : f_gelu_erf, NULL, out0(e));
 }
 
 
@@ -366,30 +361,12 @@ int eval_dropout(E *e) {
   return 0;
 }
 
-static double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
-static int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
-static double f_div_floor(const double *x) {
-  if (x[1] == 0) return x[0] / x[1];
-  double m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
-  if (m != 0 && ((x[1] < 0) != (m < 0))) d -= 1;
-  double fd = floor(d);
-  if (d - fd > 0.5) fd += 1;
-  return fd;
-}
-static int64_t i_div_floor(const int64_t *x) {
-  if (x[1] == 0) return 0;
-  if (x[0] == INT64_MIN && x[1] == -1) return INT64_MIN;
-  int64_t q = x[0] / x[1];
-  if ((x[0] % x[1] != 0) && ((x[0] < 0) != (x[1] < 0))) q--;
-  return q;
-}
-static double f_div(const double *x) { return x[0] / x[1]; }
 
 int eval_div_mode(E *e) {
   const char *m = STR(e, "rounding_mode");
   if (!m) return pointwise(e, f_div, NULL, out0(e));
   if (!strcmp(m, "trunc")) return pointwise(e, f_div_trunc, i_div_trunc, out0(e));
-  if (!strcmp(m, "floor")) return pointwise(e, f_div_floor, i_div_floor, out0(e));
+  if (!strcmp(m, "floor")) return pointwise(e, f_floordiv, i_floordiv, out0(e));
   return fail(e, "unknown rounding_mode '%s'", m);
 }
 

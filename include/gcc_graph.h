@@ -1,0 +1,60 @@
+/* gcc_graph.h: the entry points of a model compiled by gcc-graph.
+ *
+ * A compiled model is a shared object with no dependency on PyTorch or Python. Tensors cross the
+ * boundary as DLPack DLTensors, so NumPy, PyTorch, JAX and CuPy arrays pass without copies. Every
+ * function returns 0 on success and 1 when it refuses (a guard failure, a bad argument), with a
+ * message in err (NUL-terminated, truncated to errlen). A model may be run by several threads at
+ * once: each call uses its own scratch memory. Models that mutate buffers (batch-norm statistics in
+ * training mode, counters) serialize their runs, because the buffers they hold are shared state.
+ *
+ * Load with dlopen(path, RTLD_NOW | RTLD_LOCAL) and look the symbols up, or link against the .so. */
+#ifndef GCC_GRAPH_H
+#define GCC_GRAPH_H
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GG_ABI_VERSION 1
+
+typedef struct gg_model gg_model;
+
+/* The model's metadata, a JSON document (schemas/metadata.schema.json): inputs, outputs, dtypes,
+ * sizes with symbols and ranges, weights, guards, compiler version. Static storage. */
+const char *gg_metadata(void);
+int gg_abi_version(void);
+int gg_num_inputs(void);
+int gg_num_outputs(void);
+
+/* Open the model. weights: NULL when the weights are inside the .so; else the .pt2 or .safetensors
+ * file they were left in (compile --weights external), mapped read-only. */
+int gg_open(gg_model **model, const char *weights, char *err, size_t errlen);
+void gg_close(gg_model *model);
+
+/* Check inputs against the guards: count, dtype, rank, static sizes, symbolic sizes within their
+ * ranges and consistent across inputs, strides (row-major compact) and device (CPU). */
+int gg_check(const gg_model *model, const DLTensor *inputs, int ninputs, char *err, size_t errlen);
+
+/* The shape of output i for these inputs: ndim and shape (at most 16 dims), and its DLDataType. */
+int gg_output_shape(const gg_model *model, const DLTensor *inputs, int ninputs, int i, int *ndim, int64_t *shape,
+                    DLDataType *dtype, char *err, size_t errlen);
+
+/* Run with caller-provided outputs (CPU, row-major compact, the shapes gg_output_shape gives). */
+int gg_run(gg_model *model, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs, char *err, size_t errlen);
+
+/* Run and let the library allocate the outputs; free each with its deleter. */
+int gg_run_alloc(gg_model *model, const DLTensor *inputs, int ninputs, DLManagedTensor **outputs, int noutputs,
+                 char *err, size_t errlen);
+
+/* Buffers the model mutates (their current values, after the last run), by index and name. */
+int gg_num_mutated_buffers(void);
+int gg_mutated_buffer(const gg_model *model, int i, const char **name, DLTensor *value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
