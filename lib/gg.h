@@ -155,6 +155,7 @@ typedef struct OpDef {
   double (*pwf)(const double *x);   /* pointwise ops: the scalar function on float operands */
   int64_t (*pwi)(const int64_t *x); /* ... and on integer/bool operands (NULL: promote to float) */
   int pwout;              /* PwOut: how the result dtype follows from the operands */
+  const char *pwf_name, *pwi_name; /* their names in scalar.h, for generated code */
   const char *doc;        /* one line: what it does or what it is rewritten into */
   /* Parsed from schema by ops_init: */
   int nargs;
@@ -169,6 +170,19 @@ const OpDef *ops_find(const char *target); /* by full target "torch.ops.aten.add
 int ops_count(void);
 const OpDef *ops_at(int i);
 int ops_arg_index(const OpDef *op, const char *name);
+
+/* How a pointwise node computes: in float64 or int64, with which scalar.h functions. Settles the
+ * choices an argument makes (gelu's approximation, division's rounding mode) for the interpreter
+ * and the code generator alike. Returns -1 with a message when no function applies. */
+typedef struct PwPlan {
+  double (*f)(const double *);
+  int64_t (*fi)(const int64_t *);
+  const char *fname, *iname;
+  bool use_float;
+  DType comp;             /* the promoted operand dtype */
+} PwPlan;
+struct Node;
+int pw_plan(Ctx *c, const struct Node *n, PwPlan *p);
 
 /* ---------------------------------------------------------------- the graph IR (load.c) */
 

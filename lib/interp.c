@@ -261,7 +261,6 @@ static Tensor *out0(E *e) { return e->outs[0]; }
 
 typedef double (*PwF)(const double *);
 typedef int64_t (*PwI)(const int64_t *);
-DType shape_promote(const Node *n);
 
 static double round_to(DType dt, double v) {
   uint8_t buf[8];
@@ -272,14 +271,14 @@ static double round_to(DType dt, double v) {
 
 /* Apply f (float64) or fi (int64) to the numeric operands, broadcast to the output. A Scalar operand
  * is first cast to the computation dtype, as PyTorch casts wrapped numbers. */
-static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
+static int pointwise(E *e, Tensor *out) {
   const Node *n = e->n;
-  DType promoted = shape_promote(n);
-  bool use_float = dtype_is_float(promoted) || n->op->pwout == PW_FLOAT || !fi;
-  if (use_float && !f) return fail(e, "not defined for %s", dtype_name(promoted));
-  DType comp = dtype_is_float(promoted) ? promoted : DT_F64;
-  /* on bool, PyTorch's bitwise not is logical not */
-  if (promoted == DT_BOOL && !strcmp(n->op->name, "bitwise_not")) { f = f_logical_not; use_float = true; }
+  PwPlan plan;
+  if (pw_plan(e->I->c, n, &plan)) return -1;
+  PwF f = plan.f;
+  PwI fi = plan.fi;
+  bool use_float = plan.use_float;
+  DType comp = dtype_is_float(plan.comp) ? plan.comp : DT_F64;
   int64_t numel = tensor_numel(out);
   enum { MAXOP = 8 };
   double fv[MAXOP], *fa[MAXOP] = {0};
@@ -323,7 +322,7 @@ static int pointwise(E *e, PwF f, PwI fi, Tensor *out) {
   return 0;
 }
 
-int eval_pointwise(E *e) { return pointwise(e, e->n->op->pwf, e->n->op->pwi, out0(e)); }
+int eval_pointwise(E *e) { return pointwise(e, out0(e)); }
 
 
 int eval_glu(E *e) {
@@ -340,12 +339,7 @@ int eval_glu(E *e) {
   return 0;
 }
 
-int eval_gelu(E *e) {
-  const char *m = STR(e, "approximate");
-  if (m && strcmp(m, "none") && strcmp(m, "tanh")) return fail(e, "unknown approximate mode '%s'", m);
-  return pointwise(e, m && !strcmp(m, "tanh") ? f_gelu_tanh : f_gelu_erf, NULL, out0(e));
-}
-
+int eval_gelu(E *e) { return pointwise(e, out0(e)); }
 
 int eval_dropout(E *e) {
   RArg *tr = A(e, "train");
@@ -362,13 +356,7 @@ int eval_dropout(E *e) {
 }
 
 
-int eval_div_mode(E *e) {
-  const char *m = STR(e, "rounding_mode");
-  if (!m) return pointwise(e, f_div, NULL, out0(e));
-  if (!strcmp(m, "trunc")) return pointwise(e, f_div_trunc, i_div_trunc, out0(e));
-  if (!strcmp(m, "floor")) return pointwise(e, f_floordiv, i_floordiv, out0(e));
-  return fail(e, "unknown rounding_mode '%s'", m);
-}
+int eval_div_mode(E *e) { return pointwise(e, out0(e)); }
 
 int eval_copy(E *e) {
   Tensor *out = out0(e), *src = T(e, "src");

@@ -17,7 +17,7 @@
 #undef OP
 
 static OpDef table[] = {
-#define OP(schema, shape, eval, pwf, pwi, pwout, doc) {NULL, schema, shape, eval, pwf, pwi, pwout, doc, 0, NULL, 0, false, false},
+#define OP(schema, shape, eval, pwf, pwi, pwout, doc) {NULL, schema, shape, eval, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
 #include "ops.def"
 #undef OP
 };
@@ -221,6 +221,43 @@ const OpDef *ops_find(const char *target) {
   for (int i = 0; i < NOPS; i++)
     if (table[i].name && !strcmp(table[i].name, target)) return &table[i];
   return NULL;
+}
+
+DType shape_promote(const Node *n);
+
+int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
+  const OpDef *op = n->op;
+  memset(p, 0, sizeof *p);
+  p->f = op->pwf;
+  p->fi = op->pwi;
+  p->fname = op->pwf_name;
+  p->iname = op->pwi_name;
+  p->comp = shape_promote(n);
+  int i = ops_arg_index(op, "approximate");
+  if (i >= 0) {   /* gelu */
+    bool tanh_mode = n->args[i].k == AK_STR && !strcmp(n->args[i].u.s, "tanh");
+    if (n->args[i].k == AK_STR && !tanh_mode && strcmp(n->args[i].u.s, "none"))
+      return gg_error(c, "node %s: unknown gelu approximation %s", gg_quote(c, n->name), gg_quote(c, n->args[i].u.s));
+    p->f = tanh_mode ? f_gelu_tanh : f_gelu_erf;
+    p->fname = tanh_mode ? "f_gelu_tanh" : "f_gelu_erf";
+  }
+  i = ops_arg_index(op, "rounding_mode");
+  if (i >= 0) {   /* div.Tensor_mode */
+    const char *m = n->args[i].k == AK_STR ? n->args[i].u.s : NULL;
+    if (!m) { p->f = f_div; p->fname = "f_div"; p->fi = NULL; }
+    else if (!strcmp(m, "trunc")) { p->f = f_div_trunc; p->fi = i_div_trunc; p->fname = "f_div_trunc"; p->iname = "i_div_trunc"; }
+    else if (!strcmp(m, "floor")) { p->f = f_floordiv; p->fi = i_floordiv; p->fname = "f_floordiv"; p->iname = "i_floordiv"; }
+    else return gg_error(c, "node %s: unknown rounding_mode %s", gg_quote(c, n->name), gg_quote(c, m));
+  }
+  if (!strncmp(op->name, "dropout", 7) || !strcmp(op->name, "native_dropout")) {
+    p->f = f_ident; p->fi = i_ident; p->fname = "f_ident"; p->iname = "i_ident";
+  }
+  p->use_float = dtype_is_float(p->comp) || op->pwout == PW_FLOAT || !p->fi;
+  if (p->comp == DT_BOOL && !strcmp(op->name, "bitwise_not")) {   /* on bool, bitwise not is logical not */
+    p->f = f_logical_not; p->fname = "f_logical_not"; p->use_float = true;
+  }
+  if (p->use_float && !p->f) return gg_error(c, "node %s (%s): not defined for %s", gg_quote(c, n->name), gg_quote(c, n->target), dtype_name(p->comp));
+  return 0;
 }
 
 int ops_arg_index(const OpDef *op, const char *name) {

@@ -1,0 +1,412 @@
+/* gg_rt.c: the runtime inside every compiled model: the entry points of gcc_graph.h, implemented
+ * over the descriptor the generated code provides (gg__desc), and the kernels that are the same for
+ * every model (BLAS matrix products, convolution by im2col + GEMM, pooling). It needs libc, libm,
+ * libgomp and a CBLAS, nothing else. */
+#include "gg_rt.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GG_EXPORT __attribute__((visibility("default")))
+
+struct gg_model {
+  void *map;                /* external weights file, mapped */
+  size_t maplen;
+  void **w;                 /* every weight's bytes */
+  void **mut;               /* private copies of mutated buffers */
+  pthread_mutex_t lock;     /* serializes runs of models that mutate buffers */
+};
+
+int gg_rt_fail(char *err, size_t errlen, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
+const char *gg_rt_dtype_name(DLDataType t) {
+  if (t.lanes != 1) return "vector";
+  switch (t.code) {
+  case kDLFloat: return t.bits == 16 ? "float16" : t.bits == 32 ? "float32" : t.bits == 64 ? "float64" : "float?";
+  case kDLBfloat: return "bfloat16";
+  case kDLInt: return t.bits == 8 ? "int8" : t.bits == 16 ? "int16" : t.bits == 32 ? "int32" : t.bits == 64 ? "int64" : "int?";
+  case kDLUInt: return t.bits == 8 ? "uint8" : "uint?";
+  case 6: return "bool";   /* kDLBool, DLPack >= 0.8 */
+  default: return "unknown";
+  }
+}
+
+static bool same_dtype(DLDataType a, DLDataType want) {
+  if (a.code == want.code && a.bits == want.bits && a.lanes == want.lanes) return true;
+  /* bool arrives as kDLBool from current exporters, as uint8 from older ones */
+  return want.code == 6 && a.code == kDLUInt && a.bits == 8 && a.lanes == 1;
+}
+
+int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, char *err, size_t errlen) {
+  if (!t || (!t->data && t->ndim >= 0 && 0)) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' is missing", name);
+  if (t->device.device_type != kDLCPU)
+    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' device mismatch. expected cpu, actual device type %d", name, (int)t->device.device_type);
+  if (!same_dtype(t->dtype, want))
+    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' dtype mismatch. expected %s, actual %s", name, gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype));
+  if (t->ndim != ndim) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' rank mismatch. expected %d, actual %d", name, ndim, t->ndim);
+  if (t->strides) {
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+      if (t->shape[d] != 1 && t->strides[d] != s)
+        return gg_rt_fail(err, errlen, "guard failed: tensor '%s' stride mismatch at index %d. expected %lld (row-major compact), actual %lld", name, d,
+                          (long long)s, (long long)t->strides[d]);
+      s *= t->shape[d];
+    }
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- half precision */
+
+float gg_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+  if (exp == 0) {
+    float f = ldexpf((float)man, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+  else bits = sign | ((exp + 112) << 23) | (man << 13);
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t gg_f2h(float f) {
+  double d = f, a = fabs(d);
+  uint16_t sign = signbit(d) ? 0x8000 : 0;
+  if (isnan(d)) return sign | 0x7e00;
+  if (a >= 65520.0) return sign | 0x7c00;
+  if (a < ldexp(1.0, -25)) return sign;
+  int e;
+  frexp(a, &e);
+  int exp = e - 1;
+  double q = exp < -14 ? ldexp(a, 24) : ldexp(a, 10 - exp), r = nearbyint(q);
+  if (exp < -14) return sign | (uint16_t)r;
+  uint32_t m = (uint32_t)r;
+  if (m == 2048) { m = 1024; exp++; }
+  if (exp > 15) return sign | 0x7c00;
+  return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(m - 1024);
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+GG_EXPORT const char *gg_metadata(void) { return gg__metadata; }
+GG_EXPORT int gg_abi_version(void) { return GG_ABI_VERSION; }
+GG_EXPORT int gg_num_inputs(void) { return gg__desc.ninputs; }
+GG_EXPORT int gg_num_outputs(void) { return gg__desc.noutputs; }
+GG_EXPORT int gg_num_mutated_buffers(void) { return gg__desc.nmutable; }
+
+GG_EXPORT void gg_close(gg_model *m) {
+  if (!m) return;
+  if (m->map) munmap(m->map, m->maplen);
+  for (int i = 0; i < gg__desc.nmutable; i++) free(m->mut[i]);
+  free(m->mut);
+  free(m->w);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t errlen) {
+  const gg_model_desc *d = &gg__desc;
+  *out = NULL;
+  gg_model *m = calloc(1, sizeof *m);
+  if (!m) return gg_rt_fail(err, errlen, "out of memory");
+  pthread_mutex_init(&m->lock, NULL);
+  m->w = calloc((size_t)d->nweights + 1, sizeof *m->w);
+  m->mut = calloc((size_t)d->nmutable + 1, sizeof *m->mut);
+  if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  const unsigned char *base = d->blob;
+  if (!base && d->nweights) {
+    if (!weights) { gg_close(m); return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open"); }
+    int fd = open(weights, O_RDONLY);
+    if (fd < 0) { gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot open: %s", weights, strerror(errno)); }
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size != d->external_size) {
+      close(fd);
+      gg_close(m);
+      return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
+                        (long long)st.st_size, (long long)d->external_size);
+    }
+    m->maplen = (size_t)st.st_size;
+    m->map = mmap(NULL, m->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m->map == MAP_FAILED) { m->map = NULL; gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot map", weights); }
+    base = m->map;
+  }
+  for (int i = 0; i < d->nweights; i++) {
+    const gg_weight_desc *wd = &d->weights[i];
+    m->w[i] = (void *)(base + wd->offset);
+    if (wd->mutable_index >= 0) {
+      void *p = NULL;
+      if (posix_memalign(&p, GG_RT_ALIGN, (size_t)wd->nbytes + 1)) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+      memcpy(p, m->w[i], (size_t)wd->nbytes);
+      m->mut[wd->mutable_index] = p;
+      m->w[i] = p;
+    }
+  }
+  *out = m;
+  return 0;
+}
+
+GG_EXPORT int gg_check(const gg_model *m, const DLTensor *in, int nin, char *err, size_t errlen) {
+  (void)m;
+  int64_t sym[64];
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  return gg__desc.guard(in, sym, err, errlen);
+}
+
+GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, int i, int *ndim, int64_t *shape, DLDataType *dtype, char *err,
+                              size_t errlen) {
+  int64_t sym[64];
+  if (gg_check(m, in, nin, err, errlen)) return 1;
+  if (i < 0 || i >= gg__desc.noutputs) return gg_rt_fail(err, errlen, "no output %d: the model has %d", i, gg__desc.noutputs);
+  *ndim = gg__desc.output_ndims[i];
+  *dtype = gg__desc.output_dtypes[i];
+  gg__desc.guard(in, sym, err, errlen);
+  gg__desc.output_shape(i, sym, shape);
+  return 0;
+}
+
+static int run_checked(gg_model *m, const DLTensor *in, int nin, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
+  int64_t bytes = gg__desc.scratch_bytes(sym);
+  unsigned char *scratch = NULL;
+  if (bytes > 0 && posix_memalign((void **)&scratch, GG_RT_ALIGN, (size_t)bytes)) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
+  (void)nin;
+  if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
+  gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
+  if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
+  free(scratch);
+  return 0;
+}
+
+GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  int64_t sym[64], shape[GG_RT_MAX_RANK];
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (gg__desc.guard(in, sym, err, errlen)) return 1;
+  void *outs[64];
+  for (int i = 0; i < nout; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "out.%d", i);
+    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], err, errlen)) return 1;
+    gg__desc.output_shape(i, sym, shape);
+    for (int d = 0; d < out[i].ndim; d++)
+      if (out[i].shape[d] != shape[d])
+        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
+    outs[i] = (char *)out[i].data + out[i].byte_offset;
+  }
+  return run_checked(m, in, nin, outs, sym, err, errlen);
+}
+
+typedef struct owned { DLManagedTensor mt; int64_t shape[GG_RT_MAX_RANK]; } owned;
+static void owned_free(DLManagedTensor *t) { if (t) { free(t->dl_tensor.data); free(t); } }
+
+GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTensor **out, int nout, char *err, size_t errlen) {
+  int64_t sym[64];
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (gg__desc.guard(in, sym, err, errlen)) return 1;
+  void *outs[64];
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  for (int i = 0; i < nout; i++) {
+    owned *o = calloc(1, sizeof *o);
+    if (!o) goto oom;
+    DLTensor *t = &o->mt.dl_tensor;
+    t->ndim = gg__desc.output_ndims[i];
+    t->dtype = gg__desc.output_dtypes[i];
+    t->device.device_type = kDLCPU;
+    t->shape = o->shape;
+    gg__desc.output_shape(i, sym, o->shape);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= o->shape[d];
+    if (posix_memalign(&t->data, GG_RT_ALIGN, (size_t)(n * (t->dtype.bits / 8)) + 1)) { free(o); goto oom; }
+    o->mt.deleter = owned_free;
+    out[i] = &o->mt;
+    outs[i] = t->data;
+  }
+  if (run_checked(m, in, nin, outs, sym, err, errlen)) goto fail;
+  return 0;
+oom:
+  gg_rt_fail(err, errlen, "out of memory");
+fail:
+  for (int i = 0; i < nout; i++) { owned_free(out[i]); out[i] = NULL; }
+  return 1;
+}
+
+GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLTensor *v) {
+  if (!m || i < 0 || i >= gg__desc.nmutable) return 1;
+  const gg_weight_desc *wd = &gg__desc.weights[gg__desc.mutable_weight[i]];
+  *name = wd->fqn;
+  memset(v, 0, sizeof *v);
+  v->data = m->mut[i];
+  v->device.device_type = kDLCPU;
+  v->ndim = gg__desc.mutable_ndims[i];
+  v->dtype = gg__desc.mutable_dtypes[i];
+  v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+/* An operand with a unit stride along its rows is row-major with leading dimension = the other
+ * stride; with a unit stride along its columns, it is the transpose of a row-major matrix. */
+#define GEMM(NAME, T, CBLAS)                                                                          \
+  void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C) { \
+    if (M == 0 || N == 0) return;                                                                     \
+    if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); return; }                                 \
+    bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1); \
+    int64_t lda = ta ? sak : sam, ldb = tb ? sbn : sbk;                                               \
+    if (!ta && lda < K) lda = K;                                                                      \
+    if (ta && lda < M) lda = M;                                                                       \
+    if (!tb && ldb < N) ldb = N;                                                                      \
+    if (tb && ldb < K) ldb = K;                                                                       \
+    CBLAS(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1, A, (int)lda, B, \
+          (int)ldb, 0, C, (int)N);                                                                    \
+  }
+GEMM(gg_rt_sgemm, float, cblas_sgemm)
+GEMM(gg_rt_dgemm, double, cblas_dgemm)
+
+/* ---------------------------------------------------------------- convolution */
+
+int64_t gg_rt_conv_scratch(const gg_conv *c) {
+  int64_t cg = (c->transposed ? c->Cout : c->Cin) / c->groups;
+  int64_t sp = c->transposed ? c->in[0] * c->in[1] * c->in[2] : c->out[0] * c->out[1] * c->out[2];
+  return cg * c->k[0] * c->k[1] * c->k[2] * sp;
+}
+
+/* im2col: col[(ic, k0, k1, k2), (o0, o1, o2)] = x[ic, o*stride - pad + k*dil] or 0 outside */
+#define CONV(NAME, T, GEMMF)                                                                          \
+  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {                 \
+    int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
+    int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
+    int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
+    for (int64_t n = 0; n < c->N; n++)                                                                \
+      for (int64_t g = 0; g < G; g++) {                                                               \
+        const T *xg = x + (n * c->Cin + g * icg) * isp;                                               \
+        T *yg = y + (n * c->Cout + g * ocg) * osp;                                                    \
+        if (!c->transposed) {                                                                         \
+          _Pragma("omp parallel for collapse(2) schedule(static)")                                    \
+          for (int64_t ic = 0; ic < icg; ic++)                                                        \
+            for (int64_t kk = 0; kk < ksp; kk++) {                                                    \
+              int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];  \
+              T *row = col + (ic * ksp + kk) * osp;                                                   \
+              for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                            \
+                int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                          \
+                for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                          \
+                  int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                        \
+                  T *r = row + (o0 * c->out[1] + o1) * c->out[2];                                     \
+                  bool in01 = i0 >= 0 && i0 < c->in[0] && i1 >= 0 && i1 < c->in[1];                   \
+                  const T *xr = xg + (ic * c->in[0] * c->in[1] + (in01 ? i0 * c->in[1] + i1 : 0)) * c->in[2]; \
+                  for (int64_t o2 = 0; o2 < c->out[2]; o2++) {                                        \
+                    int64_t i2 = o2 * c->stride[2] - c->pad[2] + k2 * c->dil[2];                      \
+                    r[o2] = in01 && i2 >= 0 && i2 < c->in[2] ? xr[i2] : (T)0;                         \
+                  }                                                                                   \
+                }                                                                                     \
+              }                                                                                       \
+            }                                                                                         \
+          /* y[oc, o] = w[oc, (ic,k)] @ col[(ic,k), o] */                                             \
+          GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, col, osp, 1, yg);         \
+        } else {                                                                                      \
+          /* col[(oc,k), i] = w[ic, (oc,k)]^T @ x[ic, i], then scatter-add into y (col2im) */         \
+          GEMMF(ocg * ksp, isp, icg, w + g * icg * ocg * ksp, 1, ocg * ksp, xg, isp, 1, col);         \
+          memset(yg, 0, sizeof(T) * (size_t)(ocg * osp));                                             \
+          _Pragma("omp parallel for schedule(static)")                                                \
+          for (int64_t oc = 0; oc < ocg; oc++)                                                        \
+            for (int64_t kk = 0; kk < ksp; kk++) {                                                    \
+              int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];  \
+              const T *row = col + (oc * ksp + kk) * isp;                                             \
+              for (int64_t i0 = 0; i0 < c->in[0]; i0++) {                                             \
+                int64_t o0 = i0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                          \
+                if (o0 < 0 || o0 >= c->out[0]) continue;                                              \
+                for (int64_t i1 = 0; i1 < c->in[1]; i1++) {                                           \
+                  int64_t o1 = i1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                        \
+                  if (o1 < 0 || o1 >= c->out[1]) continue;                                            \
+                  for (int64_t i2 = 0; i2 < c->in[2]; i2++) {                                         \
+                    int64_t o2 = i2 * c->stride[2] - c->pad[2] + k2 * c->dil[2];                      \
+                    if (o2 < 0 || o2 >= c->out[2]) continue;                                          \
+                    yg[oc * osp + (o0 * c->out[1] + o1) * c->out[2] + o2] += row[(i0 * c->in[1] + i1) * c->in[2] + i2]; \
+                  }                                                                                   \
+                }                                                                                     \
+              }                                                                                       \
+            }                                                                                         \
+        }                                                                                             \
+        if (bias)                                                                                     \
+          for (int64_t oc = 0; oc < ocg; oc++)                                                        \
+            for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
+      }                                                                                               \
+  }
+CONV(gg_rt_conv_f32, float, gg_rt_sgemm)
+CONV(gg_rt_conv_f64, double, gg_rt_dgemm)
+
+/* ---------------------------------------------------------------- pooling */
+
+#define POOL(NAME, T)                                                                                 \
+  void NAME(const gg_pool *p, const T *x, T *y, int64_t *idx) {                                      \
+    _Pragma("omp parallel for schedule(static)")                                                      \
+    for (int64_t pl = 0; pl < p->planes; pl++)                                                        \
+      for (int64_t oh = 0; oh < p->OH; oh++)                                                          \
+        for (int64_t ow = 0; ow < p->OW; ow++) {                                                      \
+          const T *xp = x + pl * p->H * p->W;                                                         \
+          int64_t o = (pl * p->OH + oh) * p->OW + ow, h0, h1, w0, w1;                                 \
+          if (p->kind >= 2) {                                                                         \
+            h0 = oh * p->H / p->OH; h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;                       \
+            w0 = ow * p->W / p->OW; w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;                       \
+          } else {                                                                                    \
+            h0 = oh * p->stride[0] - p->pad[0]; w0 = ow * p->stride[1] - p->pad[1];                   \
+            h1 = h0 + (p->k[0] - 1) * p->dil[0] + 1; w1 = w0 + (p->k[1] - 1) * p->dil[1] + 1;         \
+          }                                                                                           \
+          if (p->kind == 0 || p->kind == 3) {                                                         \
+            double m = -INFINITY;                                                                     \
+            int64_t mi = -1;                                                                          \
+            int64_t dh = p->kind == 0 ? p->dil[0] : 1, dw = p->kind == 0 ? p->dil[1] : 1;             \
+            for (int64_t h = h0; h < h1; h += dh)                                                     \
+              for (int64_t w = w0; w < w1; w += dw) {                                                 \
+                if (h < 0 || h >= p->H || w < 0 || w >= p->W) continue;                               \
+                double v = xp[h * p->W + w];                                                          \
+                if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * p->W + w; }         \
+              }                                                                                       \
+            y[o] = (T)m;                                                                              \
+            if (idx) idx[o] = mi;                                                                     \
+          } else {                                                                                    \
+            int64_t count;                                                                            \
+            if (p->kind == 2) count = (h1 - h0) * (w1 - w0);                                          \
+            else {                                                                                    \
+              h1 = h0 + p->k[0]; w1 = w0 + p->k[1];                                                   \
+              if (h1 > p->H + p->pad[0]) h1 = p->H + p->pad[0];                                       \
+              if (w1 > p->W + p->pad[1]) w1 = p->W + p->pad[1];                                       \
+              count = (h1 - h0) * (w1 - w0);                                                          \
+              if (h0 < 0) h0 = 0;                                                                     \
+              if (w0 < 0) w0 = 0;                                                                     \
+              if (h1 > p->H) h1 = p->H;                                                               \
+              if (w1 > p->W) w1 = p->W;                                                               \
+              if (!p->count_include_pad) count = (h1 - h0) * (w1 - w0);                               \
+              if (p->divisor) count = p->divisor;                                                     \
+            }                                                                                         \
+            double s = 0;                                                                             \
+            for (int64_t h = h0; h < h1; h++)                                                         \
+              for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];                                \
+            y[o] = (T)(s / (double)count);                                                            \
+          }                                                                                           \
+        }                                                                                             \
+  }
+POOL(gg_rt_pool_f32, float)
+POOL(gg_rt_pool_f64, double)
