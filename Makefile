@@ -3,17 +3,26 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter
-LDLIBS  += -lcjson -lminizip -lm
+LDLIBS  += -lcjson -lminizip -lm -ldl
 BUILD   ?= build
 
 LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
+LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o) $(BUILD)/gen/embedded.o
+# Files every compiled model is built with, embedded into gcc-graph.
+EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
 HDRS    := lib/gg.h lib/ops.def lib/scalar.h
 
 all: $(BUILD)/gcc-graph
 
 $(BUILD)/lib/%.o: lib/%.c $(HDRS)
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh $(EMBED) > $@
+
+$(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libgg.a: $(LIB_OBJ)

@@ -2,8 +2,14 @@
  * Exit status: 0 success, 1 bad input (model, tensors, guard failure), 2 wrong usage. */
 #include "../lib/gg.h"
 
+#include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../include/gcc_graph.h"
 
 static const char *prog = "gcc-graph";
 
@@ -13,10 +19,14 @@ static const char usage_main[] =
   "An ahead-of-time compiler for PyTorch graphs saved by torch.export.\n"
   "\n"
   "commands:\n"
+  "  compile MODEL -o MODEL.so\n"
+  "                 compile a model into a shared object (C/OpenMP, BLAS)\n"
   "  run MODEL --inputs IN.safetensors -o OUT.safetensors [--interpret]\n"
   "                 run a model (.pt2 or .json) on inputs and write its outputs\n"
   "  explain MODEL  show inputs, outputs, weights, symbols, ops and unsupported nodes\n"
   "  ops            list the supported ATen ops with their schemas (markdown)\n"
+  "  bench MODEL.so --inputs IN.safetensors [--iters N]\n"
+  "                 time a compiled model; the last line is JSON (median_ms, iters, threads)\n"
   "\n"
   "options:\n"
   "  -h, --help     show help (gcc-graph COMMAND --help for a command)\n"
@@ -27,17 +37,48 @@ static const char usage_main[] =
 static const char usage_run[] =
   "usage: gcc-graph run MODEL --inputs IN.safetensors -o OUT.safetensors [options]\n"
   "\n"
-  "Run MODEL (a .pt2 archive or an ExportedProgram .json) on the tensors of IN and write the\n"
-  "results to OUT. Inputs are named in.0, in.1, ... by position among the model's user inputs\n"
+  "Run MODEL (a compiled .so, a .pt2 archive or an ExportedProgram .json) on the tensors of IN and\n"
+  "write the results to OUT. A .so runs its compiled code; a .pt2 or .json runs under the reference\n"
+  "interpreter, the oracle the compiled code is tested against.\n"
+  "\n"
+  "Inputs are named in.0, in.1, ... by position among the model's user inputs\n"
   "(the input's own name is accepted too). Outputs are written as out.0, out.1, ... in output\n"
   "order, and every buffer the model mutates as buffer_after.<buffer name>.\n"
   "\n"
   "options:\n"
   "  --inputs FILE     input tensors (safetensors)\n"
   "  -o FILE           where to write the outputs (safetensors)\n"
-  "  --interpret       run the reference interpreter (the only engine in this version)\n"
-  "  --weights FILE    parameters and buffers for a bare .json (safetensors, keyed by name)\n"
+  "  --interpret       run the reference interpreter (the default for .pt2 and .json)\n"
+  "  --weights FILE    parameters and buffers for a bare .json (safetensors, keyed by name);\n"
+  "                    for a .so compiled with --weights external, the .pt2 it was compiled from\n"
   "  -h, --help        show this help\n";
+
+static const char usage_compile[] =
+  "usage: gcc-graph compile MODEL -o OUT.so [options]\n"
+  "\n"
+  "Compile MODEL (a .pt2 archive or an ExportedProgram .json) into a shared object that needs only\n"
+  "libc, libm, libgomp and a BLAS. Its entry points are declared in gcc_graph.h (DLPack tensors);\n"
+  "it carries its metadata (gg_metadata) and checks every input before it runs.\n"
+  "\n"
+  "options:\n"
+  "  -o FILE              the shared object to write (with -S: a folder for the C sources)\n"
+  "  -S                   write the generated C sources only\n"
+  "  --weights FILE       parameters and buffers for a bare .json (safetensors, keyed by name)\n"
+  "  --weights external   leave the weights in the .pt2, mapped when the model is opened\n"
+  "                       (gg_open and gcc-graph run --weights then take the .pt2's path)\n"
+  "  --weights embedded   put the weights inside the .so (the default)\n"
+  "  --cc CC              the C compiler (default: cc)\n"
+  "  --cflags FLAGS       its optimization flags (default: -O2)\n"
+  "  --keep               keep the build folder and say where it is\n"
+  "  -v                   print the compiler command\n"
+  "  -h, --help           show this help\n";
+
+static const char usage_bench[] =
+  "usage: gcc-graph bench MODEL.so --inputs IN.safetensors [--iters N] [--warmup N] [--weights FILE]\n"
+  "\n"
+  "Run a compiled model N times (default 50) after a warm-up (default 5) and report the median,\n"
+  "minimum and mean time. The last line of standard output is a JSON object with median_ms,\n"
+  "min_ms, mean_ms, iters and threads (OMP_NUM_THREADS, or the number of CPUs).\n";
 
 static const char usage_explain[] =
   "usage: gcc-graph explain MODEL [--weights FILE]\n"
@@ -62,7 +103,11 @@ static int report(Ctx *c) {
   return 1;
 }
 
-typedef struct Opts { const char *model, *inputs, *output, *weights; bool interpret, help; } Opts;
+typedef struct Opts {
+  const char *model, *inputs, *output, *weights, *cc, *cflags;
+  bool interpret, help, sources_only, keep, verbose;
+  long iters, warmup;
+} Opts;
 
 /* Parse "--flag VALUE" style options shared by the subcommands. Returns 2 on a usage error. */
 static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool run) {
@@ -71,8 +116,23 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     const char **slot = NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { o->help = true; continue; }
     if (run && !strcmp(a, "--interpret")) { o->interpret = true; continue; }
+    if (!strcmp(a, "-S") && usage == usage_compile) { o->sources_only = true; continue; }
+    if (!strcmp(a, "--keep") && usage == usage_compile) { o->keep = true; continue; }
+    if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
+    const char *num = NULL;
+    if (usage == usage_bench && (!strcmp(a, "--iters") || !strcmp(a, "--warmup"))) {
+      if (i + 1 >= argc) return usage_error(usage, "option '%s' needs a value", a);
+      num = argv[++i];
+      char *end;
+      long v = strtol(num, &end, 10);
+      if (*end || v < 0 || v > 1000000 || (a[2] == 'i' && v < 1)) return usage_error(usage, "bad count '%s'", num);
+      if (a[2] == 'i') o->iters = v; else o->warmup = v;
+      continue;
+    }
     if (run && !strcmp(a, "--inputs")) slot = &o->inputs;
     else if (run && !strcmp(a, "-o")) slot = &o->output;
+    else if (usage == usage_compile && !strcmp(a, "--cc")) slot = &o->cc;
+    else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -146,6 +206,193 @@ static int write_results(Ctx *c, Interp *I, const char *path, const RunResult *r
   return st_write(c, path, st, n);
 }
 
+static int cmd_compile(int argc, char **argv) {
+  Opts o = {0};
+  if (parse_opts(argc, argv, &o, usage_compile, true)) return 2;
+  if (o.help) { fputs(usage_compile, stdout); return 0; }
+  if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
+  if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
+  if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
+  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose};
+  if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
+  else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
+  Ctx *c = ctx_new();
+  int rc = compile_model(c, &co) ? report(c) : 0;
+  ctx_free(c);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- compiled models */
+
+typedef struct Lib {
+  void *h;
+  const char *(*metadata)(void);
+  int (*num_inputs)(void), (*num_outputs)(void), (*num_mut)(void);
+  int (*open)(gg_model **, const char *, char *, size_t);
+  void (*close)(gg_model *);
+  int (*run_alloc)(gg_model *, const DLTensor *, int, DLManagedTensor **, int, char *, size_t);
+  int (*mutated)(const gg_model *, int, const char **, DLTensor *);
+} Lib;
+
+static int load_lib(Ctx *c, const char *path, Lib *l) {
+  char *p = strchr(path, '/') ? (char *)path : arena_printf(c->arena, "./%s", path);
+  l->h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  if (!l->h) return gg_error(c, "%s: cannot load: %s", path, dlerror());
+#define SYM(field, name) if (!(*(void **)&l->field = dlsym(l->h, name))) return gg_error(c, "%s: not a gcc-graph model (no %s)", path, name)
+  SYM(metadata, "gg_metadata");
+  SYM(num_inputs, "gg_num_inputs");
+  SYM(num_outputs, "gg_num_outputs");
+  SYM(num_mut, "gg_num_mutated_buffers");
+  SYM(open, "gg_open");
+  SYM(close, "gg_close");
+  SYM(run_alloc, "gg_run_alloc");
+  SYM(mutated, "gg_mutated_buffer");
+#undef SYM
+  return 0;
+}
+
+static DLDataType to_dl(DType d) {
+  DLDataType t = {kDLFloat, (uint8_t)(dtype_info(d)->size * 8), 1};
+  if (d == DT_BF16) t.code = kDLBfloat;
+  else if (d == DT_BOOL) t.code = 6;
+  else if (d == DT_U8) t.code = kDLUInt;
+  else if (!dtype_is_float(d)) t.code = kDLInt;
+  return t;
+}
+
+static DType from_dl(DLDataType t) {
+  for (int code = 0; code < 14; code++) {
+    const DTypeInfo *i = dtype_info(code);
+    if (i && !memcmp(&(DLDataType){to_dl((DType)code).code, to_dl((DType)code).bits, 1}, &t, sizeof t)) return (DType)code;
+  }
+  return DT_UNKNOWN;
+}
+
+/* Inputs for a compiled model: in.N, or by the names its metadata lists. */
+static int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor **out, int *n) {
+  int ni = l->num_inputs();
+  DLTensor *ts = arena_array(c->arena, (size_t)ni + 1, sizeof *ts);
+  const char *meta = l->metadata();
+  for (int i = 0; i < ni; i++) {
+    const STensor *s = st_find(st, arena_printf(c->arena, "in.%d", i));
+    if (!s) {
+      /* the input's own name, from the metadata's inputs list */
+      const char *p = strstr(meta, "\"inputs\":[");
+      for (int k = 0; p && k <= i; k++) p = strstr(p + 1, "{\"name\":\"");
+      if (p) {
+        p += 9;
+        const char *q = strchr(p, '"');
+        if (q) s = st_find(st, arena_printf(c->arena, "%.*s", (int)(q - p), p));
+      }
+    }
+    if (!s) return gg_error(c, "%s: no tensor for input %d: name it in.%d", path, i, i);
+    ts[i].data = (void *)s->data;
+    ts[i].device.device_type = kDLCPU;
+    ts[i].ndim = s->rank;
+    ts[i].dtype = to_dl(s->dtype);
+    ts[i].shape = (int64_t *)s->sizes;
+  }
+  for (int k = 0; k < st->n; k++) {
+    int idx;
+    char tail;
+    if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= ni))
+      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", ni, gg_quote(c, st->t[k].name));
+  }
+  *out = ts;
+  *n = ni;
+  return 0;
+}
+
+static STensor st_of(Ctx *c, const char *name, const DLTensor *t) {
+  STensor s = {name, from_dl(t->dtype), t->ndim, {0}, t->data, 0};
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) { s.sizes[d] = t->shape[d]; n *= t->shape[d]; }
+  s.nbytes = (size_t)n * (size_t)dtype_info(s.dtype)->size;
+  (void)c;
+  return s;
+}
+
+static int run_so(Ctx *c, const Opts *o) {
+  Lib l;
+  Graph dummy = {.ctx = c};
+  SafeTensors in;
+  DLTensor *ts;
+  int ni, rc = -1;
+  gg_model *m = NULL;
+  char err[1024] = "";
+  if (load_lib(c, o->model, &l) || st_read(c, &dummy, o->inputs, &in) || so_inputs(c, &l, &in, o->inputs, &ts, &ni)) goto out;
+  if (l.open(&m, o->weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  int no = l.num_outputs(), nm = l.num_mut();
+  DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
+  if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  STensor *st = arena_array(c->arena, (size_t)(no + nm) + 1, sizeof *st);
+  for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &outs[i]->dl_tensor);
+  for (int i = 0; i < nm; i++) {
+    const char *name;
+    DLTensor v;
+    l.mutated(m, i, &name, &v);
+    st[no + i] = st_of(c, arena_printf(c->arena, "buffer_after.%s", name), &v);
+  }
+  rc = st_write(c, o->output, st, no + nm);
+  for (int i = 0; i < no; i++) outs[i]->deleter(outs[i]);
+out:
+  if (m) l.close(m);
+  graph_release(&dummy);
+  return rc;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+static int cmd_bench(int argc, char **argv) {
+  Opts o = {.iters = 50, .warmup = 5};
+  if (parse_opts(argc, argv, &o, usage_bench, true)) return 2;
+  if (o.help) { fputs(usage_bench, stdout); return 0; }
+  if (!o.model) return usage_error(usage_bench, "%s", "missing MODEL.so");
+  if (!o.inputs) return usage_error(usage_bench, "%s", "missing --inputs FILE");
+  Ctx *c = ctx_new();
+  Lib l;
+  Graph dummy = {.ctx = c};
+  SafeTensors in;
+  DLTensor *ts;
+  int ni, rc = 1;
+  gg_model *m = NULL;
+  char err[1024] = "";
+  if (load_lib(c, o.model, &l) || st_read(c, &dummy, o.inputs, &in) || so_inputs(c, &l, &in, o.inputs, &ts, &ni)) goto out;
+  if (l.open(&m, o.weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  int no = l.num_outputs();
+  DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
+  double *t = arena_array(c->arena, (size_t)o.iters + 1, sizeof *t);
+  for (long i = 0; i < o.warmup + o.iters; i++) {
+    double t0 = now_ms();
+    if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    double dt = now_ms() - t0;
+    for (int k = 0; k < no; k++) outs[k]->deleter(outs[k]);
+    if (i >= o.warmup) t[i - o.warmup] = dt;
+  }
+  double sum = 0;
+  for (long i = 0; i < o.iters; i++) sum += t[i];
+  qsort(t, (size_t)o.iters, sizeof *t, cmp_double);
+  double med = o.iters % 2 ? t[o.iters / 2] : (t[o.iters / 2 - 1] + t[o.iters / 2]) / 2;
+  const char *env = getenv("OMP_NUM_THREADS");
+  long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+  printf("%s: %ld iterations after %ld warm-up, %ld threads: median %.3f ms, min %.3f ms, mean %.3f ms\n", o.model, o.iters, o.warmup, threads, med, t[0],
+         sum / (double)o.iters);
+  printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, \"iters\": %ld, \"threads\": %ld}\n", med, t[0], sum / (double)o.iters, o.iters, threads);
+  rc = 0;
+out:
+  if (m) l.close(m);
+  graph_release(&dummy);
+  if (rc) report(c);
+  ctx_free(c);
+  return rc;
+}
+
 static int cmd_run(int argc, char **argv) {
   Opts o = {0};
   if (parse_opts(argc, argv, &o, usage_run, true)) return 2;
@@ -155,8 +402,11 @@ static int cmd_run(int argc, char **argv) {
   if (!o.output) return usage_error(usage_run, "%s", "missing -o FILE");
   size_t ml = strlen(o.model);
   if (ml > 3 && !strcmp(o.model + ml - 3, ".so")) {
-    fprintf(stderr, "%s: error: %s: running compiled models is not available in this version; use the .pt2 with --interpret\n", prog, o.model);
-    return 1;
+    if (o.interpret) return usage_error(usage_run, "%s", "--interpret needs the .pt2 or .json, not a compiled .so");
+    Ctx *c = ctx_new();
+    int rc = run_so(c, &o) ? report(c) : 0;
+    ctx_free(c);
+    return rc;
   }
   Ctx *c = ctx_new();
   Graph *g = load_verified(c, &o);
@@ -198,6 +448,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     if (argc > 2 && !strcmp(argv[2], "run")) fputs(usage_run, stdout);
+    else if (argc > 2 && !strcmp(argv[2], "compile")) fputs(usage_compile, stdout);
+    else if (argc > 2 && !strcmp(argv[2], "bench")) fputs(usage_bench, stdout);
     else if (argc > 2 && !strcmp(argv[2], "explain")) fputs(usage_explain, stdout);
     else fputs(usage_main, stdout);
     return 0;
@@ -207,6 +459,8 @@ int main(int argc, char **argv) {
   if (ok) { report(probe); ctx_free(probe); return 1; }
   ctx_free(probe);
   if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "explain")) return cmd_explain(argc - 2, argv + 2);
   if (!strcmp(cmd, "ops")) {
     if (argc > 2) return usage_error(usage_main, "unexpected argument '%s'", argv[2]);

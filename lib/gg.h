@@ -142,6 +142,8 @@ struct ShapeCtx;
 struct EvalCtx;
 typedef int (*ShapeFn)(struct ShapeCtx *);
 typedef int (*EvalFn)(struct EvalCtx *);
+struct Em;
+typedef int (*EmitFn)(struct Em *, struct Node *);
 
 /* Result dtype of a pointwise op: the promoted operand dtype (SAME), that made floating (FLOAT:
  * integers become float32), or bool after comparing in the promoted dtype (CMP) or as truth values (BOOL). */
@@ -152,6 +154,7 @@ typedef struct OpDef {
   const char *schema;     /* PyTorch's own schema text, which gives names, types and defaults */
   ShapeFn shape;
   EvalFn eval;
+  EmitFn emit;            /* writes the node's C code (emit_c.c) */
   double (*pwf)(const double *x);   /* pointwise ops: the scalar function on float operands */
   int64_t (*pwi)(const int64_t *x); /* ... and on integer/bool operands (NULL: promote to float) */
   int pwout;              /* PwOut: how the result dtype follows from the operands */
@@ -363,6 +366,20 @@ Tensor *tensor_from_st(Interp *I, const STensor *s);  /* borrows the bytes */
 int64_t tensor_numel(const Tensor *t);
 bool tensor_is_contiguous(const Tensor *t);
 void *tensor_contiguous_bytes(Interp *I, Tensor *t, size_t *nbytes);
+
+/* ---------------------------------------------------------------- compile (compile.c) */
+
+typedef struct CompileOptions {
+  const char *model, *output;
+  const char *weights_file;  /* safetensors for a bare .json */
+  bool external_weights;     /* leave weights in the .pt2, mapped at open */
+  const char *cc, *cflags;
+  bool sources_only;         /* -S: write the C sources into output (a folder) */
+  bool keep, verbose;
+} CompileOptions;
+int compile_model(Ctx *c, const CompileOptions *o);
+int functionalize(Graph *g);
+int decompose(Graph *g);
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);

@@ -12,12 +12,12 @@
 
 /* ---------------------------------------------------------------- the table */
 
-#define OP(schema, shape, eval, pwf, pwi, pwout, doc) int shape(struct ShapeCtx *); int eval(struct EvalCtx *);
+#define OP(schema, shape, eval, emit, pwf, pwi, pwout, doc) int shape(struct ShapeCtx *); int eval(struct EvalCtx *); int emit(struct Em *, struct Node *);
 #include "ops.def"
 #undef OP
 
 static OpDef table[] = {
-#define OP(schema, shape, eval, pwf, pwi, pwout, doc) {NULL, schema, shape, eval, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
+#define OP(schema, shape, eval, emit, pwf, pwi, pwout, doc) {NULL, schema, shape, eval, emit, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
 #include "ops.def"
 #undef OP
 };

@@ -190,10 +190,10 @@ static int run_checked(gg_model *m, const DLTensor *in, int nin, void *const *ou
   if (bytes > 0 && posix_memalign((void **)&scratch, GG_RT_ALIGN, (size_t)bytes)) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
   (void)nin;
   if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
-  gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
+  const char *why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
   if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
   free(scratch);
-  return 0;
+  return why ? gg_rt_fail(err, errlen, "%s", why) : 0;
 }
 
 GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {

@@ -36,7 +36,8 @@ typedef struct gg_model_desc {
   int (*guard)(const DLTensor *in, int64_t *sym, char *err, size_t errlen);
   void (*output_shape)(int i, const int64_t *sym, int64_t *shape);
   int64_t (*scratch_bytes)(const int64_t *sym);
-  void (*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
+  /* NULL on success, else why the run stopped (an index out of range) */
+  const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
 } gg_model_desc;
 
 extern const gg_model_desc gg__desc;

@@ -1,0 +1,265 @@
+/* compile.c: the pipeline, as one function (compile_model), and the build of the .so.
+ * Requires: options from the driver. Guarantees: a model .so that carries its weights (or the
+ * offsets of them in the file they stay in), its metadata and its guards, built by the system C
+ * compiler in a private folder with relative paths, so that the same model and flags give the same
+ * bytes wherever they are built. */
+#include "gg.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct { const char *name, *text; } EmbeddedFile;
+extern const EmbeddedFile gg_embedded_files[];
+
+int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external, int64_t external_size);
+
+/* ---------------------------------------------------------------- metadata */
+
+static cJSON *shape_json(const Graph *g, const Value *v) {
+  cJSON *a = cJSON_CreateArray();
+  for (int d = 0; d < v->rank; d++) {
+    int64_t c;
+    if (expr_is_const(v->sizes[d], &c)) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c));
+    else cJSON_AddItemToArray(a, cJSON_CreateString(expr_str(g->ctx->arena, g, v->sizes[d])));
+  }
+  return a;
+}
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+char *model_metadata(Graph *g, bool external, int64_t weight_bytes) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "format", "gcc-graph model");
+  cJSON_AddNumberToObject(m, "abi_version", 1);
+  cJSON_AddStringToObject(m, "compiler", "gcc-graph " GG_VERSION);
+  cJSON_AddStringToObject(m, "source", base_name(g->path));
+  cJSON_AddStringToObject(m, "torch_version", g->torch_version);
+  cJSON_AddStringToObject(m, "ir", g->ir);
+  cJSON_AddStringToObject(m, "device", "cpu");
+  cJSON *ins = cJSON_AddArrayToObject(m, "inputs"), *guards = cJSON_AddArrayToObject(m, "guards");
+  Value **users;
+  int nu = graph_user_inputs(g, &users);
+  for (int i = 0; i < nu; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", users[i]->name);
+    cJSON_AddStringToObject(o, "dtype", dtype_name(users[i]->dtype));
+    cJSON_AddItemToObject(o, "shape", shape_json(g, users[i]));
+    cJSON_AddItemToArray(ins, o);
+    cJSON *gd = cJSON_CreateObject();
+    cJSON_AddStringToObject(gd, "input", users[i]->name);
+    cJSON_AddStringToObject(gd, "dtype", dtype_name(users[i]->dtype));
+    cJSON_AddNumberToObject(gd, "rank", users[i]->rank);
+    cJSON_AddItemToObject(gd, "sizes", shape_json(g, users[i]));
+    cJSON_AddStringToObject(gd, "strides", "row-major compact");
+    cJSON_AddStringToObject(gd, "device", "cpu");
+    cJSON_AddItemToArray(guards, gd);
+  }
+  cJSON *outs = cJSON_AddArrayToObject(m, "outputs");
+  for (int i = 0; i < g->noutputs; i++) {
+    if (g->outputs[i].kind != OUT_USER) continue;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", g->outputs[i].v->name);
+    cJSON_AddStringToObject(o, "dtype", dtype_name(g->outputs[i].v->dtype));
+    cJSON_AddItemToObject(o, "shape", shape_json(g, g->outputs[i].v));
+    cJSON_AddItemToArray(outs, o);
+  }
+  cJSON *syms = cJSON_AddArrayToObject(m, "symbols");
+  for (int i = 0; i < g->nsyms; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", g->syms[i].name);
+    cJSON_AddNumberToObject(o, "min", (double)g->syms[i].min);
+    if (g->syms[i].max == INT64_MAX) cJSON_AddNullToObject(o, "max");
+    else cJSON_AddNumberToObject(o, "max", (double)g->syms[i].max);
+    cJSON_AddItemToArray(syms, o);
+  }
+  cJSON *w = cJSON_AddObjectToObject(m, "weights");
+  cJSON_AddStringToObject(w, "storage", external ? "external" : "embedded");
+  if (external) cJSON_AddStringToObject(w, "file", base_name(g->path));
+  cJSON_AddNumberToObject(w, "bytes", (double)weight_bytes);
+  cJSON *list = cJSON_AddArrayToObject(w, "tensors");
+  cJSON *mut = cJSON_AddArrayToObject(m, "mutated_buffers");
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (v->input == IN_USER) continue;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", v->fqn);
+    cJSON_AddStringToObject(o, "kind", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant");
+    cJSON_AddStringToObject(o, "dtype", dtype_name(v->dtype));
+    cJSON_AddItemToObject(o, "shape", shape_json(g, v));
+    cJSON_AddItemToArray(list, o);
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i].kind == OUT_BUFFER_MUTATION) cJSON_AddItemToArray(mut, cJSON_CreateString(g->outputs[i].target_name));
+  char *s = cJSON_PrintUnformatted(m);
+  char *r = arena_strdup(g->ctx->arena, s);
+  free(s);
+  cJSON_Delete(m);
+  return r;
+}
+
+/* ---------------------------------------------------------------- files and the C compiler */
+
+static int write_file(Ctx *c, const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return gg_error(c, "%s: cannot write: %s", path, strerror(errno));
+  if (n && fwrite(data, 1, n, f) != n) { fclose(f); return gg_error(c, "%s: write failed", path); }
+  if (fclose(f)) return gg_error(c, "%s: write failed", path);
+  return 0;
+}
+
+static int write_sources(Ctx *c, const char *dir) {
+  for (const EmbeddedFile *e = gg_embedded_files; e->name; e++)
+    if (write_file(c, arena_printf(c->arena, "%s/%s", dir, e->name), e->text, strlen(e->text))) return -1;
+  return 0;
+}
+
+/* Run argv (no shell: model names never reach a command line) in dir; -1 with its output on failure. */
+static int run_tool(Ctx *c, const char *dir, char **argv, bool verbose) {
+  if (verbose) {
+    fputs("gcc-graph:", stderr);
+    for (char **a = argv; *a; a++) fprintf(stderr, " %s", *a);
+    fputc('\n', stderr);
+  }
+  char *log = arena_printf(c->arena, "%s/cc.log", dir);
+  pid_t pid = fork();
+  if (pid < 0) return gg_error(c, "cannot start %s: %s", argv[0], strerror(errno));
+  if (pid == 0) {
+    if (chdir(dir)) _exit(127);
+    FILE *lf = freopen("cc.log", "w", stdout);
+    if (!lf || dup2(fileno(stdout), 2) < 0) _exit(127);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  char buf[3000] = "";
+  FILE *f = fopen(log, "r");
+  if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0]) return gg_error(c, "cannot run the C compiler '%s' (give another with --cc)", argv[0]);
+  return gg_error(c, "the C compiler failed on the generated code (internal error; please report it):\n%s", buf);
+}
+
+/* Split flags on spaces (no shell quoting: --cflags "-O3 -march=native"). */
+static int split_flags(Ctx *c, const char *s, char **out, int max) {
+  int n = 0;
+  char *copy = arena_strdup(c->arena, s ? s : "");
+  for (char *t = strtok(copy, " \t"); t && n < max; t = strtok(NULL, " \t")) out[n++] = t;
+  return n;
+}
+
+static int copy_file(Ctx *c, const char *from, const char *to) {
+  FILE *in = fopen(from, "rb");
+  if (!in) return gg_error(c, "%s: cannot read: %s", from, strerror(errno));
+  char *tmp = arena_printf(c->arena, "%s.tmp%ld", to, (long)getpid());
+  FILE *out = fopen(tmp, "wb");
+  if (!out) { fclose(in); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+  fclose(in);
+  if (fclose(out) || chmod(tmp, 0755) || rename(tmp, to)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  return 0;
+}
+
+static void remove_dir(const char *dir) {
+  static const char *names[] = {"model.c", "weights.bin", "gg_rt.c", "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "cc.log", NULL};
+  char p[4096];
+  for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
+  rmdir(dir);
+}
+
+/* ---------------------------------------------------------------- the pipeline */
+
+int functionalize(Graph *g);
+int decompose(Graph *g);
+
+int compile_model(Ctx *c, const CompileOptions *o) {
+  /* read and check */
+  Graph *g = graph_load(c, o->model, o->weights_file);
+  if (!g) return -1;
+  int rc = -1;
+  char *dir = NULL;
+  if (verify_graph(g) || graph_check_supported(g)) goto done;
+  /* rewrite into the core set */
+  if (functionalize(g) || verify_graph(g)) goto done;
+  if (decompose(g) || verify_graph(g)) goto done;
+  /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
+  int nw = 0;
+  for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
+  int64_t *offsets = arena_array(c->arena, (size_t)nw + 1, sizeof *offsets), blob = 0, file_size = 0, bytes = 0;
+  bool external = o->external_weights;
+  if (external && o->weights_file) { gg_error(c, "--weights external keeps weights in the .pt2; it does not apply to a .json with --weights FILE"); goto done; }
+  for (int i = 0, k = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (v->input == IN_USER) continue;
+    if (!v->weight) { gg_error(c, "%s %s has no data: give --weights FILE.safetensors", v->input == IN_PARAM ? "parameter" : "buffer", gg_quote(c, v->fqn)); goto done; }
+    bytes += (int64_t)v->weight->nbytes;
+    if (external) {
+      /* the archive is mapped once for reading its directory: find the mapping that holds the bytes */
+      const Mapping *hold = NULL;
+      for (const Mapping *m = g->mappings; m; m = m->next)
+        if (v->weight->data >= (const uint8_t *)m->base && v->weight->data < (const uint8_t *)m->base + m->len) hold = m;
+      if (!hold) { gg_error(c, "%s: weights of %s are not in the model file", g->path, gg_quote(c, v->fqn)); goto done; }
+      offsets[k++] = (int64_t)(v->weight->data - (const uint8_t *)hold->base);
+      file_size = (int64_t)hold->len;
+    }
+    else { offsets[k++] = blob; blob += ((int64_t)v->weight->nbytes + 63) & ~INT64_C(63); }
+  }
+  /* the build folder */
+  char tmpl[] = "/tmp/gcc-graph-XXXXXX";
+  const char *tmpdir = getenv("TMPDIR");
+  char *pattern = tmpdir && *tmpdir ? arena_printf(c->arena, "%s/gcc-graph-XXXXXX", tmpdir) : arena_strdup(c->arena, tmpl);
+  if (o->sources_only) {
+    if (mkdir(o->output, 0777) && errno != EEXIST) { gg_error(c, "%s: cannot create: %s", o->output, strerror(errno)); goto done; }
+    dir = arena_strdup(c->arena, o->output);
+  } else if (!(dir = mkdtemp(pattern))) { gg_error(c, "cannot create a build folder: %s", strerror(errno)); goto done; }
+  if (!external) {
+    uint8_t *b = calloc(1, (size_t)blob + 1);
+    if (!b) { gg_error(c, "out of memory for %lld bytes of weights", (long long)blob); goto done; }
+    for (int i = 0, k = 0; i < g->ninputs; i++) {
+      Value *v = g->inputs[i];
+      if (v->input == IN_USER) continue;
+      memcpy(b + offsets[k++], v->weight->data, v->weight->nbytes);
+    }
+    rc = write_file(c, arena_printf(c->arena, "%s/weights.bin", dir), b, (size_t)blob);
+    free(b);
+    if (rc) goto done;
+    rc = -1;
+  }
+  char *meta = model_metadata(g, external, bytes);
+  char *src = NULL;
+  size_t srclen = 0;
+  FILE *mf = open_memstream(&src, &srclen);
+  int erc = emit_model(c, g, mf, meta, offsets, blob, external, file_size);
+  fclose(mf);
+  if (erc) { free(src); goto done; }
+  erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
+  free(src);
+  if (erc || write_sources(c, dir)) goto done;
+  if (o->sources_only) { rc = 0; goto done; }
+  /* cc -shared: relative names only, so the output does not depend on the folder */
+  char *argv[96];
+  int n = 0;
+  argv[n++] = (char *)(o->cc ? o->cc : "cc");
+  n += split_flags(c, o->cflags ? o->cflags : "-O2", argv + n, 40);
+  const char *fixed[] = {"-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu",
+                         "-Wl,--build-id=none", "-o", "model.so", "model.c", "gg_rt.c", "-lopenblas", "-lm", NULL};
+  for (const char **f = fixed; *f; f++) argv[n++] = (char *)*f;
+  argv[n] = NULL;
+  if (run_tool(c, dir, argv, o->verbose)) goto done;
+  rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
+done:
+  if (dir && !o->sources_only && !o->keep) remove_dir(dir);
+  else if (dir && o->keep && !o->sources_only) fprintf(stderr, "gcc-graph: sources kept in %s\n", dir);
+  graph_release(g);
+  return rc;
+}

@@ -1,0 +1,1400 @@
+/* emit_c.c: C/OpenMP code generation.
+ * Requires: a verified, functional, decomposed graph (compile.c). Guarantees: one C file that, with
+ * the runtime (lib/rt) and scalar.h, builds into a model .so: one static function per kernel with a
+ * comment naming the nodes it computes, loops parallel with OpenMP over the outer dims and unit-stride
+ * inner loops the C compiler can vectorize, matrix products and convolutions through BLAS, every size
+ * a C expression of the symbols s[] (so symbolic sizes stay symbolic), views as strides (no copies),
+ * and a guard function that checks every input before anything runs. Names from the model reach the
+ * file only inside escaped string literals and sanitized comments. Output is deterministic. */
+#include "gg.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define R GG_MAX_RANK
+
+enum { S_INPUT, S_WEIGHT, S_SCRATCH, S_OUTPUT, S_MUT };
+
+typedef struct Stor {
+  int kind, index;          /* input index / weight index / scratch id */
+  DType dt;
+  const Expr *nelem;        /* scratch: elements */
+} Stor;
+
+typedef struct TV {          /* a value as the generated code sees it: storage + strides */
+  bool ok;
+  int stor;
+  DType dt;
+  int rank;
+  const Expr *sizes[R], *strides[R], *offset;
+} TV;
+
+typedef struct Em {
+  Ctx *c;
+  Graph *g;
+  Arena *a;
+  FILE *k;                  /* kernel functions */
+  FILE *r;                  /* the body of run() */
+  TV *tv;                   /* by value id */
+  Stor *st;
+  int nst, capst;
+  int nk;                   /* kernels so far */
+  int *weight_of;           /* value id -> weight index, or -1 */
+} Em;
+
+static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int efail(Em *e, Node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return gg_error(e->c, "%s: node %s (%s): %s", e->g->path, gg_quote(e->c, n->name), gg_quote(e->c, n->target), msg);
+}
+
+/* ---------------------------------------------------------------- C text helpers */
+
+static void pexpr(FILE *f, const Expr *x) {
+  switch (x->k) {
+  case E_CONST: fprintf(f, "INT64_C(%lld)", (long long)x->c); return;
+  case E_SYM: fprintf(f, "s[%lld]", (long long)x->c); return;
+  case E_ADD: fputc('(', f); pexpr(f, x->a); fputs(" + ", f); pexpr(f, x->b); fputc(')', f); return;
+  case E_MUL: fputc('(', f); pexpr(f, x->a); fputs(" * ", f); pexpr(f, x->b); fputc(')', f); return;
+  default: {
+    const char *fn = x->k == E_FLOORDIV ? "gg_floordiv" : x->k == E_MOD ? "gg_mod" : x->k == E_MAX ? "gg_max" : "gg_min";
+    fprintf(f, "%s(", fn);
+    pexpr(f, x->a);
+    fputs(", ", f);
+    pexpr(f, x->b);
+    fputc(')', f);
+  }
+  }
+}
+
+/* An Expr as C text (arena string). */
+static const char *cx(Em *e, const Expr *x) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  pexpr(f, x);
+  fclose(f);
+  char *r = arena_strdup(e->a, buf);
+  free(buf);
+  return r;
+}
+
+static const Expr *C(Em *e, int64_t v) { return expr_const(e->a, v); }
+static const Expr *ADD(Em *e, const Expr *x, const Expr *y) { return expr_bin(e->a, E_ADD, x, y); }
+static const Expr *MUL(Em *e, const Expr *x, const Expr *y) { return expr_bin(e->a, E_MUL, x, y); }
+
+/* A comment that cannot end early or smuggle a line break: model text is made safe here. */
+static void comment(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '*' && s[1] == '/') { fputs("* /", f); s++; }
+    else if (ch < 32 || ch > 126 || ch == '\\') fputc('?', f);
+    else fputc(ch, f);
+  }
+}
+
+/* A C string literal with every byte that is not plain printable ASCII escaped. */
+void emit_c_string(FILE *f, const char *s) {
+  fputc('"', f);
+  int col = 0;
+  for (; *s; s++, col++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch == '\n') fputs("\\n", f);
+    else if (ch < 32 || ch > 126 || ch == '?') fprintf(f, "\\%03o", ch);
+    else fputc(ch, f);
+    if (col > 100 && ch == ',') { fputs("\"\n  \"", f); col = 0; }
+  }
+  fputc('"', f);
+}
+
+static const char *ctype(DType d) {
+  switch (d) {
+  case DT_F32: return "float";
+  case DT_F64: return "double";
+  case DT_F16: case DT_BF16: return "uint16_t";
+  case DT_I64: return "int64_t";
+  case DT_I32: return "int32_t";
+  case DT_I16: return "int16_t";
+  case DT_I8: return "int8_t";
+  default: return "uint8_t";   /* uint8, bool */
+  }
+}
+
+/* Reading an element as double / int64, and writing one back, in C. */
+static void load_f(FILE *f, DType d, const char *ptr, const char *idx) {
+  if (d == DT_F16) fprintf(f, "(double)gg_h2f(%s[%s])", ptr, idx);
+  else if (d == DT_BF16) fprintf(f, "(double)gg_bf2f(%s[%s])", ptr, idx);
+  else fprintf(f, "(double)%s[%s]", ptr, idx);
+}
+
+static void load_i(FILE *f, DType d, const char *ptr, const char *idx) {
+  if (dtype_is_float(d)) { fputs("gg_d2i(", f); load_f(f, d, ptr, idx); fputc(')', f); }
+  else fprintf(f, "(int64_t)%s[%s]", ptr, idx);
+}
+
+static void store(FILE *f, DType d, bool from_float, const char *ptr, const char *idx, const char *val) {
+  fprintf(f, "%s[%s] = ", ptr, idx);
+  if (d == DT_F16) fprintf(f, "gg_d2h((double)(%s));\n", val);
+  else if (d == DT_BF16) fprintf(f, "gg_f2bf((float)(%s));\n", val);
+  else if (d == DT_BOOL) fprintf(f, "(%s) != 0;\n", val);
+  else if (dtype_is_float(d)) fprintf(f, "(%s)(%s);\n", ctype(d), val);
+  else if (from_float) fprintf(f, "(%s)gg_d2i(%s);\n", ctype(d), val);
+  else fprintf(f, "(%s)(%s);\n", ctype(d), val);
+}
+
+/* ---------------------------------------------------------------- storage and views */
+
+static int new_stor(Em *e, int kind, int index, DType dt, const Expr *nelem) {
+  if (e->nst == e->capst) {
+    e->capst = e->capst ? e->capst * 2 : 64;
+    Stor *n = arena_array(e->a, (size_t)e->capst, sizeof *n);
+    if (e->nst) memcpy(n, e->st, sizeof *n * (size_t)e->nst);
+    e->st = n;
+  }
+  e->st[e->nst] = (Stor){kind, index, dt, nelem};
+  return e->nst++;
+}
+
+static const char *sname(Em *e, int s) {
+  const Stor *st = &e->st[s];
+  static const char *prefix[] = {[S_INPUT] = "in", [S_WEIGHT] = "w", [S_SCRATCH] = "t", [S_OUTPUT] = "out", [S_MUT] = "mut"};
+  return arena_printf(e->a, "%s%d", prefix[st->kind], st->kind == S_SCRATCH ? s : st->index);
+}
+
+static void contiguous_tv(Em *e, TV *t, int stor, DType dt, int rank, const Expr *const *sizes) {
+  memset(t, 0, sizeof *t);
+  t->ok = true;
+  t->stor = stor;
+  t->dt = dt;
+  t->rank = rank;
+  t->offset = C(e, 0);
+  const Expr *s = C(e, 1);
+  for (int d = rank - 1; d >= 0; d--) {
+    t->sizes[d] = sizes[d];
+    t->strides[d] = s;
+    s = MUL(e, s, sizes[d]);
+  }
+}
+
+static const Expr *numel(Em *e, const TV *t) {
+  const Expr *n = C(e, 1);
+  for (int d = 0; d < t->rank; d++) n = MUL(e, n, t->sizes[d]);
+  return n;
+}
+
+static bool is_contiguous(Em *e, const TV *t) {
+  const Expr *s = C(e, 1);
+  int64_t one;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    bool unit = expr_is_const(t->sizes[d], &one) && one == 1;
+    if (!unit && !expr_same(e->g, t->strides[d], s)) return false;
+    s = MUL(e, s, t->sizes[d]);
+  }
+  return expr_is_const(t->offset, &one) && one == 0;
+}
+
+/* A fresh contiguous scratch tensor for value v. */
+static TV *alloc_value(Em *e, Value *v) {
+  TV *t = &e->tv[v->id];
+  const Expr *n = C(e, 1);
+  for (int d = 0; d < v->rank; d++) n = MUL(e, n, v->sizes[d]);
+  int s = new_stor(e, S_SCRATCH, 0, v->dtype, n);
+  contiguous_tv(e, t, s, v->dtype, v->rank, v->sizes);
+  return t;
+}
+
+static TV *tv_of(Em *e, Node *n, Value *v) {
+  TV *t = &e->tv[v->id];
+  if (!t->ok) { efail(e, n, "value %s has no storage (internal error)", gg_quote(e->c, v->name)); return NULL; }
+  return t;
+}
+
+/* ---------------------------------------------------------------- kernel framing */
+
+typedef struct Operand { bool is_tensor; TV t; double f; int64_t i; bool none; } Operand;
+
+static void kernel_begin(Em *e, Node *n, const char *what) {
+  fprintf(e->k, "\n/* %s: node ", what);
+  comment(e->k, n->name);
+  fputs(" (", e->k);
+  comment(e->k, n->target);
+  fputs(") */\n", e->k);
+}
+
+/* Loops over a shape, with an OpenMP parallel outer loop when the shape is big enough. The loop
+ * variables are i0..i{rank-1}; returns the number of braces to close. */
+static int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) {
+  FILE *f = e->k;
+  if (rank == 0) { fputs("  {\n", f); return 1; }
+  const Expr *n = C(e, 1);
+  for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
+  if (parallel) {
+    fprintf(f, "  #pragma omp parallel for schedule(static)%s if(%s > 32768)\n",
+            rank > 2 ? arena_printf(e->a, " collapse(%d)", rank - 1) : "", cx(e, n));
+  }
+  for (int d = 0; d < rank; d++)
+    fprintf(f, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++)%s\n", 2 + 2 * d, "", d, d, cx(e, sizes[d]), d, d == rank - 1 ? " {" : "");
+  return 1;
+}
+
+static void close_loops(Em *e, int n) { while (n--) fputs("  }\n", e->k); }
+
+/* The element index of t at loop indices i0.. (with broadcasting: loop rank >= t's rank). */
+static const char *index_of(Em *e, const TV *t, int loop_rank) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  pexpr(f, t->offset);
+  for (int d = 0; d < t->rank; d++) {
+    int64_t v;
+    if (expr_is_const(t->strides[d], &v) && v == 0) continue;
+    if (expr_is_const(t->sizes[d], &v) && v == 1 && t->rank <= loop_rank) continue;
+    fprintf(f, " + i%d * ", d + loop_rank - t->rank);
+    pexpr(f, t->strides[d]);
+  }
+  fclose(f);
+  char *r = arena_strdup(e->a, buf);
+  free(buf);
+  return r;
+}
+
+/* A view of t broadcast to rank/sizes (stride 0 where t has size 1 or no dim). */
+static TV broadcast_tv(Em *e, const TV *t, int rank, const Expr *const *sizes) {
+  TV b = *t;
+  b.rank = rank;
+  for (int d = rank - 1, s = t->rank - 1; d >= 0; d--, s--) {
+    int64_t v;
+    b.sizes[d] = sizes[d];
+    bool keep = s >= 0 && !(expr_is_const(t->sizes[s], &v) && v == 1 && !(expr_is_const(sizes[d], &v) && v == 1));
+    b.strides[d] = keep ? t->strides[s] : C(e, 0);
+  }
+  return b;
+}
+
+/* ---------------------------------------------------------------- pointwise */
+
+static void fmt_double(FILE *f, double v) {
+  if (isnan(v)) fputs("NAN", f);
+  else if (isinf(v)) fputs(v > 0 ? "INFINITY" : "-INFINITY", f);
+  else fprintf(f, "%.17g", v);
+}
+
+static double round_to(DType dt, double v) {
+  uint8_t buf[8];
+  dtype_store_f64(dt, buf, v);
+  return dtype_load_f64(dt, buf);
+}
+
+/* dst[i] = fn(operands[i]) over dst's shape, computed in double (use_float) or int64. The operands
+ * broadcast to dst. dst may be any view (cat and friends write into slices). */
+static void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *ops, int nops, const char *fname,
+                             bool use_float, DType comp) {
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, what);
+  fprintf(f, "static void k%d(%s *restrict y", id, ctype(dst->dt));
+  for (int j = 0; j < nops; j++)
+    if (ops[j].is_tensor) fprintf(f, ", const %s *x%d", ctype(ops[j].t.dt), j);
+  fputs(", const int64_t *s) {\n  (void)s;\n", f);
+  int closers = open_loops(e, dst->rank, dst->sizes, true);
+  fprintf(f, "    %s a[%d];\n", use_float ? "double" : "int64_t", nops ? nops : 1);
+  for (int j = 0; j < nops; j++) {
+    fprintf(f, "    a[%d] = ", j);
+    if (ops[j].is_tensor) {
+      TV b = broadcast_tv(e, &ops[j].t, dst->rank, dst->sizes);
+      const char *p = arena_printf(e->a, "x%d", j), *ix = index_of(e, &b, dst->rank);
+      if (use_float) load_f(f, b.dt, p, ix); else load_i(f, b.dt, p, ix);
+    } else if (use_float) fmt_double(f, ops[j].none ? NAN : round_to(dtype_is_float(comp) ? comp : DT_F64, ops[j].f));
+    else if (ops[j].none) fputs(j == 1 ? "INT64_MIN" : "INT64_MAX", f);   /* clamp's missing bound */
+    else fprintf(f, "INT64_C(%lld)", (long long)ops[j].i);
+    fputs(";\n", f);
+  }
+  fprintf(f, "    ");
+  store(f, dst->dt, use_float, "y", index_of(e, dst, dst->rank), arena_printf(e->a, "%s(a)", fname));
+  close_loops(e, closers);
+  fputs("}\n", f);
+  /* the call */
+  fprintf(e->r, "  k%d(%s", id, sname(e, dst->stor));
+  for (int j = 0; j < nops; j++)
+    if (ops[j].is_tensor) fprintf(e->r, ", %s", sname(e, ops[j].t.stor));
+  fputs(", s);\n", e->r);
+}
+
+/* A plain copy (with dtype conversion) of src into dst. */
+static void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src) {
+  Operand op = {.is_tensor = true, .t = *src};
+  bool fl = dtype_is_float(src->dt) || dtype_is_float(dst->dt);
+  pointwise_kernel(e, n, "copy", dst, &op, 1, fl ? "f_ident" : "i_ident", fl, src->dt);
+}
+
+/* The value's elements in a fresh contiguous tensor, copying only when its view is not one. */
+static TV *contiguous_of(Em *e, Node *n, Value *v) {
+  TV *t = tv_of(e, n, v);
+  if (!t || is_contiguous(e, t)) return t;
+  TV *c = arena_alloc(e->a, sizeof *c);
+  const Expr *n_el = numel(e, t);
+  int s = new_stor(e, S_SCRATCH, 0, t->dt, n_el);
+  contiguous_tv(e, c, s, t->dt, t->rank, t->sizes);
+  copy_kernel(e, n, c, t);
+  return c;
+}
+
+static int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
+  *nops = 0;
+  for (int i = 0; i < n->op->nargs; i++) {
+    ArgType ty = n->op->args[i].type;
+    if (ty != T_TENSOR && ty != T_SCALAR) continue;
+    const Arg *a = &n->args[i];
+    Operand *o = &ops[(*nops)++];
+    memset(o, 0, sizeof *o);
+    if (a->k == AK_TENSOR) {
+      TV *t = tv_of(e, n, a->u.t);
+      if (!t) return -1;
+      o->is_tensor = true;
+      o->t = *t;
+    } else if (a->k == AK_NONE) o->none = true;
+    else if (a->k == AK_FLOAT) { o->f = a->u.f; o->i = (int64_t)a->u.f; }
+    else if (a->k == AK_BOOL) { o->f = a->u.b; o->i = a->u.b; }
+    else if (a->k == AK_INT) {
+      int64_t v;
+      if (!expr_is_const(a->u.i, &v)) return efail(e, n, "symbolic scalar operands are not supported in compiled code");
+      o->f = (double)v;
+      o->i = v;
+    }
+  }
+  return 0;
+}
+
+int emit_pointwise(Em *e, Node *n) {
+  PwPlan plan;
+  if (pw_plan(e->c, n, &plan)) return -1;
+  Operand ops[8];
+  int nops;
+  if (operands_of(e, n, ops, &nops)) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  pointwise_kernel(e, n, "pointwise", out, ops, nops, plan.use_float ? plan.fname : plan.iname, plan.use_float, plan.comp);
+  if (n->nouts == 2) {   /* native_dropout's mask: all true in evaluation */
+    TV *m = alloc_value(e, n->outs[1]);
+    Operand one = {.f = 1, .i = 1};
+    pointwise_kernel(e, n, "mask", m, &one, 1, "i_ident", false, DT_I64);
+  }
+  return 0;
+}
+
+int emit_gelu(Em *e, Node *n) { return emit_pointwise(e, n); }
+int emit_div_mode(Em *e, Node *n) { return emit_pointwise(e, n); }
+
+int emit_dropout(Em *e, Node *n) {
+  const Arg *tr = &n->args[ops_arg_index(n->op, "train")];
+  const Arg *p = &n->args[ops_arg_index(n->op, "p")];
+  if (tr->k == AK_BOOL && tr->u.b && p->u.f > 0) return efail(e, n, "dropout in training mode is random; export in eval mode");
+  return emit_pointwise(e, n);
+}
+
+int emit_to(Em *e, Node *n) {
+  Value *x = n->args[ops_arg_index(n->op, "self")].u.t, *y = n->outs[0];
+  TV *src = tv_of(e, n, x);
+  if (!src) return -1;
+  if (n->op->view && x->dtype == y->dtype) { e->tv[y->id] = *src; return 0; }   /* to(): self when nothing changes */
+  copy_kernel(e, n, alloc_value(e, y), src);
+  return 0;
+}
+
+int emit_copy(Em *e, Node *n) {   /* copy_ after functionalization: src broadcast into self's shape */
+  Value *y = n->outs[0];
+  TV *src = tv_of(e, n, n->args[ops_arg_index(n->op, "src")].u.t);
+  if (!src) return -1;
+  copy_kernel(e, n, alloc_value(e, y), src);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- views */
+
+static int64_t int_arg(Node *n, const char *name, int64_t dflt) {
+  int i = ops_arg_index(n->op, name);
+  int64_t v;
+  if (i < 0 || n->args[i].k != AK_INT || !expr_is_const(n->args[i].u.i, &v)) return dflt;
+  return v;
+}
+
+static int wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
+
+/* Strides for viewing t as sizes without a copy (PyTorch's computeStride, on static sizes). */
+static bool view_strides(Em *e, const TV *t, int rank, const Expr *const *sizes, const Expr **strides) {
+  int64_t osz[R], ost[R], nsz[R];
+  for (int d = 0; d < t->rank; d++)
+    if (!expr_is_const(t->sizes[d], &osz[d]) || !expr_is_const(t->strides[d], &ost[d])) return false;
+  for (int d = 0; d < rank; d++) if (!expr_is_const(sizes[d], &nsz[d])) return false;
+  int64_t numel = 1;
+  for (int d = 0; d < t->rank; d++) numel *= osz[d];
+  int64_t ns[R];
+  if (numel == 0 || t->rank == 0) {
+    for (int d = rank - 1, s = 1; d >= 0; d--) { ns[d] = s; s *= (int)(nsz[d] ? nsz[d] : 1); }
+  } else {
+    int view_d = rank - 1;
+    int64_t chunk = ost[t->rank - 1], tn = 1, vn = 1;
+    for (int td = t->rank - 1; td >= 0; td--) {
+      tn *= osz[td];
+      if (td == 0 || (osz[td - 1] != 1 && ost[td - 1] != tn * chunk)) {
+        while (view_d >= 0 && (vn < tn || nsz[view_d] == 1)) { ns[view_d] = vn * chunk; vn *= nsz[view_d]; view_d--; }
+        if (vn != tn) return false;
+        if (td > 0) { chunk = ost[td - 1]; tn = 1; vn = 1; }
+      }
+    }
+    if (view_d != -1) return false;
+  }
+  for (int d = 0; d < rank; d++) strides[d] = C(e, ns[d]);
+  return true;
+}
+
+int emit_reshape(Em *e, Node *n) {
+  Value *x = n->args[0].u.t, *y = n->outs[0];
+  TV *t = tv_of(e, n, x);
+  if (!t) return -1;
+  TV v = *t;
+  v.rank = y->rank;
+  memcpy(v.sizes, y->sizes, sizeof(Expr *) * (size_t)y->rank);
+  if (is_contiguous(e, t)) {
+    contiguous_tv(e, &v, t->stor, t->dt, y->rank, y->sizes);
+    v.offset = t->offset;
+  } else if (!view_strides(e, t, y->rank, y->sizes, v.strides)) {
+    TV *c = contiguous_of(e, n, x);
+    contiguous_tv(e, &v, c->stor, c->dt, y->rank, y->sizes);
+  }
+  e->tv[y->id] = v;
+  return 0;
+}
+
+int emit_view(Em *e, Node *n) {
+  const char *name = n->op->name;
+  Value *x = n->args[0].u.t, *y = n->outs[0];
+  TV *t = tv_of(e, n, x);
+  if (!t) return -1;
+  TV v = *t;
+  if (!strcmp(name, "contiguous") && !is_contiguous(e, t)) { copy_kernel(e, n, alloc_value(e, y), t); return 0; }
+  if (!strcmp(name, "permute") || !strcmp(name, "transpose.int") || !strcmp(name, "t") || !strcmp(name, "movedim.int")) {
+    int perm[R];
+    for (int d = 0; d < t->rank; d++) perm[d] = d;
+    if (!strcmp(name, "permute")) {
+      const Arg *p = &n->args[1];
+      for (int i = 0; i < p->n; i++) { int64_t d; expr_is_const(p->u.is[i], &d); perm[i] = wrap(d, t->rank); }
+    } else if (!strcmp(name, "movedim.int")) {
+      int src = wrap(int_arg(n, "source", 0), t->rank), dst = wrap(int_arg(n, "destination", 0), t->rank), k = 0;
+      for (int d = 0; d < t->rank; d++) { if (k == dst) perm[k++] = src; if (d != src) perm[k++] = d; }
+      if (k == dst) perm[k++] = src;
+    } else if (t->rank >= 2) {
+      int a = !strcmp(name, "t") ? 0 : wrap(int_arg(n, "dim0", 0), t->rank), b = !strcmp(name, "t") ? 1 : wrap(int_arg(n, "dim1", 1), t->rank);
+      perm[a] = b;
+      perm[b] = a;
+    }
+    for (int d = 0; d < t->rank; d++) { v.sizes[d] = t->sizes[perm[d]]; v.strides[d] = t->strides[perm[d]]; }
+  } else if (!strcmp(name, "unsqueeze")) {
+    int64_t d = int_arg(n, "dim", 0);
+    if (d < 0) d += t->rank + 1;
+    for (int k = t->rank; k > d; k--) { v.sizes[k] = t->sizes[k - 1]; v.strides[k] = t->strides[k - 1]; }
+    v.sizes[d] = C(e, 1);
+    v.strides[d] = d < t->rank ? MUL(e, t->strides[d], t->sizes[d]) : C(e, 1);
+    v.rank++;
+  } else if (!strncmp(name, "squeeze", 7) || !strcmp(name, "expand") || !strcmp(name, "expand_as")) {
+    /* keep each input dim the output keeps, by matching sizes from the right */
+    if (!strncmp(name, "expand", 6)) v = broadcast_tv(e, t, y->rank, y->sizes);
+    else {
+      int k = 0;
+      bool mask[R] = {0};
+      int di = ops_arg_index(n->op, "dim");
+      if (di < 0) for (int d = 0; d < t->rank; d++) mask[d] = true;
+      else if (n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
+      else for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
+      for (int d = 0; d < t->rank; d++) {
+        int64_t one;
+        if (mask[d] && expr_is_const(t->sizes[d], &one) && one == 1) continue;
+        v.sizes[k] = t->sizes[d];
+        v.strides[k++] = t->strides[d];
+      }
+      v.rank = k;
+    }
+  } else if (!strcmp(name, "select.int")) {
+    int d = wrap(int_arg(n, "dim", 0), t->rank);
+    const Expr *ix = n->args[ops_arg_index(n->op, "index")].u.i;
+    int64_t iv;
+    if (expr_is_const(ix, &iv) && iv < 0) ix = ADD(e, t->sizes[d], ix);
+    v.offset = ADD(e, t->offset, MUL(e, ix, t->strides[d]));
+    for (int k = d; k < t->rank - 1; k++) { v.sizes[k] = t->sizes[k + 1]; v.strides[k] = t->strides[k + 1]; }
+    v.rank--;
+  } else if (!strcmp(name, "slice.Tensor") || !strcmp(name, "narrow")) {
+    int d = wrap(int_arg(n, "dim", 0), t->rank);
+    /* the output size is known; the start is the slice's start, clamped as the shape rule did */
+    const Arg *sa = &n->args[ops_arg_index(n->op, "start")];
+    const Expr *start = sa->k == AK_INT ? sa->u.i : C(e, 0);
+    int64_t sv, sz;
+    if (expr_is_const(start, &sv) && sv < 0) {
+      if (!expr_is_const(t->sizes[d], &sz)) return efail(e, n, "negative slice start on a symbolic dim");
+      sv += sz;
+      start = C(e, sv < 0 ? 0 : sv);
+    } else if (expr_is_const(start, &sv) && expr_is_const(t->sizes[d], &sz) && sv > sz) start = C(e, sz);
+    int64_t step = strcmp(name, "narrow") ? int_arg(n, "step", 1) : 1;
+    v.offset = ADD(e, t->offset, MUL(e, start, t->strides[d]));
+    v.sizes[d] = y->sizes[d];
+    v.strides[d] = MUL(e, t->strides[d], C(e, step));
+  } else if (strcmp(name, "alias") && strcmp(name, "detach") && strcmp(name, "contiguous"))
+    return efail(e, n, "no view rule in the code generator");
+  if (v.rank != y->rank) return efail(e, n, "internal error: view rank %d, expected %d", v.rank, y->rank);
+  e->tv[y->id] = v;
+  return 0;
+}
+
+int emit_split(Em *e, Node *n) {
+  Value *x = n->args[0].u.t;
+  TV *t = tv_of(e, n, x);
+  if (!t) return -1;
+  int d = wrap(int_arg(n, "dim", 0), t->rank);
+  bool unbind = !strcmp(n->op->name, "unbind.int");
+  const Expr *at = C(e, 0);
+  for (int i = 0; i < n->nouts; i++) {
+    TV v = *t;
+    v.offset = ADD(e, t->offset, MUL(e, at, t->strides[d]));
+    if (unbind) {
+      for (int k = d; k < t->rank - 1; k++) { v.sizes[k] = t->sizes[k + 1]; v.strides[k] = t->strides[k + 1]; }
+      v.rank--;
+      at = ADD(e, at, C(e, 1));
+    } else {
+      v.sizes[d] = n->outs[i]->sizes[d];
+      at = ADD(e, at, v.sizes[d]);
+    }
+    e->tv[n->outs[i]->id] = v;
+  }
+  return 0;
+}
+
+int emit_assert(Em *e, Node *n) { (void)e; (void)n; return 0; }   /* checked at compile time by the shape rule */
+int emit_sym_size(Em *e, Node *n) { (void)e; (void)n; return 0; } /* sizes are expressions of s[] */
+int emit_sym_arith(Em *e, Node *n) { (void)e; (void)n; return 0; }
+
+/* ---------------------------------------------------------------- reductions and rows */
+
+int emit_reduce(Em *e, Node *n) {
+  const char *name = n->op->name;
+  Value *xv = n->args[0].u.t;
+  TV *x = tv_of(e, n, xv);
+  if (!x) return -1;
+  bool mask[R] = {0};
+  int di = ops_arg_index(n->op, "dim"), nd = 0;
+  if (di >= 0 && n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (x->rank) mask[wrap(d, x->rank)] = true; nd = 1; }
+  else if (di >= 0 && n->args[di].k == AK_INTS && n->args[di].n) {
+    for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (x->rank) mask[wrap(d, x->rank)] = true; }
+    nd = 1;
+  }
+  if (!nd) for (int d = 0; d < x->rank; d++) mask[d] = true;
+  /* loop order: kept dims outside (parallel), reduced dims inside */
+  int kept[R], red[R], nkept = 0, nred = 0;
+  for (int d = 0; d < x->rank; d++) { if (mask[d]) red[nred++] = d; else kept[nkept++] = d; }
+  TV *out = alloc_value(e, n->outs[0]);
+  TV *out2 = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
+  bool ints = !dtype_is_float(out->dt) && !dtype_is_float(x->dt) && strncmp(name, "arg", 3) && strcmp(name, "max.dim") && strcmp(name, "min.dim");
+  double correction = 1;
+  if (!strcmp(name, "var.dim") || !strcmp(name, "std.dim")) { int ui = ops_arg_index(n->op, "unbiased"); correction = n->args[ui].u.b ? 1 : 0; }
+  else {
+    int ci = ops_arg_index(n->op, "correction");
+    if (ci >= 0 && n->args[ci].k == AK_FLOAT) correction = n->args[ci].u.f;
+    else if (ci >= 0 && n->args[ci].k == AK_INT) { int64_t v; expr_is_const(n->args[ci].u.i, &v); correction = (double)v; }
+  }
+  double ord = 2;
+  int oi = ops_arg_index(n->op, "ord");
+  if (oi >= 0) { const Arg *a = &n->args[oi]; int64_t v; ord = a->k == AK_FLOAT ? a->u.f : expr_is_const(a->u.i, &v) ? (double)v : 2; }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "reduction");
+  fprintf(f, "static void k%d(%s *restrict y, %s%s *restrict y2, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt),
+          out2 ? "" : "void", out2 ? ctype(out2->dt) : "", ctype(x->dt));
+  if (!out2) fputs("  (void)y2;\n", f);
+  const Expr *ksz[R] = {0}, *rn = C(e, 1);
+  for (int i = 0; i < nkept; i++) ksz[i] = x->sizes[kept[i]];
+  for (int i = 0; i < nred; i++) rn = MUL(e, rn, x->sizes[red[i]]);
+  int cl = open_loops(e, nkept, ksz, true);
+  /* output index: kept dims in order (keepdim only adds size-1 dims, which do not move data) */
+  char *oidx = NULL;
+  size_t ol = 0;
+  FILE *of = open_memstream(&oidx, &ol);
+  fputs("0", of);
+  for (int i = 0; i < nkept; i++) { fputs(" * ", of); pexpr(of, x->sizes[kept[i]]); fprintf(of, " + i%d", i); }
+  fclose(of);
+  const char *acc = ints ? "int64_t" : "double";
+  bool is_max = !strncmp(name, "amax", 4) || !strcmp(name, "max") || !strcmp(name, "max.dim") || !strcmp(name, "argmax");
+  bool is_min = !strncmp(name, "amin", 4) || !strcmp(name, "min") || !strcmp(name, "min.dim") || !strcmp(name, "argmin");
+  bool is_var = !strncmp(name, "var", 3) || !strncmp(name, "std", 3);
+  bool is_prod = !strncmp(name, "prod", 4), is_any = !strncmp(name, "any", 3), is_all = !strncmp(name, "all", 3);
+  bool is_lse = !strcmp(name, "logsumexp"), is_norm = !strcmp(name, "linalg_vector_norm");
+  fprintf(f, "    %s acc = %s, acc2 = 0; int64_t best = -1, cnt = 0; (void)acc2; (void)best; (void)cnt;\n", acc,
+          is_prod || is_all ? "1" : is_max ? (ints ? "INT64_MIN" : "-INFINITY") : is_min ? (ints ? "INT64_MAX" : "INFINITY") : is_norm && isinf(ord) && ord < 0 ? "INFINITY" : "0");
+  /* passes: logsumexp and var need two */
+  int passes = is_lse || is_var ? 2 : 1;
+  for (int pass = 0; pass < passes; pass++) {
+    if (pass == 1) {
+      if (is_lse) fputs("    double m = acc; acc = 0; if (isinf(m)) m = m > 0 ? m : 0;\n", f);
+      else fputs("    double mean = acc / (double)cnt; acc = 0;\n", f);
+    }
+    fputs("    {\n", f);
+    for (int i = 0; i < nred; i++)
+      fprintf(f, "%*sfor (int64_t r%d = 0; r%d < %s; r%d++)%s\n", 4 + 2 * i, "", i, i, cx(e, x->sizes[red[i]]), i, i == nred - 1 ? " {" : "");
+    if (!nred) fputs("    {\n", f);
+    /* input index */
+    char *xi = NULL;
+    size_t xl = 0;
+    FILE *xf = open_memstream(&xi, &xl);
+    pexpr(xf, x->offset);
+    for (int i = 0; i < nkept; i++) { fprintf(xf, " + i%d * ", i); pexpr(xf, x->strides[kept[i]]); }
+    for (int i = 0; i < nred; i++) { fprintf(xf, " + r%d * ", i); pexpr(xf, x->strides[red[i]]); }
+    fclose(xf);
+    fprintf(f, "      %s v = ", acc);
+    if (ints) load_i(f, x->dt, "x", xi); else load_f(f, x->dt, "x", xi);
+    fputs(";\n", f);
+    free(xi);
+    if (pass == 1 && is_lse) fputs("      acc += exp(v - m);\n", f);
+    else if (pass == 1) fputs("      acc += (v - mean) * (v - mean);\n", f);
+    else if (is_max || is_min) {
+      const char *cmp = is_max ? ">" : "<";
+      if (ints) fprintf(f, "      if (best < 0 || v %s acc) { acc = v; best = cnt; }\n", cmp);
+      else fprintf(f, "      if (best < 0 || (!isnan(acc) && (v %s acc || isnan(v)))) { acc = v; best = cnt; }\n", cmp);
+    } else if (is_lse) fputs("      if (v > acc || isnan(v)) acc = v;\n", f);
+    else if (is_prod) fputs("      acc *= v;\n", f);
+    else if (is_any) fputs("      acc = acc || v != 0;\n", f);
+    else if (is_all) fputs("      acc = acc && v != 0;\n", f);
+    else if (is_norm) {
+      if (isinf(ord)) fprintf(f, "      if (fabs(v) %s acc || isnan(v)) acc = fabs(v);\n", ord > 0 ? ">" : "<");
+      else if (ord == 0) fputs("      acc += v != 0;\n", f);
+      else if (ord == 1) fputs("      acc += fabs(v);\n", f);
+      else if (ord == 2) fputs("      acc += v * v;\n", f);
+      else { fputs("      acc += pow(fabs(v), ", f); fmt_double(f, ord); fputs(");\n", f); }
+    } else fputs("      acc += v;\n", f);
+    fputs("      cnt++;\n", f);
+    for (int i = 0; i < (nred ? nred : 1); i++) if (i == (nred ? nred : 1) - 1) fputs("    }\n", f);
+    fputs("    }\n", f);
+    if (pass == 1 && !is_lse) fputs("    cnt = cnt / 2;\n", f);
+  }
+  /* result */
+  const char *res = "acc";
+  if (!strncmp(name, "mean", 4)) res = "acc / (double)cnt";
+  else if (is_var) res = arena_printf(e->a, "%s(acc / ((double)cnt - %.17g))", !strncmp(name, "std", 3) ? "sqrt" : "", correction);
+  else if (is_lse) res = "(cnt ? log(acc) + m : -INFINITY)";
+  else if (is_norm && !isinf(ord) && ord == 2) res = "sqrt(acc)";
+  else if (is_norm && !isinf(ord) && ord != 0 && ord != 1) res = arena_printf(e->a, "pow(acc, 1.0 / %.17g)", ord);
+  if (!strncmp(name, "arg", 3)) res = "best";
+  fputs("    ", f);
+  store(f, out->dt, !ints && strncmp(name, "arg", 3), "y", oidx, res);
+  if (out2 && !strcmp(name, "var_mean.correction")) { fputs("    ", f); store(f, out2->dt, true, "y2", oidx, "mean"); }
+  else if (out2) { fputs("    ", f); store(f, out2->dt, false, "y2", oidx, "best"); }
+  free(oidx);
+  close_loops(e, cl);
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, %s, s);\n", id, sname(e, out->stor), out2 ? sname(e, out2->stor) : "NULL", sname(e, x->stor));
+  return 0;
+}
+
+int emit_scan(Em *e, Node *n) {
+  const char *name = n->op->name;
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  int d = wrap(int_arg(n, "dim", 0), x->rank);
+  bool ints = !dtype_is_float(out->dt), prod = !strcmp(name, "cumprod"), cum = !strncmp(name, "cum", 3);
+  bool logsm = strstr(name, "log_softmax") != NULL;
+  /* loops over every dim but d, then along d */
+  const Expr *osz[R];
+  int map[R], k = 0;
+  for (int i = 0; i < x->rank; i++) if (i != d) { map[k] = i; osz[k++] = x->sizes[i]; }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, cum ? "scan" : "softmax");
+  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
+  int cl = open_loops(e, k, osz, true);
+  char *xb = NULL, *yb = NULL;
+  size_t l1 = 0, l2 = 0;
+  FILE *xf = open_memstream(&xb, &l1), *yf = open_memstream(&yb, &l2);
+  pexpr(xf, x->offset);
+  pexpr(yf, out->offset);
+  for (int i = 0; i < k; i++) {
+    fprintf(xf, " + i%d * ", i); pexpr(xf, x->strides[map[i]]);
+    fprintf(yf, " + i%d * ", i); pexpr(yf, out->strides[map[i]]);
+  }
+  fclose(xf);
+  fclose(yf);
+  const char *L = x->rank ? cx(e, x->sizes[d]) : "1", *xs = x->rank ? cx(e, x->strides[d]) : "0", *ys = x->rank ? cx(e, out->strides[d]) : "0";
+  fprintf(f, "    const int64_t xb = %s, yb = %s, L = %s, xs = %s, ys = %s;\n", xb, yb, L, xs, ys);
+  free(xb);
+  free(yb);
+  const char *xi = "xb + j * xs", *yi = "yb + j * ys";
+  if (cum) {
+    fprintf(f, "    %s acc = %s;\n    for (int64_t j = 0; j < L; j++) {\n      acc = acc %s ", ints ? "int64_t" : "double", prod ? "1" : "0", prod ? "*" : "+");
+    if (ints) load_i(f, x->dt, "x", xi); else load_f(f, x->dt, "x", xi);
+    fputs(";\n      ", f);
+    store(f, out->dt, !ints, "y", yi, "acc");
+    fputs("    }\n", f);
+  } else {
+    fputs("    double m = -INFINITY, z = 0;\n    for (int64_t j = 0; j < L; j++) { double v = ", f);
+    load_f(f, x->dt, "x", xi);
+    fputs("; if (v > m || isnan(v)) m = v; }\n    if (isinf(m) && m < 0) m = 0;\n", f);
+    fputs("    for (int64_t j = 0; j < L; j++) z += exp(", f);
+    load_f(f, x->dt, "x", xi);
+    fputs(" - m);\n    const double lz = log(z);\n    for (int64_t j = 0; j < L; j++) {\n      double v = ", f);
+    load_f(f, x->dt, "x", xi);
+    fputs(";\n      ", f);
+    store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : "exp(v - m) / z");
+    fputs("    }\n", f);
+  }
+  close_loops(e, cl);
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+/* A view usable as a BLAS matrix: one of its two last strides is 1. */
+static bool blas_ok(Em *e, const TV *t) {
+  if (t->rank < 2) return false;
+  int64_t a, b;
+  bool ka = expr_is_const(t->strides[t->rank - 1], &a), kb = expr_is_const(t->strides[t->rank - 2], &b);
+  (void)e;
+  return (ka && a == 1) || (kb && b == 1);
+}
+
+/* out[batch] = alpha * a[batch] @ b[batch] (+ beta * bias broadcast), a: [..., M, K], b: [..., K, N]. */
+static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed, Value *bias, double alpha, double beta) {
+  TV *a0 = tv_of(e, n, av), *b0 = tv_of(e, n, bv);
+  if (!a0 || !b0) return -1;
+  TV A = *a0, B = *b0;
+  if (b_transposed && B.rank == 2) {   /* linear: weight [N, K] is read as [K, N] */
+    const Expr *t = B.sizes[0]; B.sizes[0] = B.sizes[1]; B.sizes[1] = t;
+    t = B.strides[0]; B.strides[0] = B.strides[1]; B.strides[1] = t;
+  }
+  /* vectors become matrices, as numpy's matmul does */
+  bool a_vec = A.rank == 1, b_vec = B.rank == 1;
+  if (a_vec) { A.rank = 2; A.sizes[1] = A.sizes[0]; A.strides[1] = A.strides[0]; A.sizes[0] = C(e, 1); A.strides[0] = C(e, 0); }
+  if (b_vec) { B.rank = 2; B.sizes[1] = C(e, 1); B.strides[1] = C(e, 1); }
+  Value *y = n->outs[0];
+  DType dt = y->dtype;
+  if (A.dt != dt || B.dt != dt) return efail(e, n, "mixed dtypes in a matrix product");
+  bool blas = dt == DT_F32 || dt == DT_F64;
+  if (blas && !blas_ok(e, &A)) { TV *c = contiguous_of(e, n, av); A.stor = c->stor; A.offset = c->offset; memcpy(A.strides + A.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
+  if (blas && !blas_ok(e, &B)) {
+    TV *c = contiguous_of(e, n, bv);
+    if (b_transposed) { B.stor = c->stor; B.offset = c->offset; B.strides[0] = C(e, 1); B.strides[1] = c->strides[0]; }
+    else { B.stor = c->stor; B.offset = c->offset; memcpy(B.strides + B.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
+  }
+  TV *out = alloc_value(e, y);
+  /* batch dims of the output: all but the matrix dims (or the vector dim) */
+  int orank = out->rank, nb = orank - (a_vec ? 0 : 1) - (b_vec ? 0 : 1);
+  if (nb < 0) nb = 0;
+  const Expr *M = A.sizes[A.rank - 2], *K = A.sizes[A.rank - 1], *N = B.sizes[B.rank - 1];
+  TV Ab = broadcast_tv(e, &A, nb + 2, (const Expr *[R + 2]){0});
+  TV Bb = Ab;
+  {
+    const Expr *bs[R + 2];
+    for (int d = 0; d < nb; d++) bs[d] = out->sizes[d];
+    bs[nb] = M; bs[nb + 1] = K;
+    Ab = broadcast_tv(e, &A, nb + 2, bs);
+    bs[nb] = K; bs[nb + 1] = N;
+    Bb = broadcast_tv(e, &B, nb + 2, bs);
+  }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "matrix product");
+  const char *T = ctype(dt);
+  fprintf(f, "static void k%d(%s *restrict y, const %s *a, const %s *b, const %s *bias, const int64_t *s) {\n  (void)s; (void)bias;\n", id, T, T, T,
+          bias ? ctype(e->tv[bias->id].dt) : T);
+  fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
+  int cl = open_loops(e, nb, out->sizes, false);
+  char *ai = NULL, *bi = NULL;
+  size_t l1 = 0, l2 = 0;
+  FILE *af = open_memstream(&ai, &l1), *bf = open_memstream(&bi, &l2);
+  pexpr(af, Ab.offset);
+  pexpr(bf, Bb.offset);
+  for (int d = 0; d < nb; d++) {
+    fprintf(af, " + i%d * ", d); pexpr(af, Ab.strides[d]);
+    fprintf(bf, " + i%d * ", d); pexpr(bf, Bb.strides[d]);
+  }
+  fclose(af);
+  fclose(bf);
+  fputs("    const int64_t yo = 0", f);
+  for (int d = 0; d < nb; d++) fprintf(f, " * %s + i%d", cx(e, out->sizes[d]), d);
+  fputs(";\n", f);
+  fprintf(f, "    %s *yy = y + yo * M * N;\n", T);
+  const char *sam = cx(e, Ab.strides[nb]), *sak = cx(e, Ab.strides[nb + 1]), *sbk = cx(e, Bb.strides[nb]), *sbn = cx(e, Bb.strides[nb + 1]);
+  if (blas)
+    fprintf(f, "    gg_rt_%cgemm(M, N, K, a + %s, %s, %s, b + %s, %s, %s, yy);\n", dt == DT_F32 ? 's' : 'd', ai, sam, sak, bi, sbk, sbn);
+  else {
+    fprintf(f, "    for (int64_t m = 0; m < M; m++)\n      for (int64_t j = 0; j < N; j++) {\n        double acc = 0;\n");
+    fprintf(f, "        for (int64_t q = 0; q < K; q++) acc += ");
+    load_f(f, dt, "a", arena_printf(e->a, "%s + m * %s + q * %s", ai, sam, sak));
+    fputs(" * ", f);
+    load_f(f, dt, "b", arena_printf(e->a, "%s + q * %s + j * %s", bi, sbk, sbn));
+    fputs(";\n        ", f);
+    store(f, dt, true, "yy", "m * N + j", "acc");
+    fputs("      }\n", f);
+  }
+  free(ai);
+  free(bi);
+  close_loops(e, cl);
+  if (bias || alpha != 1) {
+    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias */
+    TV *bt = bias ? &e->tv[bias->id] : NULL;
+    TV bb = bt ? broadcast_tv(e, bt, out->rank, out->sizes) : *out;
+    int c2 = open_loops(e, out->rank, out->sizes, true);
+    const char *yi = index_of(e, out, out->rank);
+    fprintf(f, "    double v = %.17g * ", alpha);
+    load_f(f, dt, "y", yi);
+    if (bt) {
+      fprintf(f, " + %.17g * ", beta);
+      load_f(f, bt->dt, "bias", index_of(e, &bb, out->rank));
+    }
+    fputs(";\n    ", f);
+    store(f, dt, true, "y", yi, "v");
+    close_loops(e, c2);
+  }
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, %s, %s, s);\n", id, sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
+  (void)cl;
+  return 0;
+}
+
+int emit_matmul(Em *e, Node *n) {
+  Value *b = n->args[1].u.t;
+  return matmul_kernel(e, n, n->args[0].u.t, b, false, NULL, 1, 0);
+}
+
+int emit_linear(Em *e, Node *n) {
+  Value *w = n->args[1].u.t, *bias = n->args[2].k == AK_TENSOR ? n->args[2].u.t : NULL;
+  return matmul_kernel(e, n, n->args[0].u.t, w, w->rank == 2, bias, 1, 1);
+}
+
+int emit_addmm(Em *e, Node *n) {
+  bool batched = !strcmp(n->op->name, "baddbmm");
+  const Arg *al = &n->args[ops_arg_index(n->op, "alpha")], *be = &n->args[ops_arg_index(n->op, "beta")];
+  int64_t iv;
+  double alpha = al->k == AK_FLOAT ? al->u.f : expr_is_const(al->u.i, &iv) ? (double)iv : 1;
+  double beta = be->k == AK_FLOAT ? be->u.f : expr_is_const(be->u.i, &iv) ? (double)iv : 1;
+  return matmul_kernel(e, n, n->args[ops_arg_index(n->op, batched ? "batch1" : "mat1")].u.t, n->args[ops_arg_index(n->op, batched ? "batch2" : "mat2")].u.t,
+                       false, n->args[0].u.t, alpha, beta);
+}
+
+/* ---------------------------------------------------------------- convolution and pooling */
+
+static const Expr *list_at(const Arg *a, int i) { return a->u.is[a->n == 1 ? 0 : i]; }
+
+int emit_conv(Em *e, Node *n) {
+  Value *xv = n->args[0].u.t, *wv = n->args[1].u.t, *y = n->outs[0];
+  const Arg *ba = &n->args[2];
+  Value *bv = ba->k == AK_TENSOR ? ba->u.t : NULL;
+  if (y->dtype != DT_F32 && y->dtype != DT_F64) return efail(e, n, "convolution in %s is not supported in compiled code", dtype_name(y->dtype));
+  TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
+  if (!x || !w || (bv && !b)) return -1;
+  TV *out = alloc_value(e, y);
+  int nsp = w->rank - 2;
+  bool batched = x->rank == nsp + 2;
+  bool tr = (ops_arg_index(n->op, "transposed") >= 0 && n->args[ops_arg_index(n->op, "transposed")].u.b) || !strncmp(n->op->name, "conv_transpose", 14);
+  const Arg *sa = &n->args[ops_arg_index(n->op, "stride")], *pa = &n->args[ops_arg_index(n->op, "padding")], *da = &n->args[ops_arg_index(n->op, "dilation")];
+  const Expr *one = C(e, 1), *zero = C(e, 0);
+  const Expr *in[3] = {one, one, one}, *k[3] = {one, one, one}, *os[3] = {one, one, one}, *st[3] = {one, one, one}, *pd[3] = {zero, zero, zero}, *dl[3] = {one, one, one};
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    in[j] = x->sizes[x->rank - nsp + i];
+    k[j] = w->sizes[2 + i];
+    os[j] = out->sizes[out->rank - nsp + i];
+    st[j] = list_at(sa, i);
+    pd[j] = list_at(pa, i);
+    dl[j] = list_at(da, i);
+  }
+  const Expr *groups = n->args[ops_arg_index(n->op, "groups")].u.i;
+  const Expr *cin = x->sizes[batched ? 1 : 0], *cout = out->sizes[batched ? 1 : 0];
+  const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
+  const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
+  const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
+  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), sp));
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)");
+  const char *T = ctype(y->dtype);
+  fprintf(f, "static void k%d(%s *y, const %s *x, const %s *w, const %s *b, %s *col, const int64_t *s) {\n  (void)s;\n", id, T, T, T, T, T);
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s};\n",
+          batched ? cx(e, x->sizes[0]) : "1", cx(e, cin), cx(e, cout), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
+          cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
+          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
+  fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
+  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));
+  return 0;
+}
+
+static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const Expr *st[2], const Expr *pd[2], const Expr *dl[2], bool cip, int64_t divisor) {
+  Value *xv = n->args[0].u.t, *y = n->outs[0];
+  if (y->dtype != DT_F32 && y->dtype != DT_F64) return efail(e, n, "pooling in %s is not supported in compiled code", dtype_name(y->dtype));
+  TV *x = contiguous_of(e, n, xv);
+  if (!x) return -1;
+  TV *out = alloc_value(e, y), *idx = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
+  const Expr *H = nsp == 2 ? x->sizes[x->rank - 2] : C(e, 1), *W = x->sizes[x->rank - 1];
+  const Expr *OH = nsp == 2 ? out->sizes[out->rank - 2] : C(e, 1), *OW = out->sizes[out->rank - 1];
+  const Expr *planes = C(e, 1);
+  for (int d = 0; d < x->rank - nsp; d++) planes = MUL(e, planes, x->sizes[d]);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "pooling");
+  const char *T = ctype(y->dtype);
+  fprintf(f, "static void k%d(%s *y, int64_t *idx, const %s *x, const int64_t *s) {\n  (void)s;\n", id, T, T);
+  fprintf(f, "  const gg_pool p = {%s, %s, %s, %s, %s, {%s, %s}, {%s, %s}, {%s, %s}, {%s, %s}, %d, %s, INT64_C(%lld)};\n", cx(e, planes), cx(e, H), cx(e, W),
+          cx(e, OH), cx(e, OW), cx(e, k[0]), cx(e, k[1]), cx(e, st[0]), cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]), kind,
+          cip ? "true" : "false", (long long)divisor);
+  fprintf(f, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
+  fprintf(e->r, "  k%d(%s, %s, %s, s);\n", id, sname(e, out->stor), idx ? sname(e, idx->stor) : "NULL", sname(e, x->stor));
+  return 0;
+}
+
+int emit_pool(Em *e, Node *n) {
+  int nsp = n->op->args[ops_arg_index(n->op, "kernel_size")].fixed_len;
+  const Arg *ka = &n->args[ops_arg_index(n->op, "kernel_size")], *sa = &n->args[ops_arg_index(n->op, "stride")], *pa = &n->args[ops_arg_index(n->op, "padding")];
+  int di = ops_arg_index(n->op, "dilation");
+  const Expr *one = C(e, 1), *zero = C(e, 0);
+  const Expr *k[2] = {one, one}, *st[2] = {one, one}, *pd[2] = {zero, zero}, *dl[2] = {one, one};
+  for (int i = 0; i < nsp; i++) {
+    int j = 2 - nsp + i;
+    k[j] = list_at(ka, i);
+    st[j] = sa->n ? list_at(sa, i) : k[j];
+    pd[j] = list_at(pa, i);
+    if (di >= 0) dl[j] = list_at(&n->args[di], i);
+  }
+  bool is_max = !strncmp(n->op->name, "max", 3);
+  int ci = ops_arg_index(n->op, "count_include_pad"), dv = ops_arg_index(n->op, "divisor_override");
+  int64_t divisor = 0;
+  if (dv >= 0 && n->args[dv].k == AK_INT) expr_is_const(n->args[dv].u.i, &divisor);
+  return pool_call(e, n, is_max ? 0 : 1, nsp, k, st, pd, dl, ci < 0 || n->args[ci].u.b, divisor);
+}
+
+int emit_adaptive_pool(Em *e, Node *n) {
+  int nsp = n->op->args[ops_arg_index(n->op, "output_size")].fixed_len;
+  const Expr *one = C(e, 1), *zero = C(e, 0);
+  const Expr *k[2] = {one, one}, *st[2] = {one, one}, *pd[2] = {zero, zero}, *dl[2] = {one, one};
+  return pool_call(e, n, strstr(n->op->name, "max") ? 3 : 2, nsp, k, st, pd, dl, true, 0);
+}
+
+/* ---------------------------------------------------------------- data movement */
+
+int emit_cat(Em *e, Node *n) {
+  const Arg *ts = &n->args[0];
+  Value *y = n->outs[0];
+  TV *out = alloc_value(e, y);
+  bool stack = !strcmp(n->op->name, "stack");
+  int d = wrap(int_arg(n, "dim", 0), y->rank);
+  const Expr *at = C(e, 0);
+  for (int i = 0; i < ts->n; i++) {
+    TV *src = tv_of(e, n, ts->u.ts[i]);
+    if (!src) return -1;
+    int64_t z;
+    if (!stack && src->rank == 1 && expr_is_const(src->sizes[0], &z) && z == 0 && y->rank != 1) continue;
+    TV dst = *out;
+    dst.offset = ADD(e, out->offset, MUL(e, at, out->strides[d]));
+    if (stack) {
+      for (int k = d; k < out->rank - 1; k++) { dst.sizes[k] = out->sizes[k + 1]; dst.strides[k] = out->strides[k + 1]; }
+      dst.rank--;
+      at = ADD(e, at, C(e, 1));
+    } else {
+      dst.sizes[d] = src->sizes[d];
+      at = ADD(e, at, src->sizes[d]);
+    }
+    copy_kernel(e, n, &dst, src);
+  }
+  return 0;
+}
+
+/* out[...] = table[index[...]] along one dim: index_select, embedding, gather. Out-of-range indices
+ * stop the run with a message rather than reading outside the table. */
+static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_element) {
+  Value *y = n->outs[0];
+  TV *out = alloc_value(e, y);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "gather");
+  fprintf(f, "static int k%d(%s *restrict y, const %s *x, const %s *ix, const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", id, ctype(out->dt), ctype(tab->dt),
+          ctype(ix->dt));
+  int cl = open_loops(e, out->rank, out->sizes, false);
+  /* which output dims index the table: embedding puts the row dim last; index_select keeps rank */
+  const char *ii;
+  if (per_element) ii = index_of(e, ix, out->rank);   /* gather: index has the output's shape */
+  else {
+    /* index_select: the index is 1-d (or 0-d) along dim; embedding: indices are the leading dims */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *bf = open_memstream(&buf, &len);
+    pexpr(bf, ix->offset);
+    if (dim >= 0) { if (ix->rank) { fprintf(bf, " + i%d * ", dim); pexpr(bf, ix->strides[0]); } }
+    else for (int d = 0; d < ix->rank; d++) { fprintf(bf, " + i%d * ", d); pexpr(bf, ix->strides[d]); }
+    fclose(bf);
+    ii = arena_strdup(e->a, buf);
+    free(buf);
+  }
+  fprintf(f, "    int64_t q = (int64_t)ix[%s];\n", ii);
+  int td = dim >= 0 ? dim : 0;
+  fprintf(f, "    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", cx(e, tab->sizes[td]), cx(e, tab->sizes[td]));
+  /* table index: output loop indices, with dim replaced by q (embedding: row q, column = last loop) */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *bf = open_memstream(&buf, &len);
+  pexpr(bf, tab->offset);
+  if (dim < 0) { fputs(" + q * ", bf); pexpr(bf, tab->strides[0]); fprintf(bf, " + i%d * ", out->rank - 1); pexpr(bf, tab->strides[1]); }
+  else for (int d = 0; d < tab->rank; d++) { fprintf(bf, d == dim ? " + q * " : " + i%d * ", d); pexpr(bf, tab->strides[d]); }
+  fclose(bf);
+  fprintf(f, "    y[%s] = x[%s];\n", index_of(e, out, out->rank), buf);
+  free(buf);
+  close_loops(e, cl);
+  fputs("  return bad;\n}\n", f);
+  fprintf(e->r, "  if (k%d(%s, %s, %s, s)) return ", id, sname(e, out->stor), sname(e, tab->stor), sname(e, ix->stor));
+  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
+  fputs(";\n", e->r);
+  return 0;
+}
+
+int emit_embedding(Em *e, Node *n) {
+  TV *w = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[1].u.t);
+  return w && ix ? gather_kernel(e, n, w, ix, -1, false) : -1;
+}
+
+int emit_index_select(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
+  if (!x || !ix) return -1;
+  return gather_kernel(e, n, x, ix, wrap(int_arg(n, "dim", 0), x->rank), false);
+}
+
+int emit_gather(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
+  if (!x || !ix) return -1;
+  return gather_kernel(e, n, x, ix, wrap(int_arg(n, "dim", 0), x->rank), true);
+}
+
+/* tril/triu: keep elements on one side of a diagonal of the last two dims. */
+int emit_tri(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  int64_t diag = int_arg(n, "diagonal", 0);
+  bool lower = !strcmp(n->op->name, "tril");
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "triangle");
+  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
+  int cl = open_loops(e, out->rank, out->sizes, true);
+  int r = out->rank;
+  fprintf(f, "    y[%s] = (i%d - i%d %s INT64_C(%lld)) ? x[%s] : 0;\n", index_of(e, out, r), r - 1, r - 2, lower ? "<=" : ">=", (long long)diag, index_of(e, x, r));
+  close_loops(e, cl);
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+static double scalar_arg(Node *n, const char *name, double dflt) {
+  int i = ops_arg_index(n->op, name);
+  if (i < 0) return dflt;
+  const Arg *a = &n->args[i];
+  int64_t v;
+  if (a->k == AK_FLOAT) return a->u.f;
+  if (a->k == AK_BOOL) return a->u.b;
+  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
+  return dflt;
+}
+
+int emit_full(Em *e, Node *n) {
+  const char *name = n->op->name;
+  TV *out = alloc_value(e, n->outs[0]);
+  const char *fill = ops_arg_index(n->op, "fill_value") >= 0 ? "fill_value" : ops_arg_index(n->op, "s") >= 0 ? "s" : "value";
+  double v = strstr(name, "zero") || strstr(name, "empty") ? 0 : strstr(name, "ones") ? 1 : scalar_arg(n, fill, 0);
+  int fi = ops_arg_index(n->op, fill);
+  int64_t iv = (int64_t)v;
+  if (fi >= 0 && n->args[fi].k == AK_INT) expr_is_const(n->args[fi].u.i, &iv);
+  Operand op = {.f = v, .i = iv};
+  bool fl = dtype_is_float(out->dt);
+  pointwise_kernel(e, n, "fill", out, &op, 1, fl ? "f_ident" : "i_ident", fl, fl ? out->dt : DT_I64);
+  return 0;
+}
+
+int emit_arange(Em *e, Node *n) {
+  TV *out = alloc_value(e, n->outs[0]);
+  double a = scalar_arg(n, "start", 0), step = scalar_arg(n, "step", 1);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "arange");
+  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt));
+  int cl = open_loops(e, 1, out->sizes, true);
+  fputs("    ", f);
+  if (dtype_is_float(out->dt)) store(f, out->dt, true, "y", "i0", arena_printf(e->a, "%.17g + (double)i0 * %.17g", a, step));
+  else store(f, out->dt, false, "y", "i0", arena_printf(e->a, "INT64_C(%lld) + i0 * INT64_C(%lld)", (long long)a, (long long)step));
+  close_loops(e, cl);
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- not yet generated */
+
+#define NOT_YET(fn)                                                                                   \
+  int fn(Em *e, Node *n) { return efail(e, n, "no C code generator for this op yet (it runs under --interpret)"); }
+NOT_YET(emit_upsample)
+NOT_YET(emit_norm)
+NOT_YET(emit_sdpa)
+NOT_YET(emit_loss)
+NOT_YET(emit_index)
+NOT_YET(emit_diff)
+NOT_YET(emit_pad)
+NOT_YET(emit_broadcast_tensors)
+NOT_YET(emit_flip)
+NOT_YET(emit_roll)
+NOT_YET(emit_glu)
+NOT_YET(emit_repeat)
+NOT_YET(emit_index_put)
+NOT_YET(emit_scatter)
+NOT_YET(emit_eye)
+NOT_YET(emit_linspace)
+
+/* ---------------------------------------------------------------- the model file */
+
+static const char *dl_dtype(DType d) {
+  switch (d) {
+  case DT_F32: return "{kDLFloat, 32, 1}";
+  case DT_F64: return "{kDLFloat, 64, 1}";
+  case DT_F16: return "{kDLFloat, 16, 1}";
+  case DT_BF16: return "{kDLBfloat, 16, 1}";
+  case DT_I64: return "{kDLInt, 64, 1}";
+  case DT_I32: return "{kDLInt, 32, 1}";
+  case DT_I16: return "{kDLInt, 16, 1}";
+  case DT_I8: return "{kDLInt, 8, 1}";
+  case DT_U8: return "{kDLUInt, 8, 1}";
+  default: return "{6, 8, 1}";   /* bool: kDLBool */
+  }
+}
+
+/* The guard: every input's dtype, rank, strides and device, then its sizes: a symbol's first
+ * appearance binds it (within its range), later ones must agree. */
+static void emit_guard(Em *e, Value **users, int nusers) {
+  FILE *f = e->k;
+  Graph *g = e->g;
+  bool *bound = arena_array(e->a, (size_t)g->nsyms + 1, sizeof *bound);
+  fputs("\n/* Guards: checked before every run. */\nstatic int gg_m_guard(const DLTensor *in, int64_t *s, char *err, size_t errlen) {\n", f);
+  for (int i = 0; i < nusers; i++) {
+    Value *v = users[i];
+    fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank);
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < nusers; i++) {
+      Value *v = users[i];
+      for (int d = 0; d < v->rank; d++) {
+        const Expr *x = v->sizes[d];
+        if (pass == 0 && x->k == E_SYM && !bound[x->c]) {
+          const Sym *sy = &g->syms[x->c];
+          bound[x->c] = true;
+          fprintf(f, "  s[%lld] = in[%d].shape[%d];\n", (long long)x->c, i, d);
+          fprintf(f, "  if (s[%lld] < INT64_C(%lld) || s[%lld] > INT64_C(%lld)) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %s in [%lld, %lld], actual %%lld\", gg_input_names[%d], (long long)s[%lld]);\n",
+                  (long long)x->c, (long long)sy->min, (long long)x->c, (long long)sy->max, d, sy->name, (long long)sy->min, (long long)sy->max, i,
+                  (long long)x->c);
+        } else if (pass == 1) {
+          fprintf(f, "  if (in[%d].shape[%d] != %s) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %%lld, actual %%lld\", gg_input_names[%d], (long long)(%s), (long long)in[%d].shape[%d]);\n",
+                  i, d, cx(e, x), d, i, cx(e, x), i, d);
+        }
+      }
+    }
+  fputs("  return 0;\n}\n", f);
+}
+
+static void emit_output_shape(Em *e, Value **outs, int n) {
+  FILE *f = e->k;
+  fputs("\nstatic void gg_m_output_shape(int i, const int64_t *s, int64_t *shape) {\n  (void)s; (void)shape;\n  switch (i) {\n", f);
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "  case %d:", i);
+    for (int d = 0; d < outs[i]->rank; d++) fprintf(f, " shape[%d] = %s;", d, cx(e, outs[i]->sizes[d]));
+    fputs(" break;\n", f);
+  }
+  fputs("  }\n}\n", f);
+}
+
+typedef struct EmitResult {
+  int nweights;
+  Value **weights;          /* in weight-index order */
+  int nmutable;
+} EmitResult;
+
+/* Write the model's C file. blob_offsets[i]: where weight i's bytes are (in the blob or the file). */
+int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external,
+               int64_t external_size) {
+  Em E = {0}, *e = &E;
+  e->c = c;
+  e->g = g;
+  e->a = c->arena;
+  e->tv = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->tv);
+  char *kbuf = NULL, *rbuf = NULL;
+  size_t klen = 0, rlen = 0;
+  e->k = open_memstream(&kbuf, &klen);
+  e->r = open_memstream(&rbuf, &rlen);
+  Value **users;
+  int nusers = graph_user_inputs(g, &users);
+  /* graph inputs: user inputs and weights have storage already */
+  int nweights = 0, nmut = 0;
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    const Expr *one = C(e, 1);
+    int s = v->input == IN_USER ? new_stor(e, S_INPUT, v->user_index, v->dtype, one) : new_stor(e, S_WEIGHT, nweights++, v->dtype, one);
+    contiguous_tv(e, &e->tv[v->id], s, v->dtype, v->rank, v->sizes);
+    if (v->weight && v->input != IN_USER) {
+      /* a stored weight may itself be a strided view of its storage */
+      TV *t = &e->tv[v->id];
+      t->offset = C(e, v->weight->offset);
+      for (int d = 0; d < v->rank; d++) t->strides[d] = C(e, v->weight->strides[d]);
+    }
+  }
+  int rc = 0;
+  for (int k = 0; k < g->nnodes && !rc; k++) {
+    Node *n = g->nodes[k];
+    if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
+    else rc = n->op->emit(e, n);
+  }
+  /* outputs are copied out of their views at the end */
+  Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
+  int nouts = 0;
+  for (int i = 0; !rc && i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind != OUT_USER) continue;
+    TV *src = &e->tv[o->v->id];
+    if (!src->ok) { rc = gg_error(c, "%s: output %s has no storage (internal error)", g->path, gg_quote(c, o->v->name)); break; }
+    int sd = new_stor(e, S_OUTPUT, nouts, o->v->dtype, C(e, 1));
+    TV dst;
+    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+    Node fake = {.name = o->v->name, .target = "output"};
+    copy_kernel(e, &fake, &dst, src);
+    outs[nouts++] = o->v;
+  }
+  /* mutated buffers: their new values go back into the model's copies */
+  int *mut_of = arena_array(c->arena, (size_t)nweights + 1, sizeof *mut_of);
+  for (int i = 0; i < nweights; i++) mut_of[i] = -1;
+  Value **mut_vals = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *mut_vals);
+  int *mut_w = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *mut_w);
+  for (int i = 0; !rc && i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind != OUT_BUFFER_MUTATION) continue;
+    int w = -1;
+    for (int j = 0, wi = 0; j < g->ninputs; j++) {
+      if (g->inputs[j]->input == IN_USER) continue;
+      if (g->inputs[j]->fqn && o->target_name && !strcmp(g->inputs[j]->fqn, o->target_name)) w = wi;
+      wi++;
+    }
+    if (w < 0) { rc = gg_error(c, "%s: mutated buffer %s is not an input", g->path, gg_quote(c, o->target_name)); break; }
+    mut_of[w] = nmut;
+    mut_w[nmut] = w;
+    mut_vals[nmut] = o->v;
+    TV dst;
+    int sd = new_stor(e, S_MUT, nmut, o->v->dtype, C(e, 1));
+    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+    Node fake = {.name = o->target_name, .target = "buffer update"};
+    copy_kernel(e, &fake, &dst, &e->tv[o->v->id]);
+    nmut++;
+  }
+  fclose(e->k);
+  fclose(e->r);
+  if (rc) { free(kbuf); free(rbuf); return -1; }
+  /* ---- the file */
+  fprintf(out, "/* Generated by gcc-graph %s. Do not edit: recompile the model instead. */\n", GG_VERSION);
+  fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
+  fputs("static inline int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
+  fputs("static inline uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
+  fputs("\nconst char gg__metadata[] =\n  ", out);
+  emit_c_string(out, metadata);
+  fputs(";\n", out);
+  fputs("\nstatic const char *const gg_input_names[] = {", out);
+  for (int i = 0; i < nusers; i++) { fputs(i ? ", " : "", out); emit_c_string(out, users[i]->name); }
+  fputs(nusers ? "};\n" : "NULL};\n", out);
+  if (!external && blob_size > 0) {
+    fputs("\n/* The weights, from weights.bin, aligned for vector loads. */\n", out);
+    fputs("__asm__(\".section .rodata\\n.balign 64\\n.type gg_blob, @object\\ngg_blob:\\n.incbin \\\"weights.bin\\\"\\n.byte 0\\n.previous\\n\");\n", out);
+    fputs("extern const unsigned char gg_blob[];\n", out);
+  }
+  fputs(kbuf, out);
+  /* guard, shapes, scratch, run */
+  FILE *save = e->k;
+  char *gbuf = NULL;
+  size_t glen = 0;
+  e->k = open_memstream(&gbuf, &glen);
+  emit_guard(e, users, nusers);
+  emit_output_shape(e, outs, nouts);
+  fclose(e->k);
+  e->k = save;
+  fputs(gbuf, out);
+  free(gbuf);
+  fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned. */\n", out);
+  fputs("#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n", out);
+  fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", out);
+  int nscratch = 0;
+  for (int i = 0; i < e->nst; i++) {
+    if (e->st[i].kind != S_SCRATCH) continue;
+    fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
+    e->st[i].index = nscratch++;
+  }
+  fputs("  return at;\n}\n", out);
+  fprintf(out, "\nstatic int64_t gg_m_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_m_scratch_layout(s, off); }\n", nscratch + 1);
+  fputs("\nstatic const char *gg_m_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", out);
+  fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
+  fprintf(out, "  int64_t off[%d];\n  gg_m_scratch_layout(s, off);\n", nscratch + 1);
+  for (int i = 0; i < e->nst; i++) {
+    const Stor *st = &e->st[i];
+    const char *T = ctype(st->dt);
+    if (st->kind == S_SCRATCH) fprintf(out, "  %s *t%d = (%s *)(scratch + off[%d]);\n", T, i, T, st->index);
+    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d];\n", T, st->index, T, st->index);
+    else if (st->kind == S_INPUT) fprintf(out, "  const %s *in%d = (const %s *)((const char *)in[%d].data + in[%d].byte_offset);\n", T, st->index, T, st->index, st->index);
+    else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
+    else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
+  }
+  fputs(rbuf, out);
+  fputs("  return NULL;\n}\n", out);
+  free(kbuf);
+  free(rbuf);
+  /* the descriptor */
+  Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);
+  for (int i = 0, k = 0; i < g->ninputs; i++) if (g->inputs[i]->input != IN_USER) wv[k++] = g->inputs[i];
+  fputs("\nstatic const gg_weight_desc gg_weights[] = {\n", out);
+  for (int i = 0; i < nweights; i++) {
+    Value *v = wv[i];
+    int64_t nb = v->weight ? (int64_t)v->weight->nbytes : 0;
+    fputs("  {", out);
+    emit_c_string(out, v->fqn ? v->fqn : v->name);
+    fprintf(out, ", INT64_C(%lld), INT64_C(%lld), %d},\n", (long long)weight_offsets[i], (long long)nb, mut_of[i]);
+  }
+  fputs(nweights ? "};\n" : "  {NULL, 0, 0, -1}};\n", out);
+  fputs("static const DLDataType gg_out_dtypes[] = {", out);
+  for (int i = 0; i < nouts; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(outs[i]->dtype));
+  fputs(nouts ? "};\n" : "{0, 0, 0}};\n", out);
+  fputs("static const int gg_out_ndims[] = {", out);
+  for (int i = 0; i < nouts; i++) fprintf(out, "%s%d", i ? ", " : "", outs[i]->rank);
+  fputs(nouts ? "};\n" : "0};\n", out);
+  fputs("static const int gg_mut_weight[] = {", out);
+  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", mut_w[i]);
+  fputs(nmut ? "};\n" : "-1};\n", out);
+  fputs("static const DLDataType gg_mut_dtypes[] = {", out);
+  for (int i = 0; i < nmut; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(mut_vals[i]->dtype));
+  fputs(nmut ? "};\n" : "{0, 0, 0}};\n", out);
+  fputs("static const int gg_mut_ndims[] = {", out);
+  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", mut_vals[i]->rank);
+  fputs(nmut ? "};\n" : "0};\n", out);
+  fputs("static const int64_t gg_mut_shapes[] = {", out);
+  for (int i = 0; i < nmut; i++)
+    for (int d = 0; d < GG_MAX_RANK; d++) {
+      int64_t v = 0;
+      if (d < mut_vals[i]->rank) expr_is_const(mut_vals[i]->sizes[d], &v);
+      fprintf(out, "%s%lld", i || d ? ", " : "", (long long)v);
+    }
+  fputs(nmut ? "};\n" : "0};\n", out);
+  fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nouts, g->nsyms,
+          nweights, nmut);
+  fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
+  fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n};\n", out);
+  return 0;
+}
