@@ -1,10 +1,394 @@
 /* decompose.c: rewrite ops outside the core set into ops inside it (docs/decompositions.md).
- * Requires: a functional graph. Guarantees: every node's op has a C emitter that generates it
- * directly. Each rule is a graph rewrite built from ordinary nodes, so the interpreter runs the
- * rewritten graph too, and tests compare it with the original. */
+ * Requires: a functional graph. Guarantees: every node left has a C emitter that generates it
+ * directly. Each rule is a graph rewrite built from ordinary nodes of the op table, so the
+ * interpreter runs the rewritten graph too, and tests compare it with the original. The last node of
+ * a rule writes into the original output values, so nothing downstream changes. */
 #include "gg.h"
 
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct Rw {
+  Graph *g;
+  Node *orig;               /* the node being rewritten */
+  Node **nodes; int n, cap; /* the new node list */
+  int k;                    /* nodes made for orig so far */
+} Rw;
+
+static Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }
+static Arg NONE(void) { return (Arg){.k = AK_NONE}; }
+static Arg FL(double f) { return (Arg){.k = AK_FLOAT, .u.f = f}; }
+static Arg BO(bool b) { return (Arg){.k = AK_BOOL, .u.b = b}; }
+static Arg DT(DType d) { return (Arg){.k = AK_DTYPE, .u.code = d}; }
+
+static Arg INT(Rw *r, int64_t v) { return (Arg){.k = AK_INT, .u.i = expr_const(r->g->ctx->arena, v)}; }
+
+
+static Arg INTS(Rw *r, int n, const int64_t *v) {
+  Arg a = {.k = AK_INTS, .n = n};
+  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
+  for (int i = 0; i < n; i++) a.u.is[i] = expr_const(r->g->ctx->arena, v[i]);
+  return a;
+}
+
+static Arg EXPRS(Rw *r, int n, const Expr *const *v) {
+  Arg a = {.k = AK_INTS, .n = n};
+  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
+  memcpy(a.u.is, v, sizeof *v * (size_t)n);
+  return a;
+}
+
+static void push(Rw *r, Node *n) {
+  if (r->n == r->cap) {
+    r->cap = r->cap ? r->cap * 2 : 256;
+    Node **nn = arena_array(r->g->ctx->arena, (size_t)r->cap, sizeof *nn);
+    if (r->n) memcpy(nn, r->nodes, sizeof *nn * (size_t)r->n);
+    r->nodes = nn;
+  }
+  r->nodes[r->n++] = n;
+}
+
+/* A node of op (arguments by name; the rest take their defaults) whose first output goes into
+ * `into` (an output of the node being rewritten) or a new value. Returns that output, or NULL. */
+static Value *call(Rw *r, Value *into, const char *opname, ...) {
+  Graph *g = r->g;
+  Ctx *c = g->ctx;
+  const OpDef *op = ops_find(opname);
+  if (!op) { GG_INTERNAL(c); return NULL; }
+  Node *n = arena_alloc(c->arena, sizeof *n);
+  n->op = op;
+  n->name = arena_printf(c->arena, "%s.%d", r->orig->name, r->k++);
+  n->target = arena_printf(c->arena, "torch.ops.aten.%s", op->name);
+  n->stack_trace = r->orig->stack_trace;
+  n->module_stack = r->orig->module_stack;
+  n->args = arena_array(c->arena, (size_t)op->nargs + 1, sizeof *n->args);
+  for (int i = 0; i < op->nargs; i++) n->args[i] = op->args[i].has_default ? op->args[i].def : NONE();
+  va_list ap;
+  va_start(ap, opname);
+  for (const char *name; (name = va_arg(ap, const char *));) {
+    Arg a = va_arg(ap, Arg);
+    int i = ops_arg_index(op, name);
+    if (i < 0) { va_end(ap); gg_error(c, "internal error: decomposition gives %s an argument %s", opname, name); return NULL; }
+    n->args[i] = a;
+  }
+  va_end(ap);
+  ShapeCtx sc;
+  if (shape_infer(g, n, &sc)) return NULL;
+  n->nouts = sc.nouts;
+  n->outs = arena_array(c->arena, (size_t)sc.nouts + 1, sizeof *n->outs);
+  for (int i = 0; i < sc.nouts; i++) {
+    Value *v = i == 0 && into ? into : graph_new_value(g, arena_printf(c->arena, "%s.%d", n->name, i));
+    if (!v) return NULL;
+    v->kind = VK_TENSOR;
+    v->def = n;
+    if (v != into) {
+      v->dtype = sc.out[i].dtype;
+      v->rank = sc.out[i].rank;
+      v->sizes = arena_array(c->arena, (size_t)v->rank + 1, sizeof *v->sizes);
+      memcpy(v->sizes, sc.out[i].sizes, sizeof *v->sizes * (size_t)v->rank);
+      v->declared = true;
+    }
+    n->outs[i] = v;
+  }
+  push(r, n);
+  return n->nouts ? n->outs[0] : NULL;
+}
+#define CALL(r, into, op, ...) call(r, into, op, __VA_ARGS__, (const char *)NULL)
+
+static const Arg *arg(Node *n, const char *name) {
+  int i = ops_arg_index(n->op, name);
+  return i < 0 ? NULL : &n->args[i];
+}
+static Value *targ(Node *n, const char *name) { const Arg *a = arg(n, name); return a && a->k == AK_TENSOR ? a->u.t : NULL; }
+static double farg(Node *n, const char *name, double dflt) {
+  const Arg *a = arg(n, name);
+  int64_t v;
+  if (!a) return dflt;
+  if (a->k == AK_FLOAT) return a->u.f;
+  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
+  return dflt;
+}
+
+/* v viewed with size 1 everywhere but dim `at` of a rank-`rank` shape: per-channel parameters. */
+static Value *per_channel(Rw *r, Value *v, int rank, int at) {
+  if (!v) return NULL;
+  const Expr *sizes[GG_MAX_RANK];
+  for (int d = 0; d < rank; d++) sizes[d] = d == at ? v->sizes[0] : expr_const(r->g->ctx->arena, 1);
+  return CALL(r, NULL, "reshape", "self", T(v), "shape", EXPRS(r, rank, sizes));
+}
+
+/* y = (x - mean) * rstd over the dims in `dims` (keepdim), then * w + b. */
+static Value *normalize(Rw *r, Value *x, int nd, const int64_t *dims, double eps, Value **mean_out, Value **rstd_out, Value *into_mean, Value *into_rstd) {
+  Value *mean = CALL(r, into_mean, "mean.dim", "self", T(x), "dim", INTS(r, nd, dims), "keepdim", BO(true));
+  if (!mean) return NULL;
+  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mean));
+  Value *sq = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(xc)) : NULL;
+  Value *var = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, nd, dims), "keepdim", BO(true)) : NULL;
+  Value *ve = var ? CALL(r, NULL, "add.Tensor", "self", T(var), "other", FL(eps)) : NULL;
+  Value *rstd = ve ? CALL(r, into_rstd, "rsqrt", "self", T(ve)) : NULL;
+  if (mean_out) *mean_out = mean;
+  if (rstd_out) *rstd_out = rstd;
+  return rstd ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(rstd)) : NULL;
+}
+
+/* y * w + b, the last step writing into `into` */
+static Value *affine(Rw *r, Value *y, Value *w, Value *b, Value *into) {
+  if (!y) return NULL;
+  if (w) y = CALL(r, b ? NULL : into, "mul.Tensor", "self", T(y), "other", T(w));
+  if (y && b) y = CALL(r, into, "add.Tensor", "self", T(y), "other", T(b));
+  if (y && !w && !b) y = CALL(r, into, "alias", "self", T(y));
+  return y;
+}
+
+static int layer_norm(Rw *r, Node *n) {
+  Value *x = targ(n, "input");
+  const Arg *ns = arg(n, "normalized_shape");
+  int64_t dims[GG_MAX_RANK];
+  for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
+  bool native = n->nouts == 3;
+  Value *y = normalize(r, x, ns->n, dims, farg(n, "eps", 1e-5), NULL, NULL, native ? n->outs[1] : NULL, native ? n->outs[2] : NULL);
+  return affine(r, y, targ(n, "weight"), targ(n, "bias"), n->outs[0]) ? 0 : -1;
+}
+
+static int rms_norm(Rw *r, Node *n) {
+  Value *x = targ(n, "input");
+  const Arg *ns = arg(n, "normalized_shape"), *ea = arg(n, "eps");
+  int64_t dims[GG_MAX_RANK];
+  for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
+  double eps = ea->k == AK_FLOAT ? ea->u.f : x->dtype == DT_F64 ? 2.220446049250313e-16 : x->dtype == DT_F16 ? 0.0009765625 : x->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+  Value *sq = CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(x));
+  Value *ms = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, ns->n, dims), "keepdim", BO(true)) : NULL;
+  Value *ve = ms ? CALL(r, NULL, "add.Tensor", "self", T(ms), "other", FL(eps)) : NULL;
+  Value *rs = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
+  Value *y = rs ? CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
+  return affine(r, y, targ(n, "weight"), NULL, n->outs[0]) ? 0 : -1;
+}
+
+static int group_norm(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "input");
+  int64_t G = (int64_t)(arg(n, "num_groups") ? farg(n, "num_groups", 1) : farg(n, "group", 1));
+  bool native = n->nouts == 3, instance = !strcmp(n->op->name, "instance_norm");
+  if (instance && !arg(n, "use_input_stats")->u.b) return gg_error(c, "%s: node %s: instance_norm with running statistics is not supported in compiled code", r->g->path, gg_quote(c, n->name));
+  const Expr *sz[3] = {x->sizes[0], instance ? x->sizes[1] : expr_const(c->arena, G), expr_const(c->arena, -1)};
+  Value *xg = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, sz));
+  if (!xg) return -1;
+  int64_t dims[1] = {2};
+  Value *mean, *rstd;
+  Value *yg = normalize(r, xg, 1, dims, farg(n, "eps", 1e-5), &mean, &rstd, NULL, NULL);
+  if (!yg) return -1;
+  Value *y = CALL(r, NULL, "reshape", "self", T(yg), "shape", EXPRS(r, x->rank, x->sizes));
+  if (native) {
+    const Expr *ng[2] = {x->sizes[0], expr_const(c->arena, G)};
+    if (!CALL(r, n->outs[1], "reshape", "self", T(mean), "shape", EXPRS(r, 2, ng)) || !CALL(r, n->outs[2], "reshape", "self", T(rstd), "shape", EXPRS(r, 2, ng))) return -1;
+  }
+  return affine(r, y, per_channel(r, targ(n, "weight"), x->rank, 1), per_channel(r, targ(n, "bias"), x->rank, 1), n->outs[0]) ? 0 : -1;
+}
+
+static Value *empty_stat(Rw *r, Value *into, DType dt) {
+  int64_t zero[1] = {0};
+  return CALL(r, into, "zeros", "size", INTS(r, 1, zero), "dtype", DT(dt));
+}
+
+static int batch_norm(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "input"), *w = targ(n, "weight"), *b = targ(n, "bias"), *rm = targ(n, "running_mean"), *rv = targ(n, "running_var");
+  const Arg *tr = arg(n, "training");
+  bool training = !strcmp(n->op->name, "_native_batch_norm_legit.no_stats") || (tr && tr->u.b);
+  double eps = farg(n, "eps", 1e-5), mom = farg(n, "momentum", 0.1);
+  Value *wc = per_channel(r, w, x->rank, 1), *bc = per_channel(r, b, x->rank, 1);
+  if (!training) {
+    if (!rm || !rv) return gg_error(c, "%s: node %s: evaluation-mode batch norm needs running statistics", r->g->path, gg_quote(c, n->name));
+    Value *m = per_channel(r, rm, x->rank, 1), *v = per_channel(r, rv, x->rank, 1);
+    Value *ve = CALL(r, NULL, "add.Tensor", "self", T(v), "other", FL(eps));
+    Value *inv = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
+    Value *xc = inv ? CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(m)) : NULL;
+    Value *y = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(inv)) : NULL;
+    if (!affine(r, y, wc, bc, n->outs[0])) return -1;
+    if (n->nouts >= 3 && (!empty_stat(r, n->outs[1], x->dtype) || !empty_stat(r, n->outs[2], x->dtype))) return -1;
+    if (n->nouts == 5 && (!CALL(r, n->outs[3], "clone", "self", T(rm)) || !CALL(r, n->outs[4], "clone", "self", T(rv)))) return -1;
+    return 0;
+  }
+  int64_t dims[GG_MAX_RANK], nd = 0, cnt = 1;
+  for (int d = 0; d < x->rank; d++) {
+    if (d == 1) continue;
+    dims[nd++] = d;
+    int64_t s;
+    if (!expr_is_const(x->sizes[d], &s)) return gg_error(c, "%s: node %s: training-mode batch norm needs static sizes", r->g->path, gg_quote(c, n->name));
+    cnt *= s;
+  }
+  Value *mean = CALL(r, n->nouts >= 3 ? n->outs[1] : NULL, "mean.dim", "self", T(x), "dim", INTS(r, (int)nd, dims));
+  if (!mean) return -1;
+  Value *mc = per_channel(r, mean, x->rank, 1);
+  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mc));
+  Value *sq = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(xc)) : NULL;
+  Value *var = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, (int)nd, dims)) : NULL;
+  Value *ve = var ? CALL(r, NULL, "add.Tensor", "self", T(var), "other", FL(eps)) : NULL;
+  Value *inv = ve ? CALL(r, n->nouts >= 3 ? n->outs[2] : NULL, "rsqrt", "self", T(ve)) : NULL;
+  Value *y = inv ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(per_channel(r, inv, x->rank, 1))) : NULL;
+  if (!affine(r, y, wc, bc, n->outs[0])) return -1;
+  if (n->nouts == 5) {
+    /* running statistics: (1 - momentum) * old + momentum * new, the variance unbiased */
+    Value *vu = CALL(r, NULL, "mul.Tensor", "self", T(var), "other", FL(cnt > 1 ? (double)cnt / (double)(cnt - 1) : 1.0));
+    Value *a = CALL(r, NULL, "mul.Tensor", "self", T(rm), "other", FL(1 - mom)), *bm = CALL(r, NULL, "mul.Tensor", "self", T(mean), "other", FL(mom));
+    Value *a2 = CALL(r, NULL, "mul.Tensor", "self", T(rv), "other", FL(1 - mom)), *bv = vu ? CALL(r, NULL, "mul.Tensor", "self", T(vu), "other", FL(mom)) : NULL;
+    if (!a || !bm || !a2 || !bv || !CALL(r, n->outs[3], "add.Tensor", "self", T(a), "other", T(bm)) || !CALL(r, n->outs[4], "add.Tensor", "self", T(a2), "other", T(bv))) return -1;
+  }
+  return 0;
+}
+
+static int sdpa(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *q = targ(n, "query"), *k = targ(n, "key"), *v = targ(n, "value"), *mask = targ(n, "attn_mask");
+  if (farg(n, "dropout_p", 0) > 0) return gg_error(c, "%s: node %s: attention dropout is random; export in eval mode", r->g->path, gg_quote(c, n->name));
+  int rk = q->rank;
+  const Arg *sa = arg(n, "scale");
+  int64_t E;
+  if (!expr_is_const(q->sizes[rk - 1], &E)) return gg_error(c, "%s: node %s: attention needs a static head size", r->g->path, gg_quote(c, n->name));
+  double scale = sa->k == AK_FLOAT ? sa->u.f : 1.0 / sqrt((double)E);
+  if (arg(n, "enable_gqa")->u.b && rk >= 3 && !expr_same(r->g, q->sizes[rk - 3], k->sizes[rk - 3])) {
+    /* grouped-query attention: each key/value head serves hq/hk query heads */
+    int64_t hq, hk;
+    if (!expr_is_const(q->sizes[rk - 3], &hq) || !expr_is_const(k->sizes[rk - 3], &hk) || hk == 0) return gg_error(c, "%s: node %s: grouped attention needs static head counts", r->g->path, gg_quote(c, n->name));
+    Value *kv[2] = {k, v};
+    for (int i = 0; i < 2; i++) {
+      const Expr *ex[GG_MAX_RANK + 1], *rs[GG_MAX_RANK];
+      Value *u = CALL(r, NULL, "unsqueeze", "self", T(kv[i]), "dim", INT(r, rk - 2));
+      if (!u) return -1;
+      for (int d = 0; d < rk + 1; d++) ex[d] = d == rk - 2 ? expr_const(c->arena, hq / hk) : u->sizes[d];
+      Value *e = CALL(r, NULL, "expand", "self", T(u), "size", EXPRS(r, rk + 1, ex));
+      for (int d = 0; d < rk; d++) rs[d] = d == rk - 3 ? q->sizes[rk - 3] : kv[i]->sizes[d];
+      kv[i] = e ? CALL(r, NULL, "reshape", "self", T(e), "shape", EXPRS(r, rk, rs)) : NULL;
+      if (!kv[i]) return -1;
+    }
+    k = kv[0];
+    v = kv[1];
+  }
+  Value *kt = CALL(r, NULL, "transpose.int", "self", T(k), "dim0", INT(r, -2), "dim1", INT(r, -1));
+  Value *s = kt ? CALL(r, NULL, "matmul", "self", T(q), "other", T(kt)) : NULL;
+  s = s ? CALL(r, NULL, "mul.Tensor", "self", T(s), "other", FL(scale)) : NULL;
+  if (!s) return -1;
+  bool masked = false;
+  if (mask && mask->dtype == DT_BOOL) {
+    Value *nm = CALL(r, NULL, "logical_not", "self", T(mask));
+    s = nm ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(nm), "value", FL(-INFINITY)) : NULL;
+    masked = true;
+  } else if (mask) s = CALL(r, NULL, "add.Tensor", "self", T(s), "other", T(mask));
+  if (s && arg(n, "is_causal")->u.b) {
+    const Expr *ls[2] = {q->sizes[rk - 2], k->sizes[rk - 2]};
+    Value *ones = CALL(r, NULL, "ones", "size", EXPRS(r, 2, ls), "dtype", DT(DT_BOOL));
+    Value *tri = ones ? CALL(r, NULL, "triu", "self", T(ones), "diagonal", INT(r, 1)) : NULL;
+    s = tri ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(tri), "value", FL(-INFINITY)) : NULL;
+    masked = true;
+  }
+  Value *p = s ? CALL(r, NULL, "softmax.int", "self", T(s), "dim", INT(r, -1)) : NULL;
+  if (p && masked) {   /* a row with every key masked gives zeros, as PyTorch's math path does */
+    Value *bad = CALL(r, NULL, "isnan", "self", T(p));
+    p = bad ? CALL(r, NULL, "masked_fill.Scalar", "self", T(p), "mask", T(bad), "value", FL(0)) : NULL;
+  }
+  return p && CALL(r, n->outs[0], "matmul", "self", T(p), "other", T(v)) ? 0 : -1;
+}
+
+/* n-th forward difference: concatenate prepend/self/append, then subtract neighbours n times */
+static int diff(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "self"), *pre = targ(n, "prepend"), *app = targ(n, "append");
+  int64_t times = (int64_t)farg(n, "n", 1), d = (int64_t)farg(n, "dim", -1);
+  if (d < 0) d += x->rank;
+  if (pre || app) {
+    Arg list = {.k = AK_TENSORS, .n = 0};
+    list.u.ts = arena_array(c->arena, 4, sizeof *list.u.ts);
+    if (pre) list.u.ts[list.n++] = pre;
+    list.u.ts[list.n++] = x;
+    if (app) list.u.ts[list.n++] = app;
+    x = CALL(r, NULL, "cat", "tensors", list, "dim", INT(r, d));
+    if (!x) return -1;
+  }
+  if (times == 0) return CALL(r, n->outs[0], "clone", "self", T(x)) ? 0 : -1;
+  for (int64_t i = 0; i < times; i++) {
+    Value *hi = CALL(r, NULL, "slice.Tensor", "self", T(x), "dim", INT(r, d), "start", INT(r, 1));
+    Value *lo = hi ? CALL(r, NULL, "slice.Tensor", "self", T(x), "dim", INT(r, d), "start", INT(r, 0), "end", INT(r, -1)) : NULL;
+    bool last = i == times - 1;
+    if (!lo) return -1;
+    if (x->dtype == DT_BOOL) x = CALL(r, last ? n->outs[0] : NULL, "logical_xor", "self", T(hi), "other", T(lo));
+    else x = CALL(r, last ? n->outs[0] : NULL, "sub.Tensor", "self", T(hi), "other", T(lo));
+    if (!x) return -1;
+  }
+  return 0;
+}
+
+/* glu: first half * sigmoid(second half) */
+static int glu(Rw *r, Node *n) {
+  Value *x = targ(n, "self");
+  int64_t d = (int64_t)farg(n, "dim", -1), half;
+  if (d < 0) d += x->rank;
+  expr_is_const(x->sizes[d], &half);
+  half /= 2;
+  Value *a = CALL(r, NULL, "narrow", "self", T(x), "dim", INT(r, d), "start", INT(r, 0), "length", INT(r, half));
+  Value *b = a ? CALL(r, NULL, "narrow", "self", T(x), "dim", INT(r, d), "start", INT(r, half), "length", INT(r, half)) : NULL;
+  Value *s = b ? CALL(r, NULL, "sigmoid", "self", T(b)) : NULL;
+  return s && CALL(r, n->outs[0], "mul.Tensor", "self", T(a), "other", T(s)) ? 0 : -1;
+}
+
+/* repeat: view as [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...], copy, view as the result */
+static int repeat(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "self");
+  const Arg *rp = arg(n, "repeats");
+  int lead = rp->n - x->rank;
+  if (2 * rp->n > GG_MAX_RANK) return gg_error(c, "%s: node %s: repeat over too many dims", r->g->path, gg_quote(c, n->name));
+  const Expr *v[GG_MAX_RANK], *ex[GG_MAX_RANK];
+  for (int i = 0; i < rp->n; i++) {
+    v[2 * i] = expr_const(c->arena, 1);
+    v[2 * i + 1] = i < lead ? expr_const(c->arena, 1) : x->sizes[i - lead];
+    ex[2 * i] = rp->u.is[i];
+    ex[2 * i + 1] = v[2 * i + 1];
+  }
+  Value *a = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 2 * rp->n, v));
+  Value *b = a ? CALL(r, NULL, "expand", "self", T(a), "size", EXPRS(r, 2 * rp->n, ex)) : NULL;
+  Value *cl = b ? CALL(r, NULL, "clone", "self", T(b)) : NULL;
+  return cl && CALL(r, n->outs[0], "reshape", "self", T(cl), "shape", EXPRS(r, n->outs[0]->rank, n->outs[0]->sizes)) ? 0 : -1;
+}
+
+static int broadcast_tensors(Rw *r, Node *n) {
+  const Arg *ts = arg(n, "tensors");
+  for (int i = 0; i < ts->n; i++)
+    if (!CALL(r, n->outs[i], "expand", "self", T(ts->u.ts[i]), "size", EXPRS(r, n->outs[i]->rank, n->outs[i]->sizes))) return -1;
+  return 0;
+}
+
+/* The rules, by op name. */
+static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
+  {"layer_norm", layer_norm}, {"native_layer_norm", layer_norm}, {"rms_norm", rms_norm},
+  {"group_norm", group_norm}, {"native_group_norm", group_norm}, {"instance_norm", group_norm},
+  {"batch_norm", batch_norm}, {"_native_batch_norm_legit_no_training", batch_norm},
+  {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
+  {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
+  {"broadcast_tensors", broadcast_tensors},
+};
+
+int decompose_rule_count(void) { return (int)(sizeof rules / sizeof *rules); }
+const char *decompose_rule_op(int i) { return rules[i].op; }
+
 int decompose(Graph *g) {
-  (void)g;
+  Rw r = {g, NULL, NULL, 0, 0, 0};
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    int (*rule)(Rw *, Node *) = NULL;
+    for (size_t i = 0; n->op && i < sizeof rules / sizeof *rules; i++)
+      if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
+    if (!rule) { push(&r, n); continue; }
+    r.orig = n;
+    r.k = 0;
+    if (rule(&r, n)) {
+      if (!g->ctx->has_err) GG_INTERNAL(g->ctx);
+      return -1;
+    }
+  }
+  g->nodes = r.nodes;
+  g->nnodes = r.n;
+  g->cap_nodes = r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
   return 0;
 }

@@ -265,6 +265,13 @@ static const char *index_of(Em *e, const TV *t, int loop_rank) {
   return r;
 }
 
+/* The row-major linear index of loop variables i<first>.. over sizes[0..n): ((i0*S1 + i1)*S2 + i2). */
+static const char *linear_index(Em *e, const Expr *const *sizes, int n, int first) {
+  char *s = arena_strdup(e->a, "0");
+  for (int d = 0; d < n; d++) s = arena_printf(e->a, "(%s) * %s + i%d", s, cx(e, sizes[d]), d + first);
+  return s;
+}
+
 /* A view of t broadcast to rank/sizes (stride 0 where t has size 1 or no dim). */
 static TV broadcast_tv(Em *e, const TV *t, int rank, const Expr *const *sizes) {
   TV b = *t;
@@ -619,12 +626,7 @@ int emit_reduce(Em *e, Node *n) {
   for (int i = 0; i < nred; i++) rn = MUL(e, rn, x->sizes[red[i]]);
   int cl = open_loops(e, nkept, ksz, true);
   /* output index: kept dims in order (keepdim only adds size-1 dims, which do not move data) */
-  char *oidx = NULL;
-  size_t ol = 0;
-  FILE *of = open_memstream(&oidx, &ol);
-  fputs("0", of);
-  for (int i = 0; i < nkept; i++) { fputs(" * ", of); pexpr(of, x->sizes[kept[i]]); fprintf(of, " + i%d", i); }
-  fclose(of);
+  const char *oidx = linear_index(e, ksz, nkept, 0);
   const char *acc = ints ? "int64_t" : "double";
   bool is_max = !strncmp(name, "amax", 4) || !strcmp(name, "max") || !strcmp(name, "max.dim") || !strcmp(name, "argmax");
   bool is_min = !strncmp(name, "amin", 4) || !strcmp(name, "min") || !strcmp(name, "min.dim") || !strcmp(name, "argmin");
@@ -690,7 +692,6 @@ int emit_reduce(Em *e, Node *n) {
   store(f, out->dt, !ints && strncmp(name, "arg", 3), "y", oidx, res);
   if (out2 && !strcmp(name, "var_mean.correction")) { fputs("    ", f); store(f, out2->dt, true, "y2", oidx, "mean"); }
   else if (out2) { fputs("    ", f); store(f, out2->dt, false, "y2", oidx, "best"); }
-  free(oidx);
   close_loops(e, cl);
   fputs("}\n", f);
   fprintf(e->r, "  k%d(%s, %s, %s, s);\n", id, sname(e, out->stor), out2 ? sname(e, out2->stor) : "NULL", sname(e, x->stor));
@@ -793,8 +794,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   int orank = out->rank, nb = orank - (a_vec ? 0 : 1) - (b_vec ? 0 : 1);
   if (nb < 0) nb = 0;
   const Expr *M = A.sizes[A.rank - 2], *K = A.sizes[A.rank - 1], *N = B.sizes[B.rank - 1];
-  TV Ab = broadcast_tv(e, &A, nb + 2, (const Expr *[R + 2]){0});
-  TV Bb = Ab;
+  TV Ab, Bb;
   {
     const Expr *bs[R + 2];
     for (int d = 0; d < nb; d++) bs[d] = out->sizes[d];
@@ -822,9 +822,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   }
   fclose(af);
   fclose(bf);
-  fputs("    const int64_t yo = 0", f);
-  for (int d = 0; d < nb; d++) fprintf(f, " * %s + i%d", cx(e, out->sizes[d]), d);
-  fputs(";\n", f);
+  fprintf(f, "    const int64_t yo = %s;\n", linear_index(e, out->sizes, nb, 0));
   fprintf(f, "    %s *yy = y + yo * M * N;\n", T);
   const char *sam = cx(e, Ab.strides[nb]), *sak = cx(e, Ab.strides[nb + 1]), *sbk = cx(e, Bb.strides[nb]), *sbn = cx(e, Bb.strides[nb + 1]);
   if (blas)

@@ -40,6 +40,7 @@ static Arg *remap_args(Graph *g, const OpDef *from, const Arg *args, const OpDef
     const char *nm = to->args[i].name;
     if (!strcmp(nm, "fill_value")) nm = "value";
     int j = ops_arg_index(from, nm);
+    if (j < 0 && i == 0) j = 0;   /* dropout_(self) -> dropout(input) */
     if (j >= 0) r[i] = args[j];
     else if (to->args[i].has_default) r[i] = to->args[i].def;
     else r[i].k = AK_NONE;
