@@ -358,6 +358,68 @@ static int broadcast_tensors(Rw *r, Node *n) {
   return 0;
 }
 
+static Value *reduce_loss(Rw *r, Value *loss, Value *denom, int64_t reduction, Value *into) {
+  if (reduction == 0) return CALL(r, into, "alias", "self", T(loss));
+  if (!denom) return CALL(r, into, reduction == 1 ? "mean" : "sum", "self", T(loss));
+  Value *s = CALL(r, NULL, "sum", "self", T(loss));
+  return s ? CALL(r, into, "div.Tensor", "self", T(s), "other", T(denom)) : NULL;
+}
+
+static int mse_loss(Rw *r, Node *n) {
+  Value *d = CALL(r, NULL, "sub.Tensor", "self", T(targ(n, "self")), "other", T(targ(n, "target")));
+  Value *sq = d ? CALL(r, NULL, "mul.Tensor", "self", T(d), "other", T(d)) : NULL;
+  return sq && reduce_loss(r, sq, NULL, (int64_t)farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
+}
+
+/* cross entropy (and nll on log-probabilities) with class-index targets: the picked log-probability,
+ * weighted, ignoring ignore_index, smoothed; the mean divides by the weights of the kept targets. */
+static int cross_entropy(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "self"), *t = targ(n, "target"), *w = targ(n, "weight");
+  bool nll = !strcmp(n->op->name, "nll_loss_forward");
+  if (dtype_is_float(t->dtype)) return gg_error(c, "%s: node %s: cross entropy with probability targets is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
+  int64_t red = (int64_t)farg(n, "reduction", 1), ignore = (int64_t)farg(n, "ignore_index", -100), C = 0;
+  double eps = farg(n, "label_smoothing", 0);
+  int cd = x->rank > 1 ? 1 : 0;
+  if (!expr_is_const(x->sizes[cd], &C)) return gg_error(c, "%s: node %s: the class count must be static", r->g->path, gg_quote(c, n->name));
+  Value *lp = nll ? x : CALL(r, NULL, "log_softmax.int", "self", T(x), "dim", INT(r, cd));
+  Value *keep = lp ? CALL(r, NULL, "ne.Scalar", "self", T(t), "other", INT(r, ignore)) : NULL;
+  Value *t0 = keep ? CALL(r, NULL, "where.ScalarOther", "condition", T(keep), "self", T(t), "other", INT(r, 0)) : NULL;
+  Value *tu = t0 ? CALL(r, NULL, "unsqueeze", "self", T(t0), "dim", INT(r, cd)) : NULL;
+  Value *g = tu ? CALL(r, NULL, "gather", "self", T(lp), "dim", INT(r, cd), "index", T(tu)) : NULL;
+  Value *pick = g ? CALL(r, NULL, "squeeze.dim", "self", T(g), "dim", INT(r, cd)) : NULL;
+  if (!pick) return -1;
+  /* the weight of each kept target (0 for ignored ones) */
+  Value *wt;
+  if (w) {
+    Arg idx = {.k = AK_TENSORS, .n = 1};
+    idx.u.ts = arena_array(c->arena, 2, sizeof *idx.u.ts);
+    idx.u.ts[0] = t0;
+    Value *wi = CALL(r, NULL, "index.Tensor", "self", T(w), "indices", idx);
+    wt = wi ? CALL(r, NULL, "where.ScalarOther", "condition", T(keep), "self", T(wi), "other", FL(0)) : NULL;
+  } else wt = CALL(r, NULL, "_to_copy", "self", T(keep), "dtype", DT(x->dtype));
+  Value *nl = wt ? CALL(r, NULL, "mul.Tensor", "self", T(pick), "other", T(wt)) : NULL;
+  Value *loss = nl ? CALL(r, NULL, "neg", "self", T(nl)) : NULL;
+  if (loss && eps > 0) {
+    Value *lw = w ? CALL(r, NULL, "mul.Tensor", "self", T(lp), "other", T(per_channel(r, w, x->rank, cd))) : lp;
+    int64_t dims[1] = {cd};
+    Value *sm = lw ? CALL(r, NULL, "sum.dim_IntList", "self", T(lw), "dim", INTS(r, 1, dims)) : NULL;
+    Value *keepf = sm ? CALL(r, NULL, "_to_copy", "self", T(keep), "dtype", DT(x->dtype)) : NULL;
+    Value *smk = keepf ? CALL(r, NULL, "mul.Tensor", "self", T(sm), "other", T(keepf)) : NULL;
+    Value *a = smk ? CALL(r, NULL, "mul.Tensor", "self", T(loss), "other", FL(1 - eps)) : NULL;
+    Value *b = a ? CALL(r, NULL, "mul.Tensor", "self", T(smk), "other", FL(-eps / (double)C)) : NULL;
+    loss = b ? CALL(r, NULL, "add.Tensor", "self", T(a), "other", T(b)) : NULL;
+  }
+  if (!loss) return -1;
+  Value *den = red == 1 ? CALL(r, NULL, "sum", "self", T(wt)) : NULL;
+  if (!reduce_loss(r, loss, den, red, n->outs[0])) return -1;
+  if (n->nouts == 2) {
+    Value *tw = CALL(r, n->outs[1], "sum", "self", T(wt));
+    if (!tw) return -1;
+  }
+  return 0;
+}
+
 /* The rules, by op name. */
 static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"layer_norm", layer_norm}, {"native_layer_norm", layer_norm}, {"rms_norm", rms_norm},
@@ -365,7 +427,8 @@ static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"batch_norm", batch_norm}, {"_native_batch_norm_legit_no_training", batch_norm},
   {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
   {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
-  {"broadcast_tensors", broadcast_tensors},
+  {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"cross_entropy_loss", cross_entropy},
+  {"nll_loss_forward", cross_entropy},
 };
 
 int decompose_rule_count(void) { return (int)(sizeof rules / sizeof *rules); }

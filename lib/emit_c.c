@@ -1136,26 +1136,201 @@ int emit_arange(Em *e, Node *n) {
   return 0;
 }
 
+/* nearest and bilinear resampling of contiguous NCHW planes (PyTorch's index rules) */
+int emit_upsample(Em *e, Node *n) {
+  Value *y = n->outs[0];
+  TV *x = contiguous_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *out = alloc_value(e, y);
+  bool bilinear = strstr(n->op->name, "bilinear") != NULL;
+  int ai = ops_arg_index(n->op, "align_corners");
+  bool align = ai >= 0 && n->args[ai].u.b;
+  double sc[2] = {0, 0};
+  int si = ops_arg_index(n->op, "scale_factors");
+  if (si >= 0 && n->args[si].k == AK_FLOATS) { sc[0] = n->args[si].u.fs[0]; sc[1] = n->args[si].u.fs[1]; }
+  else { sc[0] = scalar_arg(n, "scales_h", 0); sc[1] = scalar_arg(n, "scales_w", 0); }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, bilinear ? "bilinear resampling" : "nearest resampling");
+  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
+  fprintf(f, "  const int64_t P = %s * %s, H = %s, W = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
+          cx(e, x->sizes[3]), cx(e, out->sizes[2]), cx(e, out->sizes[3]));
+  fprintf(f, "  const double sh = %.17g, sw = %.17g;\n  (void)sh; (void)sw;\n", sc[0], sc[1]);
+  fputs("  #pragma omp parallel for schedule(static)\n  for (int64_t p = 0; p < P; p++)\n    for (int64_t oh = 0; oh < OH; oh++)\n      for (int64_t ow = 0; ow < OW; ow++) {\n", f);
+  if (!bilinear) {
+    fputs("        int64_t h = OH == H ? oh : OH == 2 * H ? oh >> 1 : (int64_t)floorf((float)oh * (sh > 0 ? (float)(1.0 / sh) : (float)H / (float)OH));\n", f);
+    fputs("        int64_t w = OW == W ? ow : OW == 2 * W ? ow >> 1 : (int64_t)floorf((float)ow * (sw > 0 ? (float)(1.0 / sw) : (float)W / (float)OW));\n", f);
+    fputs("        if (h > H - 1) h = H - 1;\n        if (w > W - 1) w = W - 1;\n        double v = ", f);
+    load_f(f, x->dt, "x", "(p * H + h) * W + w");
+    fputs(";\n", f);
+  } else {
+    if (align) fputs("        double fh = OH > 1 ? (double)oh * (double)(H - 1) / (double)(OH - 1) : 0, fw = OW > 1 ? (double)ow * (double)(W - 1) / (double)(OW - 1) : 0;\n", f);
+    else fputs("        double fh = (sh > 0 ? 1.0 / sh : (double)H / (double)OH) * ((double)oh + 0.5) - 0.5, fw = (sw > 0 ? 1.0 / sw : (double)W / (double)OW) * ((double)ow + 0.5) - 0.5;\n        if (fh < 0) fh = 0;\n        if (fw < 0) fw = 0;\n", f);
+    fputs("        int64_t h0 = (int64_t)fh, w0 = (int64_t)fw, h1 = h0 + (h0 < H - 1), w1 = w0 + (w0 < W - 1);\n        double lh = fh - (double)h0, lw = fw - (double)w0;\n", f);
+    fputs("        const int64_t b = p * H * W;\n        double v = (1 - lh) * ((1 - lw) * ", f);
+    load_f(f, x->dt, "x", "b + h0 * W + w0");
+    fputs(" + lw * ", f);
+    load_f(f, x->dt, "x", "b + h0 * W + w1");
+    fputs(") + lh * ((1 - lw) * ", f);
+    load_f(f, x->dt, "x", "b + h1 * W + w0");
+    fputs(" + lw * ", f);
+    load_f(f, x->dt, "x", "b + h1 * W + w1");
+    fputs(");\n", f);
+  }
+  fputs("        ", f);
+  store(f, out->dt, true, "y", "(p * OH + oh) * OW + ow", "v");
+  fputs("      }\n}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  return 0;
+}
+
+/* constant padding (negative pads crop): fill, then copy the input's overlap */
+int emit_pad(Em *e, Node *n) {
+  int mi = ops_arg_index(n->op, "mode");
+  if (mi >= 0 && n->args[mi].k == AK_STR && strcmp(n->args[mi].u.s, "constant"))
+    return efail(e, n, "%s padding is not supported in compiled code yet (it runs under --interpret)", n->args[mi].u.s);
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  Operand fill = {.f = scalar_arg(n, "value", 0), .i = (int64_t)scalar_arg(n, "value", 0)};
+  bool fl = dtype_is_float(out->dt);
+  pointwise_kernel(e, n, "pad fill", out, &fill, 1, fl ? "f_ident" : "i_ident", fl, fl ? out->dt : DT_I64);
+  const Arg *p = &n->args[ops_arg_index(n->op, "pad")];
+  TV src = *x, dst = *out;
+  for (int i = 0; i < p->n / 2; i++) {
+    int d = x->rank - 1 - i;
+    int64_t lo, hi;
+    if (!expr_is_const(p->u.is[2 * i], &lo) || !expr_is_const(p->u.is[2 * i + 1], &hi)) return efail(e, n, "symbolic padding is not supported");
+    const Expr *len = x->sizes[d];
+    if (lo >= 0) dst.offset = ADD(e, dst.offset, MUL(e, C(e, lo), out->strides[d]));
+    else { src.offset = ADD(e, src.offset, MUL(e, C(e, -lo), x->strides[d])); len = ADD(e, len, C(e, lo)); }
+    if (hi < 0) len = ADD(e, len, C(e, hi));
+    src.sizes[d] = dst.sizes[d] = len;
+  }
+  for (int d = 0; d < x->rank; d++) { int64_t v; if (expr_is_const(src.sizes[d], &v) && v <= 0) return 0; }
+  copy_kernel(e, n, &dst, &src);
+  return 0;
+}
+
+/* flip: a copy from a view that walks the flipped dims backwards */
+int emit_flip(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV src = *x;
+  const Arg *dims = &n->args[ops_arg_index(n->op, "dims")];
+  for (int i = 0; i < dims->n; i++) {
+    int64_t dv;
+    expr_is_const(dims->u.is[i], &dv);
+    int d = wrap(dv, x->rank);
+    src.offset = ADD(e, src.offset, MUL(e, ADD(e, x->sizes[d], C(e, -1)), x->strides[d]));
+    src.strides[d] = MUL(e, C(e, -1), x->strides[d]);
+  }
+  copy_kernel(e, n, alloc_value(e, n->outs[0]), &src);
+  return 0;
+}
+
+/* advanced indexing by integer tensors (x[i], x[:, j], x[i, :, j], ...) */
+int emit_index(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  const Arg *ia = &n->args[1];
+  Value *y = n->outs[0];
+  TV *out = alloc_value(e, y);
+  int first = -1, last = -1, cnt = 0, br = 0;
+  for (int i = 0; i < ia->n; i++) {
+    if (!ia->u.ts[i]) continue;
+    if (first < 0) first = i;
+    last = i;
+    cnt++;
+    if (ia->u.ts[i]->rank > br) br = ia->u.ts[i]->rank;
+  }
+  bool adjacent = last - first + 1 == cnt;
+  int bstart = adjacent ? first : 0;
+  /* the broadcast index shape sits in the output at bstart.. */
+  const Expr *bsz[R];
+  for (int d = 0; d < br; d++) bsz[d] = out->sizes[bstart + d];
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "index");
+  fprintf(f, "static int k%d(%s *restrict y, const %s *x", id, ctype(out->dt), ctype(x->dt));
+  for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
+  fputs(", const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", f);
+  int cl = open_loops(e, out->rank, out->sizes, false);
+  char *xi = arena_strdup(e->a, cx(e, x->offset));
+  int od = adjacent ? 0 : br;
+  for (int d = 0; d < x->rank; d++) {
+    if (d < ia->n && ia->u.ts[d]) {
+      TV it = e->tv[ia->u.ts[d]->id];
+      TV b = broadcast_tv(e, &it, br, bsz);
+      /* loop variables of the broadcast block are i<bstart>..: shift the index expression */
+      char *ie = arena_strdup(e->a, cx(e, b.offset));
+      for (int k = 0; k < br; k++) ie = arena_printf(e->a, "%s + i%d * %s", ie, bstart + k, cx(e, b.strides[k]));
+      fprintf(f, "    int64_t q%d = (int64_t)ix%d[%s];\n    if (q%d < 0) q%d += %s;\n    if (q%d < 0 || q%d >= %s) { bad = 1; continue; }\n", d, d, ie, d, d,
+              cx(e, x->sizes[d]), d, d, cx(e, x->sizes[d]));
+      xi = arena_printf(e->a, "%s + q%d * %s", xi, d, cx(e, x->strides[d]));
+    } else {
+      if (adjacent && d > last && od < bstart + br) od = bstart + br;
+      xi = arena_printf(e->a, "%s + i%d * %s", xi, od++, cx(e, x->strides[d]));
+    }
+  }
+  fprintf(f, "    y[%s] = x[%s];\n", index_of(e, out, out->rank), xi);
+  close_loops(e, cl);
+  fputs("  return bad;\n}\n", f);
+  fprintf(e->r, "  if (k%d(%s, %s", id, sname(e, out->stor), sname(e, x->stor));
+  for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(e->r, ", %s", sname(e, e->tv[ia->u.ts[i]->id].stor));
+  fputs(", s)) return ", e->r);
+  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
+  fputs(";\n", e->r);
+  return 0;
+}
+
+int emit_eye(Em *e, Node *n) {
+  TV *out = alloc_value(e, n->outs[0]);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "eye");
+  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt));
+  int cl = open_loops(e, 2, out->sizes, true);
+  fputs("    ", f);
+  store(f, out->dt, false, "y", index_of(e, out, 2), "i0 == i1");
+  close_loops(e, cl);
+  fputs("}\n", f);
+  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  return 0;
+}
+
+int emit_linspace(Em *e, Node *n) {
+  TV *out = alloc_value(e, n->outs[0]);
+  double a = scalar_arg(n, "start", 0), b = scalar_arg(n, "end", 0);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "linspace");
+  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n  const int64_t L = %s;\n", id, ctype(out->dt), cx(e, out->sizes[0]));
+  fprintf(f, "  const double a = %.17g, b = %.17g, step = L > 1 ? (b - a) / (double)(L - 1) : 0;\n", a, b);
+  fputs("  for (int64_t i0 = 0; i0 < L; i0++) {\n    ", f);
+  store(f, out->dt, true, "y", "i0", "i0 < L / 2 ? a + step * (double)i0 : b - step * (double)(L - 1 - i0)");
+  fputs("  }\n}\n", f);
+  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  return 0;
+}
+
 /* ---------------------------------------------------------------- not yet generated */
 
 #define NOT_YET(fn)                                                                                   \
   int fn(Em *e, Node *n) { return efail(e, n, "no C code generator for this op yet (it runs under --interpret)"); }
-NOT_YET(emit_upsample)
-NOT_YET(emit_norm)
-NOT_YET(emit_sdpa)
-NOT_YET(emit_loss)
-NOT_YET(emit_index)
-NOT_YET(emit_diff)
-NOT_YET(emit_pad)
-NOT_YET(emit_broadcast_tensors)
-NOT_YET(emit_flip)
+/* ops that decompose.c rewrites before code generation */
+#define DECOMPOSED(fn) \
+  int fn(Em *e, Node *n) { return efail(e, n, "reached the code generator undecomposed (internal error)"); }
+DECOMPOSED(emit_norm)
+DECOMPOSED(emit_sdpa)
+DECOMPOSED(emit_loss)
+DECOMPOSED(emit_diff)
+DECOMPOSED(emit_broadcast_tensors)
+DECOMPOSED(emit_glu)
+DECOMPOSED(emit_repeat)
 NOT_YET(emit_roll)
-NOT_YET(emit_glu)
-NOT_YET(emit_repeat)
 NOT_YET(emit_index_put)
 NOT_YET(emit_scatter)
-NOT_YET(emit_eye)
-NOT_YET(emit_linspace)
 
 /* ---------------------------------------------------------------- the model file */
 
