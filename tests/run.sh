@@ -53,6 +53,13 @@ echo "== golden: every corpus case under the interpreter against PyTorch"
 "$BUILD/test-golden" tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/golden" 2>&1
 tally "$TMP/golden" golden
 
+echo "== compiled: every case compiled to a .so, run, and compared with PyTorch"
+mkdir -p "$TMP/cc"
+ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | xargs -P 2 -n 1 -I CASE sh tests/compile_case.sh CASE "$TMP/cc" >"$TMP/compiled" 2>&1
+pass=$((pass + $(grep -c '^ok' "$TMP/compiled")))
+fail=$((fail + $(grep -c '^FAIL' "$TMP/compiled")))
+grep '^FAIL' "$TMP/compiled"
+
 echo "== command line"
 M=tests/corpus/models
 expect 0 "gcc-graph 0" -- "$GG" --version
@@ -107,6 +114,52 @@ expect 0 '/* \n */' -- "$GG" explain tests/bad/evil_names.json
 # the op list in docs/ is the table's
 "$GG" ops >"$TMP/ops.md"
 expect 0 "" -- cmp "$TMP/ops.md" docs/ops.md
+
+echo "== compiled models: guards, determinism, weights, bench, samples"
+"$GG" compile $M/mlp/model.pt2 -o "$TMP/mlp.so" 2>"$TMP/err" || no "compile mlp: $(cat "$TMP/err")"
+expect 1 "guard failed: tensor 'x' size mismatch at index 0. expected 8, actual 9" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/b9.st" -o "$TMP/o.st"
+expect 1 "guard failed: tensor 'x' dtype mismatch. expected float32, actual float64" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/f64.st" -o "$TMP/o.st"
+expect 1 "guard failed: tensor 'x' size mismatch at index 1. expected 64, actual 63" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/f63.st" -o "$TMP/o.st"
+expect 1 "guard failed: expected 1 inputs, got a tensor named 'in.1'" -- "$GG" run "$TMP/mlp.so" --inputs tests/corpus/ops/add_alpha/io.safetensors -o "$TMP/o.st"
+expect 0 "" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/x.st" -o "$TMP/o.st"
+"$GG" compile $M/mlp_dynamic_batch/model.pt2 -o "$TMP/dyn.so" 2>"$TMP/err" || no "compile mlp_dynamic_batch: $(cat "$TMP/err")"
+expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b3.st" -o "$TMP/o3.st"
+expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b9.st" -o "$TMP/o9.st"
+expect 1 "guard failed: tensor 'x' size mismatch at index 0. expected s77 in [1, 64], actual 65" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b65.st" -o "$TMP/o.st"
+expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs $M/mlp_dynamic_batch/io.safetensors -o "$TMP/od.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/od.st" $M/mlp_dynamic_batch/io.safetensors
+# the same model and flags give the same bytes, wherever they are built
+mkdir -p "$TMP/d1/x" "$TMP/d2/y/z"
+(cd "$TMP/d1/x" && "$OLDPWD/$GG" compile "$OLDPWD/$M/bert_tiny/model.pt2" -o bert.so) 2>"$TMP/err" || no "compile bert_tiny: $(cat "$TMP/err")"
+(cd "$TMP/d2/y/z" && "$OLDPWD/$GG" compile "$OLDPWD/$M/bert_tiny/model.pt2" -o bert.so) 2>"$TMP/err" || no "compile bert_tiny: $(cat "$TMP/err")"
+expect 0 "" -- cmp "$TMP/d1/x/bert.so" "$TMP/d2/y/z/bert.so"
+expect 0 "" -- "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/src1"
+expect 0 "" -- "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/src2"
+expect 0 "" -- cmp "$TMP/src1/model.c" "$TMP/src2/model.c"
+expect 0 "" -- grep -q "^static .* k0(" "$TMP/src1/model.c"
+expect 0 "" -- grep -qF "/* gather: node embedding (torch.ops.aten.embedding.default) */" "$TMP/src1/model.c"
+# weights left in the .pt2 and mapped at open
+expect 0 "" -- "$GG" compile $M/mlp/model.pt2 --weights external -o "$TMP/mlp_ext.so"
+expect 1 "keeps its weights in a file" -- "$GG" run "$TMP/mlp_ext.so" --inputs $M/mlp/io.safetensors -o "$TMP/oe.st"
+expect 1 "not the weights file" -- "$GG" run "$TMP/mlp_ext.so" --weights $M/bert_tiny/model.pt2 --inputs $M/mlp/io.safetensors -o "$TMP/oe.st"
+expect 0 "" -- "$GG" run "$TMP/mlp_ext.so" --weights $M/mlp/model.pt2 --inputs $M/mlp/io.safetensors -o "$TMP/oe.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/oe.st" $M/mlp/io.safetensors
+# a bare model.json with --weights compiles the same way
+expect 0 "" -- "$GG" compile tests/cases/mlp_json/model.json --weights tests/cases/mlp_json/weights.safetensors -o "$TMP/mj.so"
+expect 0 "" -- "$GG" run "$TMP/mj.so" --inputs $M/mlp/io.safetensors -o "$TMP/mj.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/mj.st" $M/mlp/io.safetensors
+# names that look like code compile safely: they only reach the C file escaped
+expect 0 "" -- "$GG" compile tests/bad/evil_names.json -o "$TMP/evil.so"
+mk_st "$TMP/ev.st" in.0 F32 2,3 24
+expect 1 "no tensor for input 1" -- "$GG" run "$TMP/evil.so" --inputs "$TMP/ev.st" -o "$TMP/o.st"
+# bench: the last line is JSON
+"$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 5 >"$TMP/bench" 2>&1 || no "bench failed: $(cat "$TMP/bench")"
+expect 0 '"median_ms"' -- tail -n 1 "$TMP/bench"
+expect 0 '"threads"' -- tail -n 1 "$TMP/bench"
+expect 2 "bad count" -- "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 0
+cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/lib/*/libm.so.6 | head -n 1)" "$TMP/libm.so"
+expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
+expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 
 echo "== hostile inputs"
 grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do

@@ -1,0 +1,23 @@
+#!/bin/sh
+# compile_case.sh CASE_DIR WORK_DIR: compile a case, run the .so on its inputs, compare with PyTorch.
+# Prints "ok CASE" or "FAIL CASE: why". Cases listed in tests/compile_refused.txt must instead be
+# refused with exit status 1 and the message given there.
+case=$1 work=$2
+BUILD=${BUILD:-build}
+name=$(echo "$case" | tr / _)
+expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
+"$BUILD/gcc-graph" compile "$case/model.pt2" -o "$work/$name.so" >"$work/$name.err" 2>&1
+rc=$?
+if [ -n "$expect" ]; then
+  if [ $rc = 1 ] && grep -qF -- "$expect" "$work/$name.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$work/$name.err")"; fi
+  exit 0
+fi
+if [ $rc != 0 ]; then echo "FAIL $case: compile: $(head -c 400 "$work/$name.err")"; exit 0; fi
+if ! "$BUILD/gcc-graph" run "$work/$name.so" --inputs "$case/io.safetensors" -o "$work/$name.st" >"$work/$name.err" 2>&1; then
+  echo "FAIL $case: run: $(head -c 300 "$work/$name.err")"; exit 0
+fi
+if ! "$BUILD/test-golden" --compare "$work/$name.st" "$case/io.safetensors" >"$work/$name.err" 2>&1; then
+  echo "FAIL $case: $(head -c 300 "$work/$name.err")"; exit 0
+fi
+echo "ok $case"
+rm -f "$work/$name.so" "$work/$name.st" "$work/$name.err"
