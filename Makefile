@@ -45,10 +45,21 @@ test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden
 sanitize:
 	$(MAKE) BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# Compile a sample model, run it, and show its agreement with PyTorch's stored answer.
+demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
+	@echo "== compile tests/corpus/models/bert_tiny/model.pt2 (BERT, 2 layers) into a shared object"
+	$(BUILD)/gcc-graph compile tests/corpus/models/bert_tiny/model.pt2 -o $(BUILD)/bert_tiny.so
+	@echo "== run it on the stored inputs"
+	$(BUILD)/gcc-graph run $(BUILD)/bert_tiny.so --inputs tests/corpus/models/bert_tiny/io.safetensors -o $(BUILD)/bert_tiny.out.safetensors
+	@echo "== compare with PyTorch's outputs (relative L2 error against float64 PyTorch)"
+	$(BUILD)/test-golden --compare $(BUILD)/bert_tiny.out.safetensors tests/corpus/models/bert_tiny/io.safetensors --verbose
+	@echo "== time it"
+	$(BUILD)/gcc-graph bench $(BUILD)/bert_tiny.so --inputs tests/corpus/models/bert_tiny/io.safetensors --iters 20
+
 docs/ops.md: $(BUILD)/gcc-graph
 	$(BUILD)/gcc-graph ops > $@
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all test sanitize clean
+.PHONY: all test sanitize clean demo

@@ -68,7 +68,7 @@ static const char *compare(Ctx *c, const char *name, Interp *I, Tensor *t, const
 }
 
 /* --compare OUT IO: check the out.N of a file that `gcc-graph run` wrote against the case's answers. */
-static int compare_files(const char *out, const char *io) {
+static int compare_files(const char *out, const char *io, bool verbose) {
   Ctx *c = ctx_new();
   Graph g = {.ctx = c};
   SafeTensors so, si;
@@ -82,6 +82,14 @@ static int compare_files(const char *out, const char *io) {
     double e;
     const char *why = compare_st(c, on, *got, want, st_find(&si, arena_printf(c->arena, "ref64.out.%d", i)), &e);
     if (why) { printf("FAIL %s: %s\n", out, why); bad = 1; }
+    else if (verbose) {
+      bool nf;
+      const STensor *ref = st_find(&si, arena_printf(c->arena, "ref64.out.%d", i));
+      double pt = ref ? rel_err(want, ref, &nf) : 0;
+      printf("%s: shape [", on);
+      for (int d = 0; d < got->rank; d++) printf("%s%lld", d ? ", " : "", (long long)got->sizes[d]);
+      printf("] %s, relative error %.3g (PyTorch float32's own: %.3g): matches\n", dtype_name(got->dtype), e, pt);
+    }
   }
   graph_release(&g);
   ctx_free(c);
@@ -135,7 +143,7 @@ static const char *run_case(Ctx *c, const char *dir, double *worst) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 4 && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3]);
+  if ((argc == 4 || argc == 5) && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3], argc == 5);
   int pass = 0, fail = 0;
   for (int i = 1; i < argc; i++) {
     Ctx *c = ctx_new();

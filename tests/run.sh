@@ -161,6 +161,22 @@ cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/l
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 
+# samples: a C program that dlopens a model, and the Python loader
+expect 0 "" -- ${CC:-cc} -Iinclude samples/run_model.c -ldl -o "$TMP/run_model"
+expect 0 "out.0: [8, 10]" -- "$TMP/run_model" "$TMP/mlp.so"
+PY=${PYTHON:-python3}
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import numpy" 2>/dev/null && PY=/usr/bin/python3
+if "$PY" -c "import numpy" 2>/dev/null; then
+  expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/mlp.so" $M/mlp/io.safetensors
+  expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/dyn.so" $M/mlp_dynamic_batch/io.safetensors
+else
+  no "python3 with NumPy is needed to test samples/gcc_graph.py"
+fi
+mkdir -p "$TMP/mk/models" && cp $M/mlp/model.pt2 "$TMP/mk/models/a.pt2"
+expect 0 "" -- make -s -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"
+expect 0 "" -- test -f "$TMP/mk/build/models/a.so"
+expect 0 "Nothing to be done" -- make -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"
+
 echo "== hostile inputs"
 grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do
   [ -n "$file" ] || continue

@@ -1,0 +1,41 @@
+"""Checks samples/gcc_graph.py: a compiled model called from Python on NumPy arrays (and torch
+tensors when torch is installed) gives PyTorch's stored outputs. Usage: python_loader.py MODEL.so IO"""
+import json, struct, sys
+import numpy as np
+sys.path.insert(0, "samples")
+from gcc_graph import Model
+
+def read_st(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    dt = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"])
+            for k, v in h.items() if k != "__metadata__"}
+
+m = Model(sys.argv[1])
+io = read_st(sys.argv[2])
+xs = [io[f"in.{i}"] for i in range(len(m.metadata["inputs"]))]
+for i, y in enumerate(m(*xs)):
+    ref = io[f"ref64.out.{i}"]
+    err = np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert err < 1e-5, f"out.{i}: relative error {err}"
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    ys = m(*[torch.from_numpy(x.copy()) for x in xs])
+    assert np.allclose(ys[0], io["out.0"], rtol=1e-4, atol=1e-6), "torch input"
+try:
+    m(*(xs + xs))
+    raise AssertionError("extra input accepted")
+except ValueError:
+    pass
+bad = [x.astype(np.float64) for x in xs]
+try:
+    m(*bad)
+    raise AssertionError("float64 input accepted")
+except RuntimeError as e:
+    assert "dtype mismatch" in str(e), str(e)
+print("python loader ok" + (" (numpy and torch)" if torch is not None else " (numpy)"))
