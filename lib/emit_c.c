@@ -743,7 +743,7 @@ int emit_scan(Em *e, Node *n) {
     fputs("; if (v > m || isnan(v)) m = v; }\n    if (isinf(m) && m < 0) m = 0;\n", f);
     fputs("    for (int64_t j = 0; j < L; j++) z += exp(", f);
     load_f(f, x->dt, "x", xi);
-    fputs(" - m);\n    const double lz = log(z);\n    for (int64_t j = 0; j < L; j++) {\n      double v = ", f);
+    fputs(logsm ? " - m);\n    const double lz = log(z);\n    for (int64_t j = 0; j < L; j++) {\n      double v = " : " - m);\n    for (int64_t j = 0; j < L; j++) {\n      double v = ", f);
     load_f(f, x->dt, "x", xi);
     fputs(";\n      ", f);
     store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : "exp(v - m) / z");
@@ -1355,7 +1355,7 @@ static void emit_guard(Em *e, Value **users, int nusers) {
   FILE *f = e->k;
   Graph *g = e->g;
   bool *bound = arena_array(e->a, (size_t)g->nsyms + 1, sizeof *bound);
-  fputs("\n/* Guards: checked before every run. */\nstatic int gg_m_guard(const DLTensor *in, int64_t *s, char *err, size_t errlen) {\n", f);
+  fputs("\n/* Guards: checked before every run. */\nstatic int gg_m_guard(const DLTensor *in, int64_t *s, char *err, size_t errlen) {\n  (void)s;\n", f);
   for (int i = 0; i < nusers; i++) {
     Value *v = users[i];
     fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank);
@@ -1521,7 +1521,7 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
     const Stor *st = &e->st[i];
     const char *T = ctype(st->dt);
     if (st->kind == S_SCRATCH) fprintf(out, "  %s *t%d = (%s *)(scratch + off[%d]);\n", T, i, T, st->index);
-    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d];\n", T, st->index, T, st->index);
+    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d]; (void)w%d;\n", T, st->index, T, st->index, st->index);
     else if (st->kind == S_INPUT) fprintf(out, "  const %s *in%d = (const %s *)((const char *)in[%d].data + in[%d].byte_offset);\n", T, st->index, T, st->index, st->index);
     else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
     else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
