@@ -141,33 +141,54 @@ static Value *affine(Rw *r, Value *y, Value *w, Value *b, Value *into) {
   return y;
 }
 
+/* Half-precision inputs are normalized in float32, as PyTorch's own decompositions do ("opmath"):
+ * up() widens an input, and land() writes a float32 result into an output of the original dtype. */
+static bool is_half(const Value *v) { return v && (v->dtype == DT_F16 || v->dtype == DT_BF16); }
+static Value *up(Rw *r, Value *v) { return is_half(v) ? CALL(r, NULL, "_to_copy", "self", T(v), "dtype", DT(DT_F32)) : v; }
+static Value *direct(Value *into, bool half) { return half ? NULL : into; }
+static bool land(Rw *r, Value *y, Value *into, bool half) {
+  if (!y) return false;
+  if (!half || !into) return true;
+  return CALL(r, into, "_to_copy", "self", T(y), "dtype", DT(into->dtype)) != NULL;
+}
+
 static int layer_norm(Rw *r, Node *n) {
-  Value *x = targ(n, "input");
+  Value *x0 = targ(n, "input");
+  bool half = is_half(x0);
+  Value *x = up(r, x0);
   const Arg *ns = arg(n, "normalized_shape");
   int64_t dims[GG_MAX_RANK];
   for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
   bool native = n->nouts == 3;
-  Value *y = normalize(r, x, ns->n, dims, farg(n, "eps", 1e-5), NULL, NULL, native ? n->outs[1] : NULL, native ? n->outs[2] : NULL);
-  return affine(r, y, targ(n, "weight"), targ(n, "bias"), n->outs[0]) ? 0 : -1;
+  Value *mean, *rstd;
+  Value *y = normalize(r, x, ns->n, dims, farg(n, "eps", 1e-5), &mean, &rstd, native ? direct(n->outs[1], half) : NULL, native ? direct(n->outs[2], half) : NULL);
+  if (native && (!land(r, mean, n->outs[1], half) || !land(r, rstd, n->outs[2], half))) return -1;
+  y = affine(r, y, targ(n, "weight"), targ(n, "bias"), direct(n->outs[0], half));
+  return land(r, y, n->outs[0], half) ? 0 : -1;
 }
 
 static int rms_norm(Rw *r, Node *n) {
-  Value *x = targ(n, "input");
+  Value *x0 = targ(n, "input");
+  bool half = is_half(x0);
+  Value *x = up(r, x0);
   const Arg *ns = arg(n, "normalized_shape"), *ea = arg(n, "eps");
   int64_t dims[GG_MAX_RANK];
   for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
-  double eps = ea->k == AK_FLOAT ? ea->u.f : x->dtype == DT_F64 ? 2.220446049250313e-16 : x->dtype == DT_F16 ? 0.0009765625 : x->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+  double eps = ea->k == AK_FLOAT ? ea->u.f : x0->dtype == DT_F64 ? 2.220446049250313e-16 : x0->dtype == DT_F16 ? 0.0009765625 : x0->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
   Value *sq = CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(x));
   Value *ms = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, ns->n, dims), "keepdim", BO(true)) : NULL;
   Value *ve = ms ? CALL(r, NULL, "add.Tensor", "self", T(ms), "other", FL(eps)) : NULL;
   Value *rs = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
   Value *y = rs ? CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
-  return affine(r, y, targ(n, "weight"), NULL, n->outs[0]) ? 0 : -1;
+  y = affine(r, y, targ(n, "weight"), NULL, direct(n->outs[0], half));
+  return land(r, y, n->outs[0], half) ? 0 : -1;
 }
 
 static int group_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x = targ(n, "input");
+  Value *x0 = targ(n, "input");
+  bool half = is_half(x0);
+  Value *x = up(r, x0);
   int64_t G = (int64_t)(arg(n, "num_groups") ? farg(n, "num_groups", 1) : farg(n, "group", 1));
   bool native = n->nouts == 3, instance = !strcmp(n->op->name, "instance_norm");
   if (instance && !arg(n, "use_input_stats")->u.b) return gg_error(c, "%s: node %s: instance_norm with running statistics is not supported in compiled code", r->g->path, gg_quote(c, n->name));
@@ -181,9 +202,12 @@ static int group_norm(Rw *r, Node *n) {
   Value *y = CALL(r, NULL, "reshape", "self", T(yg), "shape", EXPRS(r, x->rank, x->sizes));
   if (native) {
     const Expr *ng[2] = {x->sizes[0], expr_const(c->arena, G)};
-    if (!CALL(r, n->outs[1], "reshape", "self", T(mean), "shape", EXPRS(r, 2, ng)) || !CALL(r, n->outs[2], "reshape", "self", T(rstd), "shape", EXPRS(r, 2, ng))) return -1;
+    Value *m2 = CALL(r, direct(n->outs[1], half), "reshape", "self", T(mean), "shape", EXPRS(r, 2, ng));
+    Value *r2 = CALL(r, direct(n->outs[2], half), "reshape", "self", T(rstd), "shape", EXPRS(r, 2, ng));
+    if (!land(r, m2, n->outs[1], half) || !land(r, r2, n->outs[2], half)) return -1;
   }
-  return affine(r, y, per_channel(r, targ(n, "weight"), x->rank, 1), per_channel(r, targ(n, "bias"), x->rank, 1), n->outs[0]) ? 0 : -1;
+  y = affine(r, y, per_channel(r, targ(n, "weight"), x->rank, 1), per_channel(r, targ(n, "bias"), x->rank, 1), direct(n->outs[0], half));
+  return land(r, y, n->outs[0], half) ? 0 : -1;
 }
 
 static Value *empty_stat(Rw *r, Value *into, DType dt) {
@@ -193,6 +217,7 @@ static Value *empty_stat(Rw *r, Value *into, DType dt) {
 
 static int batch_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
+  if (is_half(targ(n, "input"))) return gg_error(c, "%s: node %s: half-precision batch norm is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
   Value *x = targ(n, "input"), *w = targ(n, "weight"), *b = targ(n, "bias"), *rm = targ(n, "running_mean"), *rv = targ(n, "running_var");
   const Arg *tr = arg(n, "training");
   bool training = !strcmp(n->op->name, "_native_batch_norm_legit.no_stats") || (tr && tr->u.b);

@@ -142,7 +142,96 @@ static const char *run_case(Ctx *c, const char *dir, double *worst) {
   return why;
 }
 
+/* --rewrite: the functionalized and decomposed graph against the original, both under the
+ * interpreter, on the case's inputs and on random float inputs (integer inputs, often indices, keep
+ * their stored values). Decompositions are checked op by op this way on every case using them. */
+static uint64_t rng_state = 88172645463325252ull;
+static double rnd(void) {
+  rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+  return ((double)(rng_state >> 11) / 9007199254740992.0) * 2 - 1;
+}
+
+static const char *run_graph(Ctx *c, Graph *g, Tensor **(*make)(Interp *, Graph *, const SafeTensors *, int), const SafeTensors *st, int seed,
+                             Interp **I_out, RunResult *r) {
+  Interp *I = interp_new(c, g);
+  Value **users;
+  int nu = graph_user_inputs(g, &users);
+  Tensor **in = make(I, g, st, seed);
+  if (!in) return "missing input";
+  *I_out = I;
+  return interp_run(I, in, nu, NULL, 0, r) ? c->err : NULL;
+}
+
+static Tensor **inputs_for(Interp *I, Graph *g, const SafeTensors *st, int seed) {
+  Value **users;
+  int nu = graph_user_inputs(g, &users);
+  Tensor **in = arena_array(I->c->arena, (size_t)nu + 1, sizeof *in);
+  rng_state = 88172645463325252ull + (uint64_t)seed;
+  for (int i = 0; i < nu; i++) {
+    const STensor *s = st_find(st, arena_printf(I->c->arena, "in.%d", i));
+    if (!s) return NULL;
+    in[i] = tensor_from_st(I, s);
+    if (seed && dtype_is_float(s->dtype)) {
+      Tensor *t = tensor_new(I, s->dtype, s->rank, s->sizes);
+      for (int64_t k = 0; k < tensor_numel(t); k++) dtype_store_f64(t->dtype, t->st->data + k * dtype_info(t->dtype)->size, rnd() * 2);
+      in[i] = t;
+    }
+  }
+  return in;
+}
+
+static const char *check_rewrite(const char *dir) {
+  static char why[5000];
+  Ctx *c = ctx_new();
+  const char *model = arena_printf(c->arena, "%s/model.pt2", dir), *io = arena_printf(c->arena, "%s/io.safetensors", dir);
+  Graph *g0 = graph_load(c, model, NULL), *g1 = NULL;
+  SafeTensors st;
+  const char *res = NULL;
+  if (!g0 || verify_graph(g0)) { res = c->err; goto out; }
+  g1 = graph_load(c, model, NULL);
+  if (!g1 || verify_graph(g1) || functionalize(g1) || verify_graph(g1) || decompose(g1) || verify_graph(g1)) {
+    /* a graph the compiler refuses (in-place through a view) has nothing to compare */
+    res = strstr(c->err, "through a view") ? NULL : c->err;
+    goto out;
+  }
+  if (st_read(c, g0, io, &st)) { res = c->err; goto out; }
+  for (int seed = 0; seed < 3 && !res; seed++) {
+    Interp *I0 = NULL, *I1 = NULL;
+    RunResult r0, r1;
+    const char *e0 = run_graph(c, g0, inputs_for, &st, seed, &I0, &r0);
+    const char *e1 = e0 ? NULL : run_graph(c, g1, inputs_for, &st, seed, &I1, &r1);
+    if (e0 && seed) { interp_free(I0); break; }   /* random inputs the model rejects (e.g. out of a domain) */
+    if (e0 || e1) res = e0 ? e0 : e1;
+    for (int i = 0; !res && i < r0.nouts; i++) {
+      double e;
+      STensor want = {"", r0.outs[i]->dtype, r0.outs[i]->rank, {0}, NULL, 0};
+      memcpy(want.sizes, r0.outs[i]->sizes, sizeof want.sizes);
+      want.data = tensor_contiguous_bytes(I0, r0.outs[i], &want.nbytes);
+      const char *w = compare(c, arena_printf(c->arena, "out.%d (seed %d)", i, seed), I1, r1.outs[i], &want, NULL, &e);
+      if (w) { snprintf(why, sizeof why, "rewritten graph departs: %s", w); res = why; }
+    }
+    interp_free(I0);
+    interp_free(I1);
+  }
+out:
+  if (res && res == c->err) { snprintf(why, sizeof why, "%s", c->err); res = why; }
+  graph_release(g0);
+  graph_release(g1);
+  ctx_free(c);
+  return res;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "--rewrite")) {
+    int pass = 0, fail = 0;
+    for (int i = 2; i < argc; i++) {
+      const char *why = check_rewrite(argv[i]);
+      if (why) { printf("FAIL %s: %s\n", argv[i], why); fail++; }
+      else pass++;
+    }
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   if ((argc == 4 || argc == 5) && !strcmp(argv[1], "--compare")) return compare_files(argv[2], argv[3], argc == 5);
   int pass = 0, fail = 0;
   for (int i = 1; i < argc; i++) {

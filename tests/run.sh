@@ -53,6 +53,10 @@ echo "== golden: every corpus case under the interpreter against PyTorch"
 "$BUILD/test-golden" tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/golden" 2>&1
 tally "$TMP/golden" golden
 
+echo "== rewrites: functionalized and decomposed graphs against the originals, in the interpreter"
+"$BUILD/test-golden" --rewrite tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/rewrite" 2>&1
+tally "$TMP/rewrite" rewrite
+
 echo "== compiled: every case compiled to a .so, run, and compared with PyTorch"
 mkdir -p "$TMP/cc"
 ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | xargs -P 2 -n 1 -I CASE sh tests/compile_case.sh CASE "$TMP/cc" >"$TMP/compiled" 2>&1
