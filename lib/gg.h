@@ -380,6 +380,7 @@ typedef struct CompileOptions {
 int compile_model(Ctx *c, const CompileOptions *o);
 int functionalize(Graph *g);
 int decompose(Graph *g);
+bool decompose_has_rule(const char *op);   /* rewritten into the core set before code generation */
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);

@@ -14,6 +14,11 @@ def read_st(path):
             for k, v in h.items() if k != "__metadata__"}
 
 m = Model(sys.argv[1])
+schema = json.load(open("schemas/metadata.schema.json"))
+missing = [k for k in schema["required"] if k not in m.metadata]
+assert not missing, f"metadata lacks {missing}"
+for g in m.metadata["guards"]:
+    assert all(k in g for k in schema["properties"]["guards"]["items"]["required"]), g
 io = read_st(sys.argv[2])
 xs = [io[f"in.{i}"] for i in range(len(m.metadata["inputs"]))]
 for i, y in enumerate(m(*xs)):

@@ -165,6 +165,10 @@ cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/l
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 
+# a .so needs only libc, libm, libgomp and the BLAS
+readelf -d "$TMP/mlp.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort >"$TMP/needed"
+expect 0 "" -- sh -c "! grep -vE '^(libc\.so|libm\.so|libgomp\.so|libopenblas\.so|libblas\.so|libpthread\.so)' '$TMP/needed'"
+expect 0 "libopenblas" -- cat "$TMP/needed"
 # samples: a C program that dlopens a model, and the Python loader
 expect 0 "" -- ${CC:-cc} -Iinclude samples/run_model.c -ldl -o "$TMP/run_model"
 expect 0 "out.0: [8, 10]" -- "$TMP/run_model" "$TMP/mlp.so"
