@@ -6,95 +6,9 @@
 #include "gg.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
-typedef struct Rw {
-  Graph *g;
-  Node *orig;               /* the node being rewritten */
-  Node **nodes; int n, cap; /* the new node list */
-  int k;                    /* nodes made for orig so far */
-} Rw;
-
-static Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }
-static Arg NONE(void) { return (Arg){.k = AK_NONE}; }
-static Arg FL(double f) { return (Arg){.k = AK_FLOAT, .u.f = f}; }
-static Arg BO(bool b) { return (Arg){.k = AK_BOOL, .u.b = b}; }
-static Arg DT(DType d) { return (Arg){.k = AK_DTYPE, .u.code = d}; }
-
-static Arg INT(Rw *r, int64_t v) { return (Arg){.k = AK_INT, .u.i = expr_const(r->g->ctx->arena, v)}; }
-
-
-static Arg INTS(Rw *r, int n, const int64_t *v) {
-  Arg a = {.k = AK_INTS, .n = n};
-  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
-  for (int i = 0; i < n; i++) a.u.is[i] = expr_const(r->g->ctx->arena, v[i]);
-  return a;
-}
-
-static Arg EXPRS(Rw *r, int n, const Expr *const *v) {
-  Arg a = {.k = AK_INTS, .n = n};
-  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
-  memcpy(a.u.is, v, sizeof *v * (size_t)n);
-  return a;
-}
-
-static void push(Rw *r, Node *n) {
-  if (r->n == r->cap) {
-    r->cap = r->cap ? r->cap * 2 : 256;
-    Node **nn = arena_array(r->g->ctx->arena, (size_t)r->cap, sizeof *nn);
-    if (r->n) memcpy(nn, r->nodes, sizeof *nn * (size_t)r->n);
-    r->nodes = nn;
-  }
-  r->nodes[r->n++] = n;
-}
-
-/* A node of op (arguments by name; the rest take their defaults) whose first output goes into
- * `into` (an output of the node being rewritten) or a new value. Returns that output, or NULL. */
-static Value *call(Rw *r, Value *into, const char *opname, ...) {
-  Graph *g = r->g;
-  Ctx *c = g->ctx;
-  const OpDef *op = ops_find(opname);
-  if (!op) { GG_INTERNAL(c); return NULL; }
-  Node *n = arena_alloc(c->arena, sizeof *n);
-  n->op = op;
-  n->name = arena_printf(c->arena, "%s.%d", r->orig->name, r->k++);
-  n->target = arena_printf(c->arena, "torch.ops.aten.%s", op->name);
-  n->stack_trace = r->orig->stack_trace;
-  n->module_stack = r->orig->module_stack;
-  n->args = arena_array(c->arena, (size_t)op->nargs + 1, sizeof *n->args);
-  for (int i = 0; i < op->nargs; i++) n->args[i] = op->args[i].has_default ? op->args[i].def : NONE();
-  va_list ap;
-  va_start(ap, opname);
-  for (const char *name; (name = va_arg(ap, const char *));) {
-    Arg a = va_arg(ap, Arg);
-    int i = ops_arg_index(op, name);
-    if (i < 0) { va_end(ap); gg_error(c, "internal error: decomposition gives %s an argument %s", opname, name); return NULL; }
-    n->args[i] = a;
-  }
-  va_end(ap);
-  ShapeCtx sc;
-  if (shape_infer(g, n, &sc)) return NULL;
-  n->nouts = sc.nouts;
-  n->outs = arena_array(c->arena, (size_t)sc.nouts + 1, sizeof *n->outs);
-  for (int i = 0; i < sc.nouts; i++) {
-    Value *v = i == 0 && into ? into : graph_new_value(g, arena_printf(c->arena, "%s.%d", n->name, i));
-    if (!v) return NULL;
-    v->kind = VK_TENSOR;
-    v->def = n;
-    if (v != into) {
-      v->dtype = sc.out[i].dtype;
-      v->rank = sc.out[i].rank;
-      v->sizes = arena_array(c->arena, (size_t)v->rank + 1, sizeof *v->sizes);
-      memcpy(v->sizes, sc.out[i].sizes, sizeof *v->sizes * (size_t)v->rank);
-      v->declared = true;
-    }
-    n->outs[i] = v;
-  }
-  push(r, n);
-  return n->nouts ? n->outs[0] : NULL;
-}
-#define CALL(r, into, op, ...) call(r, into, op, __VA_ARGS__, (const char *)NULL)
+#include "rewrite.h"
 
 static const Arg *arg(Node *n, const char *name) {
   int i = ops_arg_index(n->op, name);
@@ -469,7 +383,7 @@ int decompose(Graph *g) {
     int (*rule)(Rw *, Node *) = NULL;
     for (size_t i = 0; n->op && i < sizeof rules / sizeof *rules; i++)
       if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
-    if (!rule) { push(&r, n); continue; }
+    if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;
     if (rule(&r, n)) {

@@ -1212,6 +1212,34 @@ int emit_pad(Em *e, Node *n) {
   return 0;
 }
 
+/* select_scatter / slice_scatter: copy self, then src into the view */
+int emit_view_scatter(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t), *src = tv_of(e, n, n->args[1].u.t);
+  if (!x || !src) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  copy_kernel(e, n, out, x);
+  TV dst = *out;
+  int d = wrap(int_arg(n, "dim", 0), out->rank);
+  if (!strcmp(n->op->name, "select_scatter")) {
+    const Expr *ix = n->args[ops_arg_index(n->op, "index")].u.i;
+    int64_t iv;
+    if (expr_is_const(ix, &iv) && iv < 0) ix = ADD(e, out->sizes[d], ix);
+    dst.offset = ADD(e, out->offset, MUL(e, ix, out->strides[d]));
+    for (int k = d; k < out->rank - 1; k++) { dst.sizes[k] = out->sizes[k + 1]; dst.strides[k] = out->strides[k + 1]; }
+    dst.rank--;
+  } else {
+    const Arg *sa = &n->args[ops_arg_index(n->op, "start")];
+    int64_t start = 0, size;
+    if (sa->k == AK_INT && !expr_is_const(sa->u.i, &start)) return efail(e, n, "symbolic slice start");
+    if (start < 0) { if (!expr_is_const(out->sizes[d], &size)) return efail(e, n, "negative start on a symbolic dim"); start += size; }
+    dst.offset = ADD(e, out->offset, MUL(e, C(e, start), out->strides[d]));
+    dst.strides[d] = MUL(e, out->strides[d], C(e, int_arg(n, "step", 1)));
+    dst.sizes[d] = src->sizes[d];
+  }
+  copy_kernel(e, n, &dst, src);
+  return 0;
+}
+
 /* flip: a copy from a view that walks the flipped dims backwards */
 int emit_flip(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);

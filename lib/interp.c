@@ -1610,6 +1610,36 @@ int eval_index_put(E *e) {
   return 0;
 }
 
+/* select_scatter / slice_scatter: a copy of self with the view replaced by src */
+int eval_view_scatter(E *e) {
+  Tensor *x = T(e, "self"), *src = T(e, "src"), *out = out0(e);
+  copy_into(out, x);
+  Tensor *v = view_of(e->I, out);
+  int d;
+  if (wrap_dim(e, I64(e, "dim", 0), out->rank, &d)) return -1;
+  if (!strcmp(e->n->op->name, "select_scatter")) {
+    int64_t i = I64(e, "index", 0);
+    if (check_index(e, &i, out->sizes[d], d)) return -1;
+    v->offset += i * out->strides[d];
+    memmove(&v->sizes[d], &v->sizes[d + 1], sizeof(int64_t) * (size_t)(out->rank - d - 1));
+    memmove(&v->strides[d], &v->strides[d + 1], sizeof(int64_t) * (size_t)(out->rank - d - 1));
+    v->rank--;
+  } else {
+    RArg *sa = A(e, "start");
+    int64_t size = out->sizes[d], start = sa->k == AK_INT ? sa->i : 0, step = I64(e, "step", 1);
+    if (start < 0) start += size;
+    if (start < 0) start = 0;
+    if (start > size) start = size;
+    v->offset += start * out->strides[d];
+    v->strides[d] *= step;
+    v->sizes[d] = src->sizes[d];
+  }
+  if (v->rank != src->rank) return fail(e, "src does not fit the view");
+  for (int k = 0; k < v->rank; k++) if (v->sizes[k] != src->sizes[k]) return fail(e, "src does not fit the view");
+  copy_into(v, src);
+  return 0;
+}
+
 int eval_scatter(E *e) {
   Tensor *x = T(e, "self"), *ix = T(e, "index"), *src = T(e, "src"), *out = out0(e);
   bool add = !strcmp(e->n->op->name, "scatter_add");

@@ -1,0 +1,80 @@
+/* rewrite.c: the node builder of rewrite.h. */
+#include "rewrite.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+Arg INTS(Rw *r, int n, const int64_t *v) {
+  Arg a = {.k = AK_INTS, .n = n};
+  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
+  for (int i = 0; i < n; i++) a.u.is[i] = expr_const(r->g->ctx->arena, v[i]);
+  return a;
+}
+
+Arg EXPRS(Rw *r, int n, const Expr *const *v) {
+  Arg a = {.k = AK_INTS, .n = n};
+  a.u.is = arena_array(r->g->ctx->arena, (size_t)n + 1, sizeof *a.u.is);
+  memcpy(a.u.is, v, sizeof *v * (size_t)n);
+  return a;
+}
+
+void rw_push(Rw *r, Node *n) {
+  if (r->n == r->cap) {
+    r->cap = r->cap ? r->cap * 2 : 256;
+    Node **nn = arena_array(r->g->ctx->arena, (size_t)r->cap, sizeof *nn);
+    if (r->n) memcpy(nn, r->nodes, sizeof *nn * (size_t)r->n);
+    r->nodes = nn;
+  }
+  r->nodes[r->n++] = n;
+}
+
+Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args) {
+  Graph *g = r->g;
+  Ctx *c = g->ctx;
+  Node *n = arena_alloc(c->arena, sizeof *n);
+  n->op = op;
+  n->name = arena_printf(c->arena, "%s.%d", r->orig->name, r->k++);
+  n->target = arena_printf(c->arena, "torch.ops.aten.%s", op->name);
+  n->stack_trace = r->orig->stack_trace;
+  n->module_stack = r->orig->module_stack;
+  n->args = arena_array(c->arena, (size_t)op->nargs + 1, sizeof *n->args);
+  memcpy(n->args, args, sizeof *args * (size_t)op->nargs);
+  ShapeCtx sc;
+  if (shape_infer(g, n, &sc)) return NULL;
+  n->nouts = sc.nouts;
+  n->outs = arena_array(c->arena, (size_t)sc.nouts + 1, sizeof *n->outs);
+  for (int i = 0; i < sc.nouts; i++) {
+    Value *v = i == 0 && into ? into : graph_new_value(g, arena_printf(c->arena, "%s.%d", n->name, i));
+    if (!v) return NULL;
+    v->kind = VK_TENSOR;
+    v->def = n;
+    if (v != into) {
+      v->dtype = sc.out[i].dtype;
+      v->rank = sc.out[i].rank;
+      v->sizes = arena_array(c->arena, (size_t)v->rank + 1, sizeof *v->sizes);
+      memcpy(v->sizes, sc.out[i].sizes, sizeof *v->sizes * (size_t)v->rank);
+      v->declared = true;
+    }
+    n->outs[i] = v;
+  }
+  rw_push(r, n);
+  return n->nouts ? n->outs[0] : NULL;
+}
+
+Value *rw_call(Rw *r, Value *into, const char *opname, ...) {
+  Ctx *c = r->g->ctx;
+  const OpDef *op = ops_find(opname);
+  if (!op) { gg_error(c, "internal error: no op %s", opname); return NULL; }
+  Arg *args = arena_array(c->arena, (size_t)op->nargs + 1, sizeof *args);
+  for (int i = 0; i < op->nargs; i++) args[i] = op->args[i].has_default ? op->args[i].def : NONE();
+  va_list ap;
+  va_start(ap, opname);
+  for (const char *name; (name = va_arg(ap, const char *));) {
+    Arg a = va_arg(ap, Arg);
+    int i = ops_arg_index(op, name);
+    if (i < 0) { va_end(ap); gg_error(c, "internal error: a rewrite gives %s an argument %s", opname, name); return NULL; }
+    args[i] = a;
+  }
+  va_end(ap);
+  return rw_node(r, into, op, args);
+}

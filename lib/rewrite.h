@@ -1,0 +1,30 @@
+/* rewrite.h: building nodes inside a pass (decompose.c, functionalize.c).
+ * A pass makes a new node list: rw_push keeps a node, rw_call makes one from an op name and named
+ * arguments (the rest take their defaults), runs its shape rule, and gives its first output (or
+ * writes it into `into`, an output of the node being replaced, so nothing downstream changes). */
+#ifndef GG_REWRITE_H
+#define GG_REWRITE_H
+#include "gg.h"
+
+typedef struct Rw {
+  Graph *g;
+  Node *orig;               /* the node being rewritten: names and stack traces come from it */
+  Node **nodes; int n, cap; /* the new node list */
+  int k;                    /* nodes made for orig so far */
+} Rw;
+
+static inline Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }
+static inline Arg NONE(void) { return (Arg){.k = AK_NONE}; }
+static inline Arg FL(double f) { return (Arg){.k = AK_FLOAT, .u.f = f}; }
+static inline Arg BO(bool b) { return (Arg){.k = AK_BOOL, .u.b = b}; }
+static inline Arg DT(DType d) { return (Arg){.k = AK_DTYPE, .u.code = d}; }
+static inline Arg INT(Rw *r, int64_t v) { return (Arg){.k = AK_INT, .u.i = expr_const(r->g->ctx->arena, v)}; }
+Arg INTS(Rw *r, int n, const int64_t *v);
+Arg EXPRS(Rw *r, int n, const Expr *const *v);
+
+void rw_push(Rw *r, Node *n);
+Value *rw_call(Rw *r, Value *into, const char *opname, ...);
+/* A node of op with its arguments given in schema order (a copy of another node's, say). */
+Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args);
+#define CALL(r, into, op, ...) rw_call(r, into, op, __VA_ARGS__, (const char *)NULL)
+#endif
