@@ -118,6 +118,10 @@ static Value *unview(F *f, Node *vn, Value *base, Value *src) {
 /* The mutated value `self` (an original value) now holds `val`: write it into its base. */
 static int write_back(F *f, Value *self, Value *val) {
   Value *root = root_of(f, self);
+  /* the outputs of split/chunk/unbind are views too, of a base this pass does not track */
+  if (root->def && root->def->op && root->def->op->view)
+    return gg_error(f->r.g->ctx, "%s: node %s writes through a view made by %s, which cannot be written back", f->r.g->path,
+                    gg_quote(f->r.g->ctx, f->r.orig->name), gg_quote(f->r.g->ctx, root->def->op->name));
   if (self == root) {
     f->cur[root->id] = val;
     f->ver[root->id]++;

@@ -162,6 +162,7 @@ expect 0 '"median_ms"' -- tail -n 1 "$TMP/bench"
 expect 0 '"threads"' -- tail -n 1 "$TMP/bench"
 expect 2 "bad count" -- "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 0
 cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/lib/*/libm.so.6 | head -n 1)" "$TMP/libm.so"
+expect 1 "writes through a view made by 'split.Tensor'" -- "$GG" compile tests/bad/write_through_split.json -o "$TMP/ws.so"
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 

@@ -69,6 +69,17 @@ evil = 'x"; system("rm -rf /"); /* \n */ //'
 s = json.dumps(m).replace('"x"', json.dumps(evil))
 write("evil_names.json", s)
 
+# an in-place write into an output of split: the interpreter runs it, the compiler must refuse it
+m = base()
+g(m)["nodes"] = [
+    node("torch.ops.aten.clone.default", [("self", {"as_tensor": {"name": "x"}})], [{"as_tensor": {"name": "c"}}], "c"),
+    node("torch.ops.aten.split.Tensor", [("self", {"as_tensor": {"name": "c"}}), ("split_size", {"as_int": 1})], [{"as_tensors": [{"name": "s0"}, {"name": "s1"}]}], "split"),
+    node("torch.ops.aten.add_.Tensor", [("self", {"as_tensor": {"name": "s0"}}), ("other", {"as_tensor": {"name": "y"}})], [{"as_tensor": {"name": "a"}}], "add_")]
+g(m)["tensor_values"] = {"x": tm([2, 3]), "y": tm([1, 3]), "c": tm([2, 3]), "s0": tm([1, 3]), "s1": tm([1, 3]), "a": tm([1, 3])}
+m["graph_module"]["signature"]["output_specs"] = [{"user_output": {"arg": {"as_tensor": {"name": "c"}}}}]
+g(m)["outputs"] = [{"as_tensor": {"name": "c"}}]
+write("write_through_split.json", m)
+
 # archives
 src = os.path.join(corpus, "models", "mlp", "model.pt2")
 data = open(src, "rb").read()
