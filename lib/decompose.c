@@ -359,6 +359,41 @@ static int cross_entropy(Rw *r, Node *n) {
   return 0;
 }
 
+/* roll: along each dim, the last `shift` elements move to the front (cat of two narrows) */
+static int roll(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = targ(n, "self");
+  const Arg *sh = arg(n, "shifts"), *dm = arg(n, "dims");
+  bool flat = dm->n == 0;
+  if (flat) {
+    const Expr *all[1] = {expr_const(c->arena, -1)};
+    x = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 1, all));
+    if (!x) return -1;
+  }
+  int nd = flat ? 1 : dm->n;
+  for (int i = 0; i < nd; i++) {
+    int64_t d = 0, s, size;
+    if (!flat) { expr_is_const(dm->u.is[i], &d); if (d < 0) d += x->rank; }
+    if (!expr_is_const(sh->u.is[i], &s) || !expr_is_const(x->sizes[d], &size)) return gg_error(c, "%s: node %s: roll needs static sizes", r->g->path, gg_quote(c, n->name));
+    if (size == 0) continue;
+    s = ((s % size) + size) % size;
+    bool last = i == nd - 1 && !flat;
+    if (s == 0) { if (last && !CALL(r, n->outs[0], "clone", "self", T(x))) return -1; if (last) return 0; continue; }
+    Value *tail = CALL(r, NULL, "narrow", "self", T(x), "dim", INT(r, d), "start", INT(r, size - s), "length", INT(r, s));
+    Value *head = tail ? CALL(r, NULL, "narrow", "self", T(x), "dim", INT(r, d), "start", INT(r, 0), "length", INT(r, size - s)) : NULL;
+    if (!head) return -1;
+    Arg list = {.k = AK_TENSORS, .n = 2};
+    list.u.ts = arena_array(c->arena, 3, sizeof *list.u.ts);
+    list.u.ts[0] = tail;
+    list.u.ts[1] = head;
+    x = CALL(r, last ? n->outs[0] : NULL, "cat", "tensors", list, "dim", INT(r, d));
+    if (!x) return -1;
+  }
+  if (flat) return CALL(r, n->outs[0], "reshape", "self", T(x), "shape", EXPRS(r, n->outs[0]->rank, n->outs[0]->sizes)) ? 0 : -1;
+  if (x != n->outs[0]) return CALL(r, n->outs[0], "clone", "self", T(x)) ? 0 : -1;
+  return 0;
+}
+
 /* The rules, by op name. */
 static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"layer_norm", layer_norm}, {"native_layer_norm", layer_norm}, {"rms_norm", rms_norm},
@@ -367,7 +402,7 @@ static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
   {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
   {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"cross_entropy_loss", cross_entropy},
-  {"nll_loss_forward", cross_entropy},
+  {"nll_loss_forward", cross_entropy}, {"roll", roll},
 };
 
 bool decompose_has_rule(const char *op) {

@@ -1240,6 +1240,138 @@ int emit_view_scatter(Em *e, Node *n) {
   return 0;
 }
 
+/* scatter / scatter_add: copy self, then write src (or value) at the indexed positions along dim */
+int emit_scatter(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
+  int si = ops_arg_index(n->op, "src");
+  TV *src = si >= 0 ? tv_of(e, n, n->args[si].u.t) : NULL;
+  if (!x || !ix || (si >= 0 && !src)) return -1;
+  TV *out = alloc_value(e, n->outs[0]);
+  copy_kernel(e, n, out, x);
+  int d = wrap(int_arg(n, "dim", 0), x->rank);
+  bool add = !strcmp(n->op->name, "scatter_add"), fl = dtype_is_float(out->dt);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "scatter");
+  fprintf(f, "static int k%d(%s *y, const %s *ix, const %s *src, const int64_t *s) {\n  (void)s; (void)src;\n  int bad = 0;\n", id, ctype(out->dt), ctype(ix->dt),
+          src ? ctype(src->dt) : "void");
+  int cl = open_loops(e, ix->rank, ix->sizes, false);
+  fprintf(f, "    int64_t q = (int64_t)ix[%s];\n    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", index_of(e, ix, ix->rank),
+          cx(e, out->sizes[d]), cx(e, out->sizes[d]));
+  char *yi = arena_strdup(e->a, cx(e, out->offset));
+  for (int k = 0; k < out->rank; k++)
+    yi = k == d ? arena_printf(e->a, "%s + q * %s", yi, cx(e, out->strides[k])) : arena_printf(e->a, "%s + i%d * %s", yi, k, cx(e, out->strides[k]));
+  const char *v;
+  if (src) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *bf = open_memstream(&buf, &len);
+    if (fl) load_f(bf, src->dt, "src", index_of(e, src, src->rank)); else load_i(bf, src->dt, "src", index_of(e, src, src->rank));
+    fclose(bf);
+    v = arena_strdup(e->a, buf);
+    free(buf);
+  } else v = arena_printf(e->a, fl ? "%.17g" : "(int64_t)%.17g", scalar_arg(n, "value", 0));
+  char *cur = NULL;
+  size_t cl2 = 0;
+  FILE *cf = open_memstream(&cur, &cl2);
+  if (fl) load_f(cf, out->dt, "y", yi); else load_i(cf, out->dt, "y", yi);
+  fclose(cf);
+  fputs("    ", f);
+  store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
+  free(cur);
+  close_loops(e, cl);
+  fputs("  return bad;\n}\n", f);
+  fprintf(e->r, "  if (k%d(%s, %s, %s, s)) return ", id, sname(e, out->stor), sname(e, ix->stor), src ? sname(e, src->stor) : "NULL");
+  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
+  fputs(";\n", e->r);
+  return 0;
+}
+
+/* index_put: copy self, then write values (broadcast over the indexed shape) at the indexed positions */
+int emit_index_put(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t), *vals = tv_of(e, n, n->args[ops_arg_index(n->op, "values")].u.t);
+  const Arg *ia = &n->args[ops_arg_index(n->op, "indices")];
+  if (!x || !vals) return -1;
+  bool acc = n->args[ops_arg_index(n->op, "accumulate")].u.b, fl = dtype_is_float(x->dt);
+  TV *out = alloc_value(e, n->outs[0]);
+  copy_kernel(e, n, out, x);
+  /* the indexed shape: broadcast index dims, at the first indexed dim when they are adjacent */
+  int first = -1, last = -1, cnt = 0, br = 0;
+  const Expr *bsz[R];
+  for (int i = 0; i < ia->n; i++) {
+    Value *t = ia->u.ts[i];
+    if (!t) continue;
+    if (t->dtype == DT_BOOL || t->dtype == DT_U8) return efail(e, n, "boolean mask indices are not supported");
+    if (first < 0) first = i;
+    last = i;
+    cnt++;
+    int rk = br > t->rank ? br : t->rank;
+    const Expr *nb[R];
+    for (int d = 0; d < rk; d++) {
+      int da = d - (rk - br), db = d - (rk - t->rank);
+      int64_t one;
+      const Expr *a = da >= 0 ? bsz[da] : C(e, 1), *b = db >= 0 ? t->sizes[db] : C(e, 1);
+      nb[d] = expr_is_const(a, &one) && one == 1 ? b : a;
+    }
+    memcpy(bsz, nb, sizeof(Expr *) * (size_t)rk);
+    br = rk;
+  }
+  bool adjacent = last - first + 1 == cnt;
+  int bstart = adjacent ? first : 0;
+  const Expr *rs[R];
+  int rr = 0;
+  if (adjacent) {
+    for (int d = 0; d < first; d++) rs[rr++] = x->sizes[d];
+    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
+    for (int d = last + 1; d < x->rank; d++) rs[rr++] = x->sizes[d];
+  } else {
+    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
+    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->u.ts[d]) rs[rr++] = x->sizes[d];
+  }
+  TV vb = broadcast_tv(e, vals, rr, rs);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "index_put");
+  fprintf(f, "static int k%d(%s *y, const %s *v", id, ctype(out->dt), ctype(vals->dt));
+  for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
+  fputs(", const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", f);
+  int cl = open_loops(e, rr, rs, false);
+  char *yi = arena_strdup(e->a, cx(e, out->offset));
+  int od = adjacent ? 0 : br;
+  for (int d = 0; d < x->rank; d++) {
+    if (d < ia->n && ia->u.ts[d]) {
+      TV b = broadcast_tv(e, &e->tv[ia->u.ts[d]->id], br, bsz);
+      char *ie = arena_strdup(e->a, cx(e, b.offset));
+      for (int k = 0; k < br; k++) ie = arena_printf(e->a, "%s + i%d * %s", ie, bstart + k, cx(e, b.strides[k]));
+      fprintf(f, "    int64_t q%d = (int64_t)ix%d[%s];\n    if (q%d < 0) q%d += %s;\n    if (q%d < 0 || q%d >= %s) { bad = 1; continue; }\n", d, d, ie, d, d,
+              cx(e, x->sizes[d]), d, d, cx(e, x->sizes[d]));
+      yi = arena_printf(e->a, "%s + q%d * %s", yi, d, cx(e, out->strides[d]));
+    } else {
+      if (adjacent && d > last && od < bstart + br) od = bstart + br;
+      yi = arena_printf(e->a, "%s + i%d * %s", yi, od++, cx(e, out->strides[d]));
+    }
+  }
+  char *vv = NULL, *cur = NULL;
+  size_t l1 = 0, l2 = 0;
+  FILE *vf = open_memstream(&vv, &l1), *cf = open_memstream(&cur, &l2);
+  if (fl) { load_f(vf, vb.dt, "v", index_of(e, &vb, rr)); load_f(cf, out->dt, "y", yi); }
+  else { load_i(vf, vb.dt, "v", index_of(e, &vb, rr)); load_i(cf, out->dt, "y", yi); }
+  fclose(vf);
+  fclose(cf);
+  fputs("    ", f);
+  store(f, out->dt, fl, "y", yi, acc ? arena_printf(e->a, "%s + %s", cur, vv) : vv);
+  free(vv);
+  free(cur);
+  close_loops(e, cl);
+  fputs("  return bad;\n}\n", f);
+  fprintf(e->r, "  if (k%d(%s, %s", id, sname(e, out->stor), sname(e, vals->stor));
+  for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(e->r, ", %s", sname(e, e->tv[ia->u.ts[i]->id].stor));
+  fputs(", s)) return ", e->r);
+  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
+  fputs(";\n", e->r);
+  return 0;
+}
+
 /* flip: a copy from a view that walks the flipped dims backwards */
 int emit_flip(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);
@@ -1356,9 +1488,7 @@ DECOMPOSED(emit_diff)
 DECOMPOSED(emit_broadcast_tensors)
 DECOMPOSED(emit_glu)
 DECOMPOSED(emit_repeat)
-NOT_YET(emit_roll)
-NOT_YET(emit_index_put)
-NOT_YET(emit_scatter)
+DECOMPOSED(emit_roll)
 
 /* ---------------------------------------------------------------- the model file */
 
