@@ -5,6 +5,7 @@
 #include "gg_rt.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -267,12 +268,17 @@ GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLT
 
 /* ---------------------------------------------------------------- matrix products */
 
+/* One thread pool: the model's OpenMP threads. BLAS runs single-threaded inside them (a second pool
+ * of BLAS threads spinning against OpenMP's doubles the time on a loaded machine), and a large
+ * product is split into column (or row) panels, one per thread. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_single(void) { openblas_set_num_threads(1); }
+
 /* An operand with a unit stride along its rows is row-major with leading dimension = the other
  * stride; with a unit stride along its columns, it is the transpose of a row-major matrix. */
 #define GEMM(NAME, T, CBLAS)                                                                          \
-  void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C) { \
-    if (M == 0 || N == 0) return;                                                                     \
-    if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); return; }                                 \
+  static void NAME##_one(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, \
+                         T *C, int64_t ldc) {                                                          \
     bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1); \
     int64_t lda = ta ? sak : sam, ldb = tb ? sbn : sbk;                                               \
     if (!ta && lda < K) lda = K;                                                                      \
@@ -280,7 +286,24 @@ GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLT
     if (!tb && ldb < N) ldb = N;                                                                      \
     if (tb && ldb < K) ldb = K;                                                                       \
     CBLAS(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1, A, (int)lda, B, \
-          (int)ldb, 0, C, (int)N);                                                                    \
+          (int)ldb, 0, C, (int)ldc);                                                                  \
+  }                                                                                                   \
+  void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C) { \
+    if (M == 0 || N == 0) return;                                                                     \
+    if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); return; }                                 \
+    pthread_once(&blas_once, blas_single);                                                            \
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();                                           \
+    if (nt > 1 && (double)M * (double)N * (double)K < 4e6) nt = 1;                                    \
+    if (nt <= 1) { NAME##_one(M, N, K, A, sam, sak, B, sbk, sbn, C, N); return; }                      \
+    /* panels of columns when N is wide, else of rows; multiples of 16 keep the kernels aligned */     \
+    bool cols = N >= M;                                                                               \
+    int64_t len = cols ? N : M, step = ((len + nt - 1) / nt + 15) / 16 * 16;                           \
+    _Pragma("omp parallel for schedule(static)")                                                      \
+    for (int64_t at = 0; at < len; at += step) {                                                      \
+      int64_t n = len - at < step ? len - at : step;                                                  \
+      if (cols) NAME##_one(M, n, K, A, sam, sak, B + at * sbn, sbk, sbn, C + at, N);                  \
+      else NAME##_one(n, N, K, A + at * sam, sam, sak, B, sbk, sbn, C + at * N, N);                   \
+    }                                                                                                 \
   }
 GEMM(gg_rt_sgemm, float, cblas_sgemm)
 GEMM(gg_rt_dgemm, double, cblas_dgemm)
