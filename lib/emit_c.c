@@ -25,6 +25,7 @@ typedef struct Stor {
 
 typedef struct TV {          /* a value as the generated code sees it: storage + strides */
   bool ok;
+  Node *deferred;           /* a pointwise node computed inside its consumer's loop (fusion), no storage */
   int stor;
   DType dt;
   int rank;
@@ -42,6 +43,9 @@ typedef struct Em {
   int nst, capst;
   int nk;                   /* kernels so far */
   int *weight_of;           /* value id -> weight index, or -1 */
+  int *uses;                /* by value id: reads by nodes and outputs */
+  Node **user;              /* by value id: its only reader, when it has one */
+  int nfused;               /* nodes computed inside another's loop */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -379,7 +383,142 @@ static int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- fusion of pointwise chains */
+
+int emit_pointwise(Em *e, Node *n);
+int emit_gelu(Em *e, Node *n);
+int emit_div_mode(Em *e, Node *n);
+
+static bool is_pointwise(const Node *n) {
+  return n && n->op && n->nouts == 1 && (n->op->emit == emit_pointwise || n->op->emit == emit_gelu || n->op->emit == emit_div_mode);
+}
+
+static bool same_shape(Em *e, const Value *a, const Value *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++) if (!expr_same(e->g, a->sizes[d], b->sizes[d])) return false;
+  return true;
+}
+
+/* Fusion legality: n is computed inside its only reader's loop when both are pointwise over the same
+ * shape (so no element is computed twice) and its value is not an output. It saves writing and
+ * reading the intermediate tensor: two passes over its bytes. */
+static bool fusible(Em *e, Node *n) {
+  if (!is_pointwise(n)) return false;
+  Value *v = n->outs[0];
+  Node *u = e->user[v->id];
+  return e->uses[v->id] == 1 && is_pointwise(u) && same_shape(e, v, u->outs[0]);
+}
+
+typedef struct Params { int n; TV tv[64]; } Params;
+
+static int add_param(Params *p, const TV *t) {
+  for (int i = 0; i < p->n; i++)
+    if (p->tv[i].stor == t->stor && p->tv[i].dt == t->dt) return i;   /* one pointer per storage */
+  if (p->n == 64) return -1;
+  p->tv[p->n] = *t;
+  return p->n++;
+}
+
+/* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
+ * the C variable holding its value, already rounded to n's dtype as a stored tensor would be. */
+static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
+  PwPlan plan;
+  if (pw_plan(e->c, n, &plan)) return NULL;
+  Operand ops[8];
+  int nops;
+  if (operands_of(e, n, ops, &nops)) return NULL;
+  const char *arg[8];
+  for (int j = 0; j < nops; j++) {
+    if (!ops[j].is_tensor) {
+      char *buf = NULL;
+      size_t len = 0;
+      FILE *bf = open_memstream(&buf, &len);
+      if (plan.use_float) fmt_double(bf, ops[j].none ? NAN : round_to(dtype_is_float(plan.comp) ? plan.comp : DT_F64, ops[j].f));
+      else if (ops[j].none) fputs(j == 1 ? "INT64_MIN" : "INT64_MAX", bf);
+      else fprintf(bf, "INT64_C(%lld)", (long long)ops[j].i);
+      fclose(bf);
+      arg[j] = arena_strdup(e->a, buf);
+      free(buf);
+      continue;
+    }
+    if (ops[j].t.deferred) {
+      bool fl;
+      const char *v = fused_value(e, f, ops[j].t.deferred, rank, sizes, P, &fl);
+      if (!v) return NULL;
+      arg[j] = plan.use_float ? arena_printf(e->a, "(double)%s", v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
+      continue;
+    }
+    int p = add_param(P, &ops[j].t);
+    if (p < 0) { efail(e, n, "too many fused operands"); return NULL; }
+    TV b = broadcast_tv(e, &ops[j].t, rank, sizes);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *bf = open_memstream(&buf, &len);
+    const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
+    if (plan.use_float) load_f(bf, b.dt, ptr, ix); else load_i(bf, b.dt, ptr, ix);
+    fclose(bf);
+    arg[j] = arena_strdup(e->a, buf);
+    free(buf);
+  }
+  int id = n->outs[0]->id;
+  const char *T = plan.use_float ? "double" : "int64_t";
+  fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
+  for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
+  fputs(nops ? "};\n" : "0};\n", f);
+  const char *fn = plan.use_float ? plan.fname : plan.iname;
+  DType dt = n->outs[0]->dtype;
+  /* round as storing and reloading a tensor of dt would */
+  const char *val = arena_printf(e->a, "%s(a%d)", fn, id);
+  bool out_float = dtype_is_float(dt);
+  if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);
+  else if (dt == DT_F64) fprintf(f, "    const double r%d = %s;\n", id, val);
+  else if (dt == DT_F16) fprintf(f, "    const double r%d = (double)gg_h2f(gg_d2h(%s));\n", id, val);
+  else if (dt == DT_BF16) fprintf(f, "    const double r%d = (double)gg_bf2f(gg_f2bf((float)%s));\n", id, val);
+  else if (dt == DT_BOOL) fprintf(f, "    const int64_t r%d = %s != 0;\n", id, val);
+  else fprintf(f, "    const int64_t r%d = (int64_t)(%s)%s%s%s;\n", id, ctype(dt), plan.use_float ? "gg_d2i(" : "(", val, ")");
+  *as_float = out_float;
+  return arena_printf(e->a, "r%d", id);
+}
+
 int emit_pointwise(Em *e, Node *n) {
+  if (fusible(e, n)) {   /* computed where it is read */
+    TV *t = &e->tv[n->outs[0]->id];
+    memset(t, 0, sizeof *t);
+    t->ok = true;
+    t->deferred = n;
+    t->dt = n->outs[0]->dtype;
+    t->rank = n->outs[0]->rank;
+    e->nfused++;
+    return 0;
+  }
+  if (n->nouts == 1) {
+    TV *out = alloc_value(e, n->outs[0]);
+    Params P = {0};
+    char *body = NULL;
+    size_t blen = 0;
+    FILE *bf = open_memstream(&body, &blen);
+    bool fl;
+    const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl);
+    fclose(bf);
+    if (!v) { free(body); return -1; }
+    FILE *f = e->k;
+    int id = e->nk++;
+    kernel_begin(e, n, "pointwise");
+    fprintf(f, "static void k%d(%s *restrict y", id, ctype(out->dt));
+    for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
+    fputs(", const int64_t *s) {\n  (void)s;\n", f);
+    int cl = open_loops(e, out->rank, out->sizes, true);
+    fputs(body, f);
+    free(body);
+    fputs("    ", f);
+    store(f, out->dt, fl, "y", index_of(e, out, out->rank), v);
+    close_loops(e, cl);
+    fputs("}\n", f);
+    fprintf(e->r, "  k%d(%s", id, sname(e, out->stor));
+    for (int j = 0; j < P.n; j++) fprintf(e->r, ", %s", sname(e, P.tv[j].stor));
+    fputs(", s);\n", e->r);
+    return 0;
+  }
   PwPlan plan;
   if (pw_plan(e->c, n, &plan)) return -1;
   Operand ops[8];
@@ -1584,6 +1723,23 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
       for (int d = 0; d < v->rank; d++) t->strides[d] = C(e, v->weight->strides[d]);
     }
   }
+  /* who reads what: fusion needs single readers */
+  e->uses = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->uses);
+  e->user = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->user);
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    for (int i = 0; n->op && i < n->op->nargs; i++) {
+      const Arg *a = &n->args[i];
+      int cnt = a->k == AK_TENSOR ? 1 : a->k == AK_TENSORS ? a->n : 0;
+      for (int j = 0; j < cnt; j++) {
+        Value *v = a->k == AK_TENSOR ? a->u.t : a->u.ts[j];
+        if (!v) continue;
+        e->uses[v->id]++;
+        e->user[v->id] = n;
+      }
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++) e->uses[g->outputs[i].v->id] += 2;
   int rc = 0;
   for (int k = 0; k < g->nnodes && !rc; k++) {
     Node *n = g->nodes[k];
