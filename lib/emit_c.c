@@ -21,6 +21,8 @@ typedef struct Stor {
   int kind, index;          /* input index / weight index / scratch id */
   DType dt;
   const Expr *nelem;        /* scratch: elements */
+  int first, last;          /* scratch: the kernels that write it first and read it last */
+  int64_t offset;           /* scratch: its place in the arena (planned when sizes are static) */
 } Stor;
 
 typedef struct TV {          /* a value as the generated code sees it: storage + strides */
@@ -46,6 +48,7 @@ typedef struct Em {
   int *uses;                /* by value id: reads by nodes and outputs */
   Node **user;              /* by value id: its only reader, when it has one */
   int nfused;               /* nodes computed inside another's loop */
+  int64_t scratch_naive, scratch_planned; /* bytes without and with reuse */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -162,12 +165,14 @@ static int new_stor(Em *e, int kind, int index, DType dt, const Expr *nelem) {
     if (e->nst) memcpy(n, e->st, sizeof *n * (size_t)e->nst);
     e->st = n;
   }
-  e->st[e->nst] = (Stor){kind, index, dt, nelem};
+  e->st[e->nst] = (Stor){kind, index, dt, nelem, e->nk, e->nk, 0};
   return e->nst++;
 }
 
 static const char *sname(Em *e, int s) {
-  const Stor *st = &e->st[s];
+  Stor *st = &e->st[s];
+  /* every mention in the run body is a use by the kernel being emitted: it extends the lifetime */
+  if (e->nk - 1 > st->last) st->last = e->nk - 1;
   static const char *prefix[] = {[S_INPUT] = "in", [S_WEIGHT] = "w", [S_SCRATCH] = "t", [S_OUTPUT] = "out", [S_MUT] = "mut"};
   return arena_printf(e->a, "%s%d", prefix[st->kind], st->kind == S_SCRATCH ? s : st->index);
 }
@@ -1689,6 +1694,45 @@ static void emit_output_shape(Em *e, Value **outs, int n) {
   fputs("  }\n}\n", f);
 }
 
+/* Memory planning: place each scratch tensor at the lowest offset where it overlaps no tensor alive
+ * at the same time (lifetimes: first writing kernel to last reading kernel), largest first. Returns
+ * the arena size, or -1 when sizes are symbolic (then tensors are laid out one after another). */
+static int64_t plan_memory(Em *e) {
+  int n = 0;
+  int *ids = arena_array(e->a, (size_t)e->nst + 1, sizeof *ids);
+  int64_t *bytes = arena_array(e->a, (size_t)e->nst + 1, sizeof *bytes);
+  for (int i = 0; i < e->nst; i++) {
+    if (e->st[i].kind != S_SCRATCH) continue;
+    int64_t ne;
+    if (!expr_is_const(e->st[i].nelem, &ne)) return -1;
+    bytes[i] = (ne * dtype_info(e->st[i].dt)->size + 63) & ~INT64_C(63);
+    ids[n++] = i;
+  }
+  /* largest first (ties by creation order, so the plan is deterministic) */
+  for (int a = 1; a < n; a++)
+    for (int b = a; b > 0 && bytes[ids[b]] > bytes[ids[b - 1]]; b--) { int t = ids[b]; ids[b] = ids[b - 1]; ids[b - 1] = t; }
+  int64_t total = 0, naive = 0;
+  for (int k = 0; k < n; k++) {
+    Stor *s = &e->st[ids[k]];
+    naive += bytes[ids[k]];
+    int64_t at = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int j = 0; j < k; j++) {
+        Stor *o = &e->st[ids[j]];
+        bool live = !(o->last < s->first || s->last < o->first);
+        bool mem = !(o->offset + bytes[ids[j]] <= at || at + bytes[ids[k]] <= o->offset);
+        if (live && mem) { at = o->offset + bytes[ids[j]]; moved = true; }
+      }
+    }
+    s->offset = at;
+    if (at + bytes[ids[k]] > total) total = at + bytes[ids[k]];
+  }
+  e->scratch_naive = naive;
+  e->scratch_planned = total;
+  return total;
+}
+
 typedef struct EmitResult {
   int nweights;
   Value **weights;          /* in weight-index order */
@@ -1817,16 +1861,28 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
   e->k = save;
   fputs(gbuf, out);
   free(gbuf);
-  fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned. */\n", out);
-  fputs("#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n", out);
-  fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", out);
   int nscratch = 0;
-  for (int i = 0; i < e->nst; i++) {
-    if (e->st[i].kind != S_SCRATCH) continue;
-    fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
-    e->st[i].index = nscratch++;
+  int64_t planned = plan_memory(e);
+  if (planned >= 0) {
+    fprintf(out, "\n/* Scratch: %lld bytes; intermediates whose lifetimes do not overlap share memory. */\n", (long long)planned);
+    fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s; (void)off;\n", out);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = INT64_C(%lld);\n", nscratch, (long long)e->st[i].offset);
+      e->st[i].index = nscratch++;
+    }
+    fprintf(out, "  return INT64_C(%lld);\n}\n", (long long)planned);
+  } else {
+    fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned (symbolic sizes: no reuse). */\n", out);
+    fputs("#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n", out);
+    fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", out);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
+      e->st[i].index = nscratch++;
+    }
+    fputs("  return at;\n}\n", out);
   }
-  fputs("  return at;\n}\n", out);
   fprintf(out, "\nstatic int64_t gg_m_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_m_scratch_layout(s, off); }\n", nscratch + 1);
   fputs("\nstatic const char *gg_m_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", out);
   fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);

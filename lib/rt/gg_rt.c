@@ -25,7 +25,28 @@ struct gg_model {
   void **w;                 /* every weight's bytes */
   void **mut;               /* private copies of mutated buffers */
   pthread_mutex_t lock;     /* serializes runs of models that mutate buffers */
+  pthread_mutex_t pool_lock;/* scratch buffers kept between runs: fresh pages cost page faults */
+  void *pool[8];
+  size_t pool_size[8];
 };
+
+static void *scratch_take(gg_model *m, size_t bytes) {
+  void *p = NULL;
+  pthread_mutex_lock(&m->pool_lock);
+  for (int i = 0; i < 8 && !p; i++)
+    if (m->pool[i] && m->pool_size[i] >= bytes) { p = m->pool[i]; m->pool[i] = NULL; }
+  pthread_mutex_unlock(&m->pool_lock);
+  if (!p && posix_memalign(&p, GG_RT_ALIGN, bytes ? bytes : 1)) p = NULL;
+  return p;
+}
+
+static void scratch_give(gg_model *m, void *p, size_t bytes) {
+  pthread_mutex_lock(&m->pool_lock);
+  for (int i = 0; i < 8 && p; i++)
+    if (!m->pool[i]) { m->pool[i] = p; m->pool_size[i] = bytes; p = NULL; }
+  pthread_mutex_unlock(&m->pool_lock);
+  free(p);
+}
 
 int gg_rt_fail(char *err, size_t errlen, const char *fmt, ...) {
   if (err && errlen) {
@@ -120,7 +141,9 @@ GG_EXPORT void gg_close(gg_model *m) {
   for (int i = 0; i < gg__desc.nmutable; i++) free(m->mut[i]);
   free(m->mut);
   free(m->w);
+  for (int i = 0; i < 8; i++) free(m->pool[i]);
   pthread_mutex_destroy(&m->lock);
+  pthread_mutex_destroy(&m->pool_lock);
   free(m);
 }
 
@@ -130,6 +153,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   gg_model *m = calloc(1, sizeof *m);
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
+  pthread_mutex_init(&m->pool_lock, NULL);
   m->w = calloc((size_t)d->nweights + 1, sizeof *m->w);
   m->mut = calloc((size_t)d->nmutable + 1, sizeof *m->mut);
   if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
@@ -187,13 +211,13 @@ GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, in
 
 static int run_checked(gg_model *m, const DLTensor *in, int nin, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
   int64_t bytes = gg__desc.scratch_bytes(sym);
-  unsigned char *scratch = NULL;
-  if (bytes > 0 && posix_memalign((void **)&scratch, GG_RT_ALIGN, (size_t)bytes)) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
+  unsigned char *scratch = scratch_take(m, (size_t)bytes);
+  if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
   (void)nin;
   if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
   const char *why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
   if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
-  free(scratch);
+  scratch_give(m, scratch, (size_t)bytes);
   return why ? gg_rt_fail(err, errlen, "%s", why) : 0;
 }
 
