@@ -56,10 +56,14 @@ demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
 	@echo "== time it"
 	$(BUILD)/gcc-graph bench $(BUILD)/bert_tiny.so --inputs tests/corpus/models/bert_tiny/io.safetensors --iters 20
 
+# Side-by-side benchmarks against PyTorch eager on ../shared/bench (bench/run.sh says how).
+bench: $(BUILD)/gcc-graph
+	BUILD=$(BUILD) sh bench/run.sh
+
 docs/ops.md: $(BUILD)/gcc-graph
 	$(BUILD)/gcc-graph ops > $@
 
 clean:
 	rm -rf build build-san
 
-.PHONY: all test sanitize clean demo
+.PHONY: all test sanitize clean demo bench

@@ -23,6 +23,33 @@ static int64_t value_bytes(const Graph *g, const Value *v) {
   return n;
 }
 
+/* FLOPs of the matrix products and convolutions (at the symbols' example values): what BLAS does. */
+static double matrix_flops(const Graph *g, const Node *n) {
+  if (!n->op || !n->nouts) return 0;
+  const char *name = n->op->name;
+  const Value *y = n->outs[0];
+  double out = 1;
+  for (int d = 0; d < y->rank; d++) out *= (double)expr_hint(g, y->sizes[d]);
+  if (!strcmp(name, "linear") || !strcmp(name, "addmm") || !strcmp(name, "mm") || !strcmp(name, "bmm") || !strcmp(name, "matmul") ||
+      !strcmp(name, "baddbmm")) {
+    const Value *a = n->args[!strcmp(name, "addmm") || !strcmp(name, "baddbmm") ? 1 : 0].u.t;
+    return 2 * out * (double)expr_hint(g, a->sizes[a->rank - 1]);
+  }
+  if (!strncmp(name, "conv", 4)) {
+    const Value *x = n->args[0].u.t, *w = n->args[1].u.t;
+    double k = 1;
+    for (int d = 1; d < w->rank; d++) k *= (double)expr_hint(g, w->sizes[d]);   /* Cin/groups * kernel */
+    bool tr = !strncmp(name, "conv_transpose", 14) || (ops_arg_index(n->op, "transposed") >= 0 && n->args[ops_arg_index(n->op, "transposed")].u.b);
+    if (tr) {   /* each input element meets Cout/groups * kernel weights */
+      double in = 1;
+      for (int d = 0; d < x->rank; d++) in *= (double)expr_hint(g, x->sizes[d]);
+      return 2 * in * k;
+    }
+    return 2 * out * k;
+  }
+  return 0;
+}
+
 typedef struct { const char *target; int count; } OpCount;
 
 static int cmp_count(const void *a, const void *b) {
@@ -107,6 +134,9 @@ int explain_graph(Graph *g, FILE *f) {
     fprintf(f, "  %5d  %-50s %s\n", counts[j].count, gg_quote(c, counts[j].target), op ? op->doc : "UNSUPPORTED");
   }
   free(counts);
+  double flops = 0;
+  for (int k = 0; k < g->nnodes; k++) flops += matrix_flops(g, g->nodes[k]);
+  fprintf(f, "\nmatrix FLOPs: %.4g (matrix products and convolutions, at the example sizes)\n", flops);
   fprintf(f, "\nunsupported nodes (graph breaks): %d\n", g->nunsupported);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];

@@ -1,0 +1,56 @@
+#!/bin/sh
+# run.sh [MODEL_DIR...]: the benchmark harness (`make bench`).
+# For each model (default: the four of ../shared/bench): deterministic weights and input
+# (make_weights.py), gcc-graph compile (timed), gcc-graph bench, and, where PyTorch is installed,
+# PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
+# compared. Prints a table with milliseconds, the speed ratio, compile seconds, and the fraction of
+# the machine's measured sgemm ceiling each model reaches (FLOPs of its matrix products and
+# convolutions / time / ceiling).
+set -u
+BUILD=${BUILD:-build}
+GG=$BUILD/gcc-graph
+THREADS=${THREADS:-$(nproc)}
+ITERS=${ITERS:-30}
+PY=${PYTHON:-python3}
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+[ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
+export OMP_NUM_THREADS=$THREADS
+cc -O2 bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
+CEIL=$(OPENBLAS_NUM_THREADS=$THREADS "$W/ceiling" 2>/dev/null)
+GFLOPS=$(echo "$CEIL" | sed -n 's/.*"sgemm_gflops": \([0-9.]*\).*/\1/p')
+echo "machine: $(nproc) cores, $THREADS threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "ceilings: $CEIL"
+have_torch=0
+"$PY" -c "import torch, numpy" 2>/dev/null && have_torch=1
+printf "%-26s %10s %10s %8s %9s %9s %8s\n" model gcc-graph torch speedup compile_s gemm_gf of_ceil
+for m in "$@"; do
+  n=$(basename "$m")
+  "$PY" "$(dirname "$m")/make_weights.py" "$m" "$W/$n" >/dev/null 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy)"; continue; }
+  t0=$(date +%s.%N)
+  "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
+  t1=$(date +%s.%N)
+  ours=$("$GG" bench "$W/$n.so" --inputs "$W/$n/input.safetensors" --iters "$ITERS" | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+  "$GG" run "$W/$n.so" --inputs "$W/$n/input.safetensors" -o "$W/$n.out.st" >/dev/null
+  flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" | sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p')
+  ref="-"; ratio="-"
+  if [ $have_torch = 1 ]; then
+    ref=$("$PY" bench/torch_ref.py "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" 2>"$W/err" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+    [ -n "$ref" ] || { echo "$n: PyTorch failed: $(tail -n 1 "$W/err")"; ref="-"; }
+  fi
+  [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
+  gf=$(echo "$flops $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 / ($2 * 1e6); else print "-" }')
+  of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
+  printf "%-26s %10s %10s %8s %9.2f %9s %8s\n" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 - $t0" | bc)" "$gf" "$of"
+  if [ "$ref" != "-" ]; then
+    "$PY" - "$W/$n.out.st" "$W/$n.ref" <<'PYEOF' || echo "$n: OUTPUTS DIFFER from PyTorch"
+import json, struct, sys, numpy as np
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])["out.0"]
+ours = np.frombuffer(b[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]], dtype=np.float32)
+ref = np.fromfile(sys.argv[2], dtype=np.float32)
+err = np.linalg.norm(ours.astype(np.float64) - ref) / np.linalg.norm(ref)
+sys.exit(0 if err < 1e-4 else 1)
+PYEOF
+  fi
+done
