@@ -340,12 +340,52 @@ int64_t gg_rt_conv_scratch(const gg_conv *c) {
   return cg * c->k[0] * c->k[1] * c->k[2] * sp;
 }
 
+/* Depthwise (one input channel per group): direct loops, one output plane per task; the inner loop
+ * runs along the output row. im2col + GEMM would multiply a 1-row matrix per channel. */
+#define DEPTHWISE(NAME, T)                                                                            \
+  static void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y) {                  \
+    int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
+    int64_t ksp = c->k[0] * c->k[1] * c->k[2], mult = c->Cout / c->groups;                           \
+    _Pragma("omp parallel for schedule(static)")                                                      \
+    for (int64_t p = 0; p < c->N * c->Cout; p++) {                                                    \
+      int64_t n = p / c->Cout, oc = p % c->Cout, ic = oc / mult;                                      \
+      const T *xp = x + (n * c->Cin + ic) * isp, *wp = w + oc * ksp;                                  \
+      T *yp = y + p * osp;                                                                            \
+      for (int64_t o0 = 0; o0 < c->out[0]; o0++)                                                      \
+        for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                  \
+          T *row = yp + (o0 * c->out[1] + o1) * c->out[2];                                            \
+          for (int64_t o2 = 0; o2 < c->out[2]; o2++) row[o2] = bias ? bias[oc] : (T)0;                \
+          for (int64_t k0 = 0; k0 < c->k[0]; k0++) {                                                  \
+            int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                              \
+            if (i0 < 0 || i0 >= c->in[0]) continue;                                                   \
+            for (int64_t k1 = 0; k1 < c->k[1]; k1++) {                                                \
+              int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                            \
+              if (i1 < 0 || i1 >= c->in[1]) continue;                                                 \
+              const T *xr = xp + (i0 * c->in[1] + i1) * c->in[2];                                     \
+              for (int64_t k2 = 0; k2 < c->k[2]; k2++) {                                              \
+                T wv = wp[(k0 * c->k[1] + k1) * c->k[2] + k2];                                        \
+                int64_t off = k2 * c->dil[2] - c->pad[2], s = c->stride[2];                           \
+                /* the o2 range whose input index o2*s + off falls inside [0, in) */                 \
+                int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s, hi = (c->in[2] - 1 - off) / s + 1;    \
+                if (c->in[2] - 1 - off < 0) hi = 0;                                                   \
+                if (hi > c->out[2]) hi = c->out[2];                                                   \
+                for (int64_t o2 = lo; o2 < hi; o2++) row[o2] += wv * xr[o2 * s + off];                \
+              }                                                                                       \
+            }                                                                                         \
+          }                                                                                           \
+        }                                                                                             \
+    }                                                                                                 \
+  }
+DEPTHWISE(depthwise_f32, float)
+DEPTHWISE(depthwise_f64, double)
+
 /* im2col: col[(ic, k0, k1, k2), (o0, o1, o2)] = x[ic, o*stride - pad + k*dil] or 0 outside */
-#define CONV(NAME, T, GEMMF)                                                                          \
+#define CONV(NAME, T, GEMMF, DW)                                                                      \
   void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {                 \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
     int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
+    if (!c->transposed && icg == 1 && G > 1) { DW(c, x, w, bias, y); return; }                        \
     for (int64_t n = 0; n < c->N; n++)                                                                \
       for (int64_t g = 0; g < G; g++) {                                                               \
         const T *xg = x + (n * c->Cin + g * icg) * isp;                                               \
@@ -401,8 +441,8 @@ int64_t gg_rt_conv_scratch(const gg_conv *c) {
             for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
       }                                                                                               \
   }
-CONV(gg_rt_conv_f32, float, gg_rt_sgemm)
-CONV(gg_rt_conv_f64, double, gg_rt_dgemm)
+CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)
+CONV(gg_rt_conv_f64, double, gg_rt_dgemm, depthwise_f64)
 
 /* ---------------------------------------------------------------- pooling */
 
