@@ -396,17 +396,25 @@ DEPTHWISE(depthwise_f64, double)
             for (int64_t kk = 0; kk < ksp; kk++) {                                                    \
               int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];  \
               T *row = col + (ic * ksp + kk) * osp;                                                   \
+              /* the o2 range whose input column o2*s + off lies inside the row: no test per element */ \
+              int64_t s2 = c->stride[2], off = k2 * c->dil[2] - c->pad[2];                              \
+              int64_t lo = off >= 0 ? 0 : (-off + s2 - 1) / s2, hi = c->in[2] - 1 - off < 0 ? 0 : (c->in[2] - 1 - off) / s2 + 1; \
+              if (hi > c->out[2]) hi = c->out[2];                                                     \
+              if (lo > hi) lo = hi;                                                                   \
               for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                            \
                 int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                          \
                 for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                          \
                   int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                        \
                   T *r = row + (o0 * c->out[1] + o1) * c->out[2];                                     \
-                  bool in01 = i0 >= 0 && i0 < c->in[0] && i1 >= 0 && i1 < c->in[1];                   \
-                  const T *xr = xg + (ic * c->in[0] * c->in[1] + (in01 ? i0 * c->in[1] + i1 : 0)) * c->in[2]; \
-                  for (int64_t o2 = 0; o2 < c->out[2]; o2++) {                                        \
-                    int64_t i2 = o2 * c->stride[2] - c->pad[2] + k2 * c->dil[2];                      \
-                    r[o2] = in01 && i2 >= 0 && i2 < c->in[2] ? xr[i2] : (T)0;                         \
+                  if (i0 < 0 || i0 >= c->in[0] || i1 < 0 || i1 >= c->in[1]) {                        \
+                    memset(r, 0, sizeof(T) * (size_t)c->out[2]);                                      \
+                    continue;                                                                         \
                   }                                                                                   \
+                  const T *xr = xg + (ic * c->in[0] * c->in[1] + i0 * c->in[1] + i1) * c->in[2] + off; \
+                  for (int64_t o2 = 0; o2 < lo; o2++) r[o2] = 0;                                      \
+                  if (s2 == 1) memcpy(r + lo, xr + lo, sizeof(T) * (size_t)(hi - lo));                \
+                  else for (int64_t o2 = lo; o2 < hi; o2++) r[o2] = xr[o2 * s2];                      \
+                  for (int64_t o2 = hi; o2 < c->out[2]; o2++) r[o2] = 0;                              \
                 }                                                                                     \
               }                                                                                       \
             }                                                                                         \
@@ -465,9 +473,13 @@ CONV(gg_rt_conv_f64, double, gg_rt_dgemm, depthwise_f64)
             double m = -INFINITY;                                                                     \
             int64_t mi = -1;                                                                          \
             int64_t dh = p->kind == 0 ? p->dil[0] : 1, dw = p->kind == 0 ? p->dil[1] : 1;             \
+            /* the window's taps inside the plane, found once rather than tested per tap */          \
+            while (h0 < 0) h0 += dh;                                                                  \
+            while (w0 < 0) w0 += dw;                                                                  \
+            if (h1 > p->H) h1 = p->H;                                                                 \
+            if (w1 > p->W) w1 = p->W;                                                                 \
             for (int64_t h = h0; h < h1; h += dh)                                                     \
               for (int64_t w = w0; w < w1; w += dw) {                                                 \
-                if (h < 0 || h >= p->H || w < 0 || w >= p->W) continue;                               \
                 double v = xp[h * p->W + w];                                                          \
                 if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * p->W + w; }         \
               }                                                                                       \
