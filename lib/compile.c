@@ -250,7 +250,7 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   char *argv[96];
   int n = 0;
   argv[n++] = (char *)(o->cc ? o->cc : "cc");
-  n += split_flags(c, o->cflags ? o->cflags : "-O2", argv + n, 40);
+  n += split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", argv + n, 40);
   const char *fixed[] = {"-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu",
                          "-Wl,--build-id=none", "-o", "model.so", "model.c", "gg_rt.c", "-lopenblas", "-lm", NULL};
   for (const char **f = fixed; *f; f++) argv[n++] = (char *)*f;
