@@ -11,8 +11,15 @@ BUILD=${BUILD:-build}
 GG=$BUILD/gcc-graph
 THREADS=${THREADS:-$(nproc)}
 ITERS=${ITERS:-30}
-PY=${PYTHON:-python3}
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+# a Python with torch and NumPy if there is one, else one with NumPy (for the weights)
+PY=
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+  if [ -z "$PY" ] && command -v "$p" >/dev/null && "$p" -c "import torch, numpy" 2>/dev/null; then PY=$p; fi
+done
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+  if [ -z "$PY" ] && command -v "$p" >/dev/null && "$p" -c "import numpy" 2>/dev/null; then PY=$p; fi
+done
+PY=${PY:-python3}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 [ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
@@ -24,7 +31,10 @@ echo "machine: $(nproc) cores, $THREADS threads; $(grep -m1 'model name' /proc/c
 echo "ceilings: $CEIL"
 have_torch=0
 "$PY" -c "import torch, numpy" 2>/dev/null && have_torch=1
-printf "%-26s %10s %10s %8s %9s %9s %8s\n" model gcc-graph torch speedup compile_s gemm_gf of_ceil
+TC=${TORCH_COMPILE:-0}
+printf "%-26s %10s %10s %8s %9s %9s %8s" model gcc-graph torch speedup compile_s gemm_gf of_ceil
+[ "$TC" = 1 ] && printf " %12s %8s %10s" torch.compile speedup tc_compile_s
+echo
 for m in "$@"; do
   n=$(basename "$m")
   "$PY" "$(dirname "$m")/make_weights.py" "$m" "$W/$n" >/dev/null 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy)"; continue; }
@@ -42,7 +52,14 @@ for m in "$@"; do
   [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
   gf=$(echo "$flops $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 / ($2 * 1e6); else print "-" }')
   of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
-  printf "%-26s %10s %10s %8s %9.2f %9s %8s\n" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 - $t0" | bc)" "$gf" "$of"
+  printf "%-26s %10s %10s %8s %9.2f %9s %8s" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 $t0" | awk '{print $1 - $2}')" "$gf" "$of"
+  if [ "$TC" = 1 ] && [ $have_torch = 1 ]; then
+    line=$(TORCH_REF_COMPILE=1 "$PY" bench/torch_ref.py "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.refc" 2>"$W/errc" | tail -n 1)
+    tc=$(echo "$line" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+    tcs=$(echo "$line" | sed -n 's/.*"compile_s": \([0-9.]*\).*/\1/p')
+    if [ -n "$tc" ]; then printf " %12.3f %8s %10.1f" "$tc" "$(echo "$tc $ours" | awk '{printf "%.2fx", $1 / $2}')" "$tcs"; else printf " failed: %s" "$(tail -n 1 "$W/errc" | cut -c1-60)"; fi
+  fi
+  echo
   if [ "$ref" != "-" ]; then
     "$PY" - "$W/$n.out.st" "$W/$n.ref" <<'PYEOF' || echo "$n: OUTPUTS DIFFER from PyTorch"
 import json, struct, sys, numpy as np

@@ -252,8 +252,16 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   argv[n++] = (char *)(o->cc ? o->cc : "cc");
   n += split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", argv + n, 40);
   const char *fixed[] = {"-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu",
-                         "-Wl,--build-id=none", "-o", "model.so", "model.c", "gg_rt.c", "-lopenblas", "-lm", NULL};
+                         "-Wl,--build-id=none", "-o", "model.so", "model.c", "gg_rt.c", NULL};
   for (const char **f = fixed; *f; f++) argv[n++] = (char *)*f;
+  /* OpenBLAS built on OpenMP shares the kernels' thread pool: link it by path when it is installed */
+  static const char omp_blas[] = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+  if (access(arena_printf(c->arena, "%s/libopenblas.so.0", omp_blas), R_OK) == 0) {
+    argv[n++] = arena_printf(c->arena, "-L%s", omp_blas);
+    argv[n++] = arena_printf(c->arena, "-Wl,-rpath,%s", omp_blas);
+  }
+  argv[n++] = "-lopenblas";
+  argv[n++] = "-lm";
   argv[n] = NULL;
   if (run_tool(c, dir, argv, o->verbose)) goto done;
   rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);

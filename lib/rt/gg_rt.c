@@ -292,11 +292,18 @@ GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLT
 
 /* ---------------------------------------------------------------- matrix products */
 
-/* One thread pool: the model's OpenMP threads. BLAS runs single-threaded inside them (a second pool
- * of BLAS threads spinning against OpenMP's doubles the time on a loaded machine), and a large
- * product is split into column (or row) panels, one per thread. */
+/* Threads: with OpenBLAS built on OpenMP (what gcc-graph links when Debian's libopenblas0-openmp is
+ * installed), BLAS parallelizes each product in the same OpenMP pool as the kernels: one pool, no
+ * contention. With the pthread build there are two pools; on a few cores, the one that wins is
+ * OpenMP's, with BLAS single-threaded per panel (two pools spinning against each other doubled the
+ * time on 2 cores); on many cores concurrent calls into the pthread build serialize, so BLAS runs
+ * its own threads. */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_single(void) { openblas_set_num_threads(1); }
+static bool blas_panels;   /* split products into per-thread panels of single-threaded BLAS calls */
+static void blas_setup(void) {
+  blas_panels = openblas_get_parallel() != 2 && omp_get_max_threads() <= 4;
+  if (blas_panels) openblas_set_num_threads(1);
+}
 
 /* An operand with a unit stride along its rows is row-major with leading dimension = the other
  * stride; with a unit stride along its columns, it is the transpose of a row-major matrix. */
@@ -315,8 +322,8 @@ static void blas_single(void) { openblas_set_num_threads(1); }
   void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C) { \
     if (M == 0 || N == 0) return;                                                                     \
     if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); return; }                                 \
-    pthread_once(&blas_once, blas_single);                                                            \
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();                                           \
+    pthread_once(&blas_once, blas_setup);                                                             \
+    int nt = omp_in_parallel() || !blas_panels ? 1 : omp_get_max_threads();                           \
     if (nt > 1 && (double)M * (double)N * (double)K < 4e6) nt = 1;                                    \
     if (nt <= 1) { NAME##_one(M, N, K, A, sam, sak, B, sbk, sbn, C, N); return; }                      \
     /* panels of columns when N is wide, else of rows; multiples of 16 keep the kernels aligned */     \
