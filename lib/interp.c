@@ -1337,32 +1337,61 @@ int eval_gather(E *e) {
   return 0;
 }
 
+/* Advanced indexing's layout: the index tensors broadcast to bsz (rank br); when they stand in
+ * adjacent dims the broadcast block replaces them in place, else it goes first (numpy's rule). rs:
+ * the shape that x[indices] has. */
+typedef struct IndexLayout {
+  int first, last, br, rr;
+  bool adjacent;
+  int64_t bsz[GG_MAX_RANK], rs[GG_MAX_RANK * 2];
+} IndexLayout;
+
+static int index_layout(E *e, const Tensor *x, const RArg *ia, IndexLayout *L) {
+  int count = 0;
+  L->first = L->last = -1;
+  L->br = 0;
+  for (int i = 0; i < ia->n; i++) {
+    const Tensor *t = ia->ts[i];
+    if (!t) continue;
+    if (t->dtype == DT_BOOL) return fail(e, "boolean mask indices are not supported");
+    if (L->first < 0) L->first = i;
+    L->last = i;
+    count++;
+    int r = L->br > t->rank ? L->br : t->rank;
+    int64_t nb[GG_MAX_RANK];
+    for (int d = 0; d < r; d++) {
+      int da = d - (r - L->br), db = d - (r - t->rank);
+      int64_t a = da >= 0 ? L->bsz[da] : 1, b = db >= 0 ? t->sizes[db] : 1;
+      nb[d] = a == 1 ? b : a;
+    }
+    memcpy(L->bsz, nb, sizeof nb);
+    L->br = r;
+  }
+  L->adjacent = L->last - L->first + 1 == count;
+  L->rr = 0;
+  if (L->adjacent) {
+    for (int d = 0; d < L->first; d++) L->rs[L->rr++] = x->sizes[d];
+    for (int d = 0; d < L->br; d++) L->rs[L->rr++] = L->bsz[d];
+    for (int d = L->last + 1; d < x->rank; d++) L->rs[L->rr++] = x->sizes[d];
+  } else {
+    for (int d = 0; d < L->br; d++) L->rs[L->rr++] = L->bsz[d];
+    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->ts[d]) L->rs[L->rr++] = x->sizes[d];
+  }
+  if (L->rr > GG_MAX_RANK) return fail(e, "too many dims");
+  return 0;
+}
+
 int eval_index(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "self"), *out = out0(e);
   RArg *ia = A(e, "indices");
-  int first = -1, last = -1, count = 0;
-  int64_t bsz[GG_MAX_RANK];
-  int br = 0;
-  for (int i = 0; i < ia->n; i++) {
-    Tensor *t = ia->ts[i];
-    if (!t) continue;
-    if (first < 0) first = i;
-    last = i;
-    count++;
-    int r = br > t->rank ? br : t->rank;
-    int64_t nb[GG_MAX_RANK];
-    for (int d = 0; d < r; d++) {
-      int da = d - (r - br), db = d - (r - t->rank);
-      int64_t a = da >= 0 ? bsz[da] : 1, b = db >= 0 ? t->sizes[db] : 1;
-      nb[d] = a == 1 ? b : a;
-    }
-    memcpy(bsz, nb, sizeof nb);
-    br = r;
-  }
+  IndexLayout L;
+  if (index_layout(e, x, ia, &L)) return -1;
+  int first = L.first, last = L.last, br = L.br;
+  int64_t *bsz = L.bsz;
   int64_t *iv[GG_MAX_RANK] = {0};
   for (int i = 0; i < ia->n; i++) if (ia->ts[i]) iv[i] = read_i64(I, expand_to(I, ia->ts[i], br, bsz));
-  bool adjacent = last - first + 1 == count;
+  bool adjacent = L.adjacent;
   int bstart = adjacent ? first : 0;   /* where the broadcast index dims sit in the output */
   int64_t n = tensor_numel(out), oidx[GG_MAX_RANK * 2], xidx[GG_MAX_RANK];
   for (int64_t i = 0; i < n; i++) {
@@ -1553,43 +1582,13 @@ int eval_index_put(E *e) {
   Tensor *pos = tensor_new(I, DT_I64, x->rank, x->sizes);
   for (int64_t i = 0; i < tensor_numel(pos); i++) dtype_store_i64(DT_I64, elem_ptr(pos, i), i);
   Node *n = e->n;
-  Value *iv = arena_alloc(I->c->arena, sizeof *iv);
-  *iv = *n->outs[0];
   const OpDef *index = ops_find("index.Tensor");
   Node sub = {.name = n->name, .target = n->target, .op = index};
   RArg args[2] = {{.k = AK_TENSOR, .t = pos}, *ia};
-  /* the index result's shape: evaluate it by broadcasting the index tensors */
-  int br = 0, first = -1, last = -1, cnt = 0;
-  int64_t bsz[GG_MAX_RANK];
-  for (int i = 0; i < ia->n; i++) {
-    Tensor *t = ia->ts[i];
-    if (!t) continue;
-    if (t->dtype == DT_BOOL) return fail(e, "boolean mask indices are not supported");
-    if (first < 0) first = i;
-    last = i;
-    cnt++;
-    int r = br > t->rank ? br : t->rank;
-    int64_t nb[GG_MAX_RANK];
-    for (int d = 0; d < r; d++) {
-      int da = d - (r - br), db = d - (r - t->rank);
-      int64_t a = da >= 0 ? bsz[da] : 1, b = db >= 0 ? t->sizes[db] : 1;
-      nb[d] = a == 1 ? b : a;
-    }
-    memcpy(bsz, nb, sizeof nb);
-    br = r;
-  }
-  int64_t rs[GG_MAX_RANK * 2];
-  int rr = 0;
-  bool adjacent = last - first + 1 == cnt;
-  if (adjacent) {
-    for (int d = 0; d < first; d++) rs[rr++] = x->sizes[d];
-    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
-    for (int d = last + 1; d < x->rank; d++) rs[rr++] = x->sizes[d];
-  } else {
-    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
-    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->ts[d]) rs[rr++] = x->sizes[d];
-  }
-  if (rr > GG_MAX_RANK) return fail(e, "too many dims");
+  IndexLayout L;
+  if (index_layout(e, x, ia, &L)) return -1;
+  int rr = L.rr;
+  int64_t *rs = L.rs;
   Tensor *where = tensor_new(I, DT_I64, rr, rs);
   Tensor *outs[1] = {where};
   int64_t osz[1][GG_MAX_RANK];
