@@ -66,38 +66,6 @@ static bool land(Rw *r, Value *y, Value *into, bool half) {
   return CALL(r, into, "_to_copy", "self", T(y), "dtype", DT(into->dtype)) != NULL;
 }
 
-static int layer_norm(Rw *r, Node *n) {
-  Value *x0 = targ(n, "input");
-  bool half = is_half(x0);
-  Value *x = up(r, x0);
-  const Arg *ns = arg(n, "normalized_shape");
-  int64_t dims[GG_MAX_RANK];
-  for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
-  bool native = n->nouts == 3;
-  Value *mean, *rstd;
-  Value *y = normalize(r, x, ns->n, dims, farg(n, "eps", 1e-5), &mean, &rstd, native ? direct(n->outs[1], half) : NULL, native ? direct(n->outs[2], half) : NULL);
-  if (native && (!land(r, mean, n->outs[1], half) || !land(r, rstd, n->outs[2], half))) return -1;
-  y = affine(r, y, targ(n, "weight"), targ(n, "bias"), direct(n->outs[0], half));
-  return land(r, y, n->outs[0], half) ? 0 : -1;
-}
-
-static int rms_norm(Rw *r, Node *n) {
-  Value *x0 = targ(n, "input");
-  bool half = is_half(x0);
-  Value *x = up(r, x0);
-  const Arg *ns = arg(n, "normalized_shape"), *ea = arg(n, "eps");
-  int64_t dims[GG_MAX_RANK];
-  for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
-  double eps = ea->k == AK_FLOAT ? ea->u.f : x0->dtype == DT_F64 ? 2.220446049250313e-16 : x0->dtype == DT_F16 ? 0.0009765625 : x0->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
-  Value *sq = CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(x));
-  Value *ms = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, ns->n, dims), "keepdim", BO(true)) : NULL;
-  Value *ve = ms ? CALL(r, NULL, "add.Tensor", "self", T(ms), "other", FL(eps)) : NULL;
-  Value *rs = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
-  Value *y = rs ? CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
-  y = affine(r, y, targ(n, "weight"), NULL, direct(n->outs[0], half));
-  return land(r, y, n->outs[0], half) ? 0 : -1;
-}
-
 static int group_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x0 = targ(n, "input");
@@ -396,7 +364,6 @@ static int roll(Rw *r, Node *n) {
 
 /* The rules, by op name. */
 static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
-  {"layer_norm", layer_norm}, {"native_layer_norm", layer_norm}, {"rms_norm", rms_norm},
   {"group_norm", group_norm}, {"native_group_norm", group_norm}, {"instance_norm", group_norm},
   {"batch_norm", batch_norm}, {"_native_batch_norm_legit_no_training", batch_norm},
   {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},

@@ -1026,6 +1026,62 @@ int emit_addmm(Em *e, Node *n) {
                        false, n->args[0].u.t, alpha, beta);
 }
 
+/* ---------------------------------------------------------------- normalization rows */
+
+/* layer_norm, native_layer_norm and rms_norm over the last dims, one row per task: the mean (and
+ * variance) in double over the row while it is in cache, then the normalized, scaled row. The same
+ * arithmetic as the interpreter, rounded once. (group, instance and batch norms are rewritten.) */
+int emit_norm(Em *e, Node *n) {
+  const char *name = n->op->name;
+  bool rms = !strcmp(name, "rms_norm");
+  if (strcmp(name, "layer_norm") && strcmp(name, "native_layer_norm") && !rms)
+    return efail(e, n, "reached the code generator undecomposed (internal error)");
+  Value *xv = n->args[0].u.t;
+  TV *x = contiguous_of(e, n, xv);
+  if (!x) return -1;
+  const Arg *ns = &n->args[ops_arg_index(n->op, "normalized_shape")];
+  int wi = ops_arg_index(n->op, "weight"), bi = ops_arg_index(n->op, "bias"), ei = ops_arg_index(n->op, "eps");
+  TV *w = n->args[wi].k == AK_TENSOR ? contiguous_of(e, n, n->args[wi].u.t) : NULL;
+  TV *b = bi >= 0 && n->args[bi].k == AK_TENSOR ? contiguous_of(e, n, n->args[bi].u.t) : NULL;
+  double eps = n->args[ei].k == AK_FLOAT ? n->args[ei].u.f
+             : xv->dtype == DT_F64 ? 2.220446049250313e-16 : xv->dtype == DT_F16 ? 0.0009765625 : xv->dtype == DT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+  const Expr *len = C(e, 1), *rows = C(e, 1);
+  for (int i = 0; i < ns->n; i++) len = MUL(e, len, ns->u.is[i]);
+  for (int d = 0; d < x->rank - ns->n; d++) rows = MUL(e, rows, x->sizes[d]);
+  TV *out = alloc_value(e, n->outs[0]);
+  TV *mo = n->nouts == 3 ? alloc_value(e, n->outs[1]) : NULL, *ro = n->nouts == 3 ? alloc_value(e, n->outs[2]) : NULL;
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, rms ? "rms norm rows" : "layer norm rows");
+  const char *T = ctype(out->dt);
+  fprintf(f, "static void k%d(%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b, const int64_t *s) {\n  (void)s; (void)mo; (void)ro; (void)w; (void)b;\n",
+          id, T, mo ? T : "void", ro ? T : "void", ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
+  fprintf(f, "  const int64_t R = %s, L = %s;\n  #pragma omp parallel for schedule(static) if(R * L > 32768)\n  for (int64_t r = 0; r < R; r++) {\n", cx(e, rows), cx(e, len));
+  fputs("    double m = 0, v = 0;\n", f);
+  if (!rms) {
+    fputs("    for (int64_t j = 0; j < L; j++) m += ", f);
+    load_f(f, x->dt, "x", "r * L + j");
+    fputs(";\n    m /= (double)L;\n", f);
+  }
+  fputs("    for (int64_t j = 0; j < L; j++) { double d = ", f);
+  load_f(f, x->dt, "x", "r * L + j");
+  fputs(" - m; v += d * d; }\n", f);
+  fprintf(f, "    const double rs = 1.0 / sqrt(v / (double)L + %.17g);\n", eps);
+  fputs("    for (int64_t j = 0; j < L; j++) {\n      double o = (", f);
+  load_f(f, x->dt, "x", "r * L + j");
+  fputs(" - m) * rs", f);
+  if (w) { fputs(" * ", f); load_f(f, w->dt, "w", "j"); }
+  if (b) { fputs(" + ", f); load_f(f, b->dt, "b", "j"); }
+  fputs(";\n      ", f);
+  store(f, out->dt, true, "y", "r * L + j", "o");
+  fputs("    }\n", f);
+  if (mo) { fputs("    ", f); store(f, mo->dt, true, "mo", "r", "m"); fputs("    ", f); store(f, ro->dt, true, "ro", "r", "rs"); }
+  fputs("  }\n}\n", f);
+  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, %s, s);\n", id, sname(e, out->stor), mo ? sname(e, mo->stor) : "NULL", ro ? sname(e, ro->stor) : "NULL",
+          sname(e, x->stor), w ? sname(e, w->stor) : "NULL", b ? sname(e, b->stor) : "NULL");
+  return 0;
+}
+
 /* ---------------------------------------------------------------- convolution and pooling */
 
 static const Expr *list_at(const Arg *a, int i) { return a->u.is[a->n == 1 ? 0 : i]; }
@@ -1625,7 +1681,6 @@ int emit_linspace(Em *e, Node *n) {
 /* ops that decompose.c rewrites before code generation */
 #define DECOMPOSED(fn) \
   int fn(Em *e, Node *n) { return efail(e, n, "reached the code generator undecomposed (internal error)"); }
-DECOMPOSED(emit_norm)
 DECOMPOSED(emit_sdpa)
 DECOMPOSED(emit_loss)
 DECOMPOSED(emit_diff)
