@@ -63,7 +63,21 @@ bench: $(BUILD)/gcc-graph
 docs/ops.md: $(BUILD)/gcc-graph
 	$(BUILD)/gcc-graph ops > $@
 
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the compiler, the header compiled models are used
+# through, a pkg-config file for it, and the man page.
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define GG_VERSION "\(.*\)"/\1/p' lib/gg.h)
+install: $(BUILD)/gcc-graph
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BUILD)/gcc-graph $(DESTDIR)$(PREFIX)/bin/gcc-graph
+	install -m 644 include/gcc_graph.h $(DESTDIR)$(PREFIX)/include/gcc_graph.h
+	install -m 644 man/gcc-graph.1 $(DESTDIR)$(PREFIX)/share/man/man1/gcc-graph.1
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' gcc-graph.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gcc-graph.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/gcc-graph $(DESTDIR)$(PREFIX)/include/gcc_graph.h $(DESTDIR)$(PREFIX)/share/man/man1/gcc-graph.1 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gcc-graph.pc
+
 clean:
 	rm -rf build build-san
 
-.PHONY: all test sanitize clean demo bench
+.PHONY: all test sanitize clean demo bench install uninstall

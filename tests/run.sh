@@ -186,6 +186,13 @@ expect 0 "" -- make -s -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$
 expect 0 "" -- test -f "$TMP/mk/build/models/a.so"
 expect 0 "Nothing to be done" -- make -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"
 
+# make install: binary, header, pkg-config file, man page under DESTDIR/PREFIX; the sample builds against them
+expect 0 "" -- make -s install DESTDIR="$TMP/inst" PREFIX=/opt/gg BUILD="$BUILD"
+expect 0 "gcc-graph 0" -- "$TMP/inst/opt/gg/bin/gcc-graph" --version
+expect 0 "prefix=/opt/gg" -- cat "$TMP/inst/opt/gg/lib/pkgconfig/gcc-graph.pc"
+expect 0 "" -- test -f "$TMP/inst/opt/gg/share/man/man1/gcc-graph.1"
+expect 0 "" -- ${CC:-cc} -I"$TMP/inst/opt/gg/include" samples/run_model.c -ldl -o "$TMP/run_model2"
+
 echo "== hostile inputs"
 grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do
   [ -n "$file" ] || continue
