@@ -11,6 +11,8 @@
 
 #include "../include/gcc_graph.h"
 
+#include <cjson/cJSON.h>
+
 static const char *prog = "gcc-graph";
 
 static const char usage_main[] =
@@ -84,8 +86,10 @@ static const char usage_explain[] =
   "usage: gcc-graph explain MODEL [--weights FILE]\n"
   "\n"
   "Print what gcc-graph sees in MODEL: user inputs and outputs with dtypes and (symbolic) sizes,\n"
-  "parameters and buffers, symbols and their ranges, ops by kind with counts, and every node\n"
-  "gcc-graph cannot handle with its ATen target and the user's stack trace.\n"
+  "parameters and buffers, symbols and their ranges, ops by kind with counts, the FLOPs of its\n"
+  "matrix products, and every node gcc-graph cannot handle with its ATen target and the user's\n"
+  "stack trace. For a compiled .so: what its embedded metadata says (inputs, outputs, symbols,\n"
+  "weights, mutated buffers, guards).\n"
   "\n"
   "options:\n"
   "  --weights FILE    parameters and buffers for a bare .json (safetensors)\n"
@@ -150,6 +154,8 @@ static Graph *load_verified(Ctx *c, const Opts *o) {
   return g;
 }
 
+static int explain_so(Ctx *c, const char *path);
+
 static int cmd_explain(int argc, char **argv) {
   Opts o = {0};
   if (parse_opts(argc, argv, &o, usage_explain, false)) return 2;
@@ -157,6 +163,12 @@ static int cmd_explain(int argc, char **argv) {
   if (!o.model) return usage_error(usage_explain, "%s", "missing MODEL");
   Ctx *c = ctx_new();
   c->file = o.model;
+  size_t ml = strlen(o.model);
+  if (ml > 3 && !strcmp(o.model + ml - 3, ".so")) {
+    int rc = explain_so(c, o.model) ? report(c) : 0;
+    ctx_free(c);
+    return rc;
+  }
   Graph *g = graph_load(c, o.model, o.weights);
   if (!g) { int rc = report(c); ctx_free(c); return rc; }
   int rc = verify_graph(g);
@@ -310,6 +322,63 @@ static STensor st_of(Ctx *c, const char *name, const DLTensor *t) {
   s.nbytes = (size_t)n * (size_t)dtype_info(s.dtype)->size;
   (void)c;
   return s;
+}
+
+/* explain a compiled model from the metadata it carries */
+static int explain_so(Ctx *c, const char *path) {
+  Lib l;
+  if (load_lib(c, path, &l)) return -1;
+  cJSON *m = cJSON_Parse(l.metadata());
+  if (!m) return gg_error(c, "%s: its metadata is not JSON", path);
+#define S(o, k) (cJSON_IsString(cJSON_GetObjectItem(o, k)) ? cJSON_GetObjectItem(o, k)->valuestring : "?")
+  printf("compiled model: %s\nfrom %s (torch %s, IR %s) by %s, ABI %d, device %s\n", gg_quote(c, path), gg_quote(c, S(m, "source")),
+         gg_quote(c, S(m, "torch_version")), S(m, "ir"), S(m, "compiler"), cJSON_GetObjectItem(m, "abi_version") ? cJSON_GetObjectItem(m, "abi_version")->valueint : 0,
+         S(m, "device"));
+  const char *sections[] = {"inputs", "outputs"};
+  for (int s = 0; s < 2; s++) {
+    printf("\n%s:\n", sections[s]);
+    int i = 0;
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(m, sections[s])) {
+      printf("  %s.%d  %-24s %s[", s ? "out" : "in", i++, gg_quote(c, S(t, "name")), S(t, "dtype"));
+      int d = 0;
+      cJSON *x;
+      cJSON_ArrayForEach(x, cJSON_GetObjectItem(t, "shape")) {
+        if (cJSON_IsNumber(x)) printf("%s%lld", d++ ? ", " : "", (long long)x->valuedouble);
+        else printf("%s%s", d++ ? ", " : "", cJSON_IsString(x) ? x->valuestring : "?");
+      }
+      puts("]");
+    }
+  }
+  cJSON *sy, *syms = cJSON_GetObjectItem(m, "symbols");
+  if (cJSON_GetArraySize(syms)) puts("\nsymbols:");
+  cJSON_ArrayForEach(sy, syms) {
+    cJSON *mx = cJSON_GetObjectItem(sy, "max");
+    printf("  %s in [%lld, ", S(sy, "name"), (long long)cJSON_GetObjectItem(sy, "min")->valuedouble);
+    if (cJSON_IsNumber(mx)) printf("%lld]\n", (long long)mx->valuedouble); else puts("inf]");
+  }
+  cJSON *w = cJSON_GetObjectItem(m, "weights");
+  printf("\nweights: %d tensors, %.1f KiB, %s%s%s\n", cJSON_GetArraySize(cJSON_GetObjectItem(w, "tensors")),
+         cJSON_GetObjectItem(w, "bytes") ? cJSON_GetObjectItem(w, "bytes")->valuedouble / 1024 : 0.0, S(w, "storage"),
+         cJSON_GetObjectItem(w, "file") ? " in " : "", cJSON_GetObjectItem(w, "file") ? gg_quote(c, S(w, "file")) : "");
+  cJSON *b, *mut = cJSON_GetObjectItem(m, "mutated_buffers");
+  if (cJSON_GetArraySize(mut)) puts("mutated buffers (written back after each run):");
+  cJSON_ArrayForEach(b, mut) printf("  %s\n", gg_quote(c, cJSON_IsString(b) ? b->valuestring : "?"));
+  puts("\nguards (checked before every run):");
+  cJSON *g;
+  cJSON_ArrayForEach(g, cJSON_GetObjectItem(m, "guards")) {
+    printf("  %s: dtype %s, rank %d, sizes [", gg_quote(c, S(g, "input")), S(g, "dtype"), cJSON_GetObjectItem(g, "rank") ? cJSON_GetObjectItem(g, "rank")->valueint : 0);
+    int d = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(g, "sizes")) {
+      if (cJSON_IsNumber(x)) printf("%s%lld", d++ ? ", " : "", (long long)x->valuedouble);
+      else printf("%s%s", d++ ? ", " : "", cJSON_IsString(x) ? x->valuestring : "?");
+    }
+    printf("], strides %s, device %s\n", S(g, "strides"), S(g, "device"));
+  }
+#undef S
+  cJSON_Delete(m);
+  return 0;
 }
 
 static int run_so(Ctx *c, const Opts *o) {

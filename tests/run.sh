@@ -166,6 +166,11 @@ expect 1 "writes through a view made by 'split.Tensor'" -- "$GG" compile tests/b
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 
+# explain a compiled model from its metadata
+expect 0 "in.0  'x'                      float32[8, 64]" -- "$GG" explain "$TMP/mlp.so"
+expect 0 "s77 in [1, 64]" -- "$GG" explain "$TMP/dyn.so"
+expect 0 "guards (checked before every run)" -- "$GG" explain "$TMP/dyn.so"
+expect 0 "external in 'model.pt2'" -- "$GG" explain "$TMP/mlp_ext.so"
 # a .so needs only libc, libm, libgomp and the BLAS
 readelf -d "$TMP/mlp.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort >"$TMP/needed"
 expect 0 "" -- sh -c "! grep -vE '^(libc\.so|libm\.so|libgomp\.so|libopenblas\.so|libblas\.so|libpthread\.so|libgomp\.so)' '$TMP/needed'"
