@@ -73,6 +73,7 @@ static const char usage_compile[] =
   "  --cflags FLAGS       its optimization flags (default: -O2)\n"
   "  --keep               keep the build folder and say where it is\n"
   "  -v                   print the compiler command\n"
+  "  --time-report        print the time and peak memory of each stage (like gcc -ftime-report)\n"
   "  -h, --help           show this help\n";
 
 static const char usage_bench[] =
@@ -109,7 +110,7 @@ static int report(Ctx *c) {
 
 typedef struct Opts {
   const char *model, *inputs, *output, *weights, *cc, *cflags;
-  bool interpret, help, sources_only, keep, verbose;
+  bool interpret, help, sources_only, keep, verbose, time_report;
   long iters, warmup;
 } Opts;
 
@@ -123,6 +124,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "-S") && usage == usage_compile) { o->sources_only = true; continue; }
     if (!strcmp(a, "--keep") && usage == usage_compile) { o->keep = true; continue; }
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
+    if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
     const char *num = NULL;
     if (usage == usage_bench && (!strcmp(a, "--iters") || !strcmp(a, "--warmup"))) {
       if (i + 1 >= argc) return usage_error(usage, "option '%s' needs a value", a);
@@ -225,7 +227,7 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
-  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose};
+  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report};
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
   Ctx *c = ctx_new();

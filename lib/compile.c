@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct { const char *name, *text; } EmbeddedFile;
@@ -177,21 +179,52 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* ---------------------------------------------------------------- --time-report */
+
+
+typedef struct Timer { bool on; double t0, last; } Timer;
+
+static double seconds(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+
+/* One line per stage: its wall time and the process's peak memory so far (and of the C compiler,
+ * a child, for the build stage). */
+static void stage(Timer *t, const char *name) {
+  if (!t->on) return;
+  double now = seconds();
+  struct rusage self, kids;
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &kids);
+  if (!name) {
+    fprintf(stderr, "gcc-graph: %-22s %9.3f s\n", "total", now - t->t0);
+    return;
+  }
+  char extra[64] = "";
+  if (!strcmp(name, "cc (build the .so)")) snprintf(extra, sizeof extra, "   (cc: %.1f MiB)", (double)kids.ru_maxrss / 1024);
+  fprintf(stderr, "gcc-graph: %-22s %9.3f s   peak memory %7.1f MiB%s\n", name, now - t->last, (double)self.ru_maxrss / 1024, extra);
+  t->last = now;
+}
+
 /* ---------------------------------------------------------------- the pipeline */
 
 int functionalize(Graph *g);
 int decompose(Graph *g);
 
 int compile_model(Ctx *c, const CompileOptions *o) {
+  Timer tm = {o->time_report, seconds(), seconds()};
+  if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   /* read and check */
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
+  stage(&tm, "load");
   int rc = -1;
   char *dir = NULL;
   if (verify_graph(g) || graph_check_supported(g)) goto done;
+  stage(&tm, "verify");
   /* rewrite into the core set */
   if (functionalize(g) || verify_graph(g)) goto done;
+  stage(&tm, "functionalize");
   if (decompose(g) || verify_graph(g)) goto done;
+  stage(&tm, "decompose");
   /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
   int nw = 0;
   for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
@@ -245,7 +278,8 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
   free(src);
   if (erc || write_sources(c, dir)) goto done;
-  if (o->sources_only) { rc = 0; goto done; }
+  stage(&tm, "emit C");
+  if (o->sources_only) { rc = 0; stage(&tm, NULL); goto done; }
   /* cc -shared: relative names only, so the output does not depend on the folder */
   char *argv[96];
   int n = 0;
@@ -264,7 +298,9 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   argv[n++] = "-lm";
   argv[n] = NULL;
   if (run_tool(c, dir, argv, o->verbose)) goto done;
+  stage(&tm, "cc (build the .so)");
   rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
+  stage(&tm, NULL);
 done:
   if (dir && !o->sources_only && !o->keep) remove_dir(dir);
   else if (dir && o->keep && !o->sources_only) fprintf(stderr, "gcc-graph: sources kept in %s\n", dir);

@@ -376,6 +376,7 @@ typedef struct CompileOptions {
   const char *cc, *cflags;
   bool sources_only;         /* -S: write the C sources into output (a folder) */
   bool keep, verbose;
+  bool time_report;          /* time and peak memory of each stage, on stderr */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int functionalize(Graph *g);

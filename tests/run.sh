@@ -166,6 +166,10 @@ expect 1 "writes through a view made by 'split.Tensor'" -- "$GG" compile tests/b
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 expect 1 "cannot load" -- "$GG" run tests/bad/truncated.json.so --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
 
+# --time-report: a line per stage and the total
+expect 0 "cc (build the .so)" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/tr.so" --time-report
+expect 0 "decompose" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/tr.so" --time-report
+expect 0 "total" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/tr.so" --time-report
 # explain a compiled model from its metadata
 expect 0 "in.0  'x'                      float32[8, 64]" -- "$GG" explain "$TMP/mlp.so"
 expect 0 "s77 in [1, 64]" -- "$GG" explain "$TMP/dyn.so"
