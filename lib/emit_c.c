@@ -44,7 +44,6 @@ typedef struct Em {
   Stor *st;
   int nst, capst;
   int nk;                   /* kernels so far */
-  int *weight_of;           /* value id -> weight index, or -1 */
   int *uses;                /* by value id: reads by nodes and outputs */
   Node **user;              /* by value id: its only reader, when it has one */
   int nfused;               /* nodes computed inside another's loop */
@@ -1440,6 +1439,51 @@ int emit_view_scatter(Em *e, Node *n) {
   return 0;
 }
 
+/* Advanced indexing's layout, as the shape rule and the interpreter define it: the index tensors
+ * broadcast to bsz (rank br), standing where the indexed dims stood when those are adjacent, else
+ * first. rs: the shape of x[indices]. */
+typedef struct IndexLayout {
+  int first, last, br, rr;
+  bool adjacent;
+  const Expr *bsz[R], *rs[R * 2];
+} IndexLayout;
+
+static int index_layout(Em *e, Node *n, const TV *x, const Arg *ia, IndexLayout *L) {
+  int cnt = 0;
+  L->first = L->last = -1;
+  L->br = 0;
+  for (int i = 0; i < ia->n; i++) {
+    Value *t = ia->u.ts[i];
+    if (!t) continue;
+    if (t->dtype == DT_BOOL || t->dtype == DT_U8) return efail(e, n, "boolean mask indices are not supported");
+    if (L->first < 0) L->first = i;
+    L->last = i;
+    cnt++;
+    int rk = L->br > t->rank ? L->br : t->rank;
+    const Expr *nb[R];
+    for (int d = 0; d < rk; d++) {
+      int da = d - (rk - L->br), db = d - (rk - t->rank);
+      int64_t one;
+      const Expr *a = da >= 0 ? L->bsz[da] : C(e, 1), *b = db >= 0 ? t->sizes[db] : C(e, 1);
+      nb[d] = expr_is_const(a, &one) && one == 1 ? b : a;
+    }
+    memcpy(L->bsz, nb, sizeof(Expr *) * (size_t)rk);
+    L->br = rk;
+  }
+  L->adjacent = L->last - L->first + 1 == cnt;
+  L->rr = 0;
+  if (L->adjacent) {
+    for (int d = 0; d < L->first; d++) L->rs[L->rr++] = x->sizes[d];
+    for (int d = 0; d < L->br; d++) L->rs[L->rr++] = L->bsz[d];
+    for (int d = L->last + 1; d < x->rank; d++) L->rs[L->rr++] = x->sizes[d];
+  } else {
+    for (int d = 0; d < L->br; d++) L->rs[L->rr++] = L->bsz[d];
+    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->u.ts[d]) L->rs[L->rr++] = x->sizes[d];
+  }
+  if (L->rr > R) return efail(e, n, "too many dims");
+  return 0;
+}
+
 /* scatter / scatter_add: copy self, then write src (or value) at the indexed positions along dim */
 int emit_scatter(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
@@ -1495,39 +1539,11 @@ int emit_index_put(Em *e, Node *n) {
   bool acc = n->args[ops_arg_index(n->op, "accumulate")].u.b, fl = dtype_is_float(x->dt);
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
-  /* the indexed shape: broadcast index dims, at the first indexed dim when they are adjacent */
-  int first = -1, last = -1, cnt = 0, br = 0;
-  const Expr *bsz[R];
-  for (int i = 0; i < ia->n; i++) {
-    Value *t = ia->u.ts[i];
-    if (!t) continue;
-    if (t->dtype == DT_BOOL || t->dtype == DT_U8) return efail(e, n, "boolean mask indices are not supported");
-    if (first < 0) first = i;
-    last = i;
-    cnt++;
-    int rk = br > t->rank ? br : t->rank;
-    const Expr *nb[R];
-    for (int d = 0; d < rk; d++) {
-      int da = d - (rk - br), db = d - (rk - t->rank);
-      int64_t one;
-      const Expr *a = da >= 0 ? bsz[da] : C(e, 1), *b = db >= 0 ? t->sizes[db] : C(e, 1);
-      nb[d] = expr_is_const(a, &one) && one == 1 ? b : a;
-    }
-    memcpy(bsz, nb, sizeof(Expr *) * (size_t)rk);
-    br = rk;
-  }
-  bool adjacent = last - first + 1 == cnt;
-  int bstart = adjacent ? first : 0;
-  const Expr *rs[R];
-  int rr = 0;
-  if (adjacent) {
-    for (int d = 0; d < first; d++) rs[rr++] = x->sizes[d];
-    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
-    for (int d = last + 1; d < x->rank; d++) rs[rr++] = x->sizes[d];
-  } else {
-    for (int d = 0; d < br; d++) rs[rr++] = bsz[d];
-    for (int d = 0; d < x->rank; d++) if (d >= ia->n || !ia->u.ts[d]) rs[rr++] = x->sizes[d];
-  }
+  IndexLayout L;
+  if (index_layout(e, n, x, ia, &L)) return -1;
+  int last = L.last, br = L.br, rr = L.rr, bstart = L.adjacent ? L.first : 0;
+  bool adjacent = L.adjacent;
+  const Expr **bsz = L.bsz, **rs = L.rs;
   TV vb = broadcast_tv(e, vals, rr, rs);
   FILE *f = e->k;
   int id = e->nk++;
@@ -1596,19 +1612,11 @@ int emit_index(Em *e, Node *n) {
   const Arg *ia = &n->args[1];
   Value *y = n->outs[0];
   TV *out = alloc_value(e, y);
-  int first = -1, last = -1, cnt = 0, br = 0;
-  for (int i = 0; i < ia->n; i++) {
-    if (!ia->u.ts[i]) continue;
-    if (first < 0) first = i;
-    last = i;
-    cnt++;
-    if (ia->u.ts[i]->rank > br) br = ia->u.ts[i]->rank;
-  }
-  bool adjacent = last - first + 1 == cnt;
-  int bstart = adjacent ? first : 0;
-  /* the broadcast index shape sits in the output at bstart.. */
-  const Expr *bsz[R];
-  for (int d = 0; d < br; d++) bsz[d] = out->sizes[bstart + d];
+  IndexLayout L;
+  if (index_layout(e, n, x, ia, &L)) return -1;
+  int last = L.last, br = L.br, bstart = L.adjacent ? L.first : 0;
+  bool adjacent = L.adjacent;
+  const Expr **bsz = L.bsz;
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "index");
@@ -1788,12 +1796,6 @@ static int64_t plan_memory(Em *e) {
   return total;
 }
 
-typedef struct EmitResult {
-  int nweights;
-  Value **weights;          /* in weight-index order */
-  int nmutable;
-} EmitResult;
-
 /* Write the model's C file. blob_offsets[i]: where weight i's bytes are (in the blob or the file). */
 int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external,
                int64_t external_size) {
@@ -1889,7 +1891,11 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
   fclose(e->r);
   if (rc) { free(kbuf); free(rbuf); return -1; }
   /* ---- the file */
-  fprintf(out, "/* Generated by gcc-graph %s. Do not edit: recompile the model instead. */\n", GG_VERSION);
+  int64_t planned = plan_memory(e);
+  fprintf(out, "/* Generated by gcc-graph %s. Do not edit: recompile the model instead.\n", GG_VERSION);
+  fprintf(out, " * %d nodes, %d kernels; %d pointwise nodes computed inside another kernel's loop.\n", g->nnodes, e->nk, e->nfused);
+  if (e->scratch_planned) fprintf(out, " * Scratch: %lld bytes with reuse, %lld without. */\n", (long long)e->scratch_planned, (long long)e->scratch_naive);
+  else fputs(" */\n", out);
   fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
   fputs("static inline int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
   fputs("static inline uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
@@ -1917,7 +1923,6 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
   fputs(gbuf, out);
   free(gbuf);
   int nscratch = 0;
-  int64_t planned = plan_memory(e);
   if (planned >= 0) {
     fprintf(out, "\n/* Scratch: %lld bytes; intermediates whose lifetimes do not overlap share memory. */\n", (long long)planned);
     fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s; (void)off;\n", out);

@@ -341,11 +341,6 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
 
 /* ---------------------------------------------------------------- convolution */
 
-int64_t gg_rt_conv_scratch(const gg_conv *c) {
-  int64_t cg = (c->transposed ? c->Cout : c->Cin) / c->groups;
-  int64_t sp = c->transposed ? c->in[0] * c->in[1] * c->in[2] : c->out[0] * c->out[1] * c->out[2];
-  return cg * c->k[0] * c->k[1] * c->k[2] * sp;
-}
 
 /* Depthwise (one input channel per group): direct loops, one output plane per task; the inner loop
  * runs along the output row. im2col + GEMM would multiply a 1-row matrix per channel. */

@@ -79,7 +79,7 @@ typedef struct gg_conv {
 } gg_conv;
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch);
-int64_t gg_rt_conv_scratch(const gg_conv *c);   /* elements */
+/* col (the im2col buffer) holds (C/groups) * kernel * spatial elements: the emitter sizes it. */
 
 /* Pooling over the last two dims of contiguous planes (1-d pooling has H = 1). */
 typedef struct gg_pool {
