@@ -70,10 +70,12 @@ static const char usage_compile[] =
   "                       (gg_open and gcc-graph run --weights then take the .pt2's path)\n"
   "  --weights embedded   put the weights inside the .so (the default)\n"
   "  --cc CC              the C compiler (default: cc)\n"
-  "  --cflags FLAGS       its optimization flags (default: -O2)\n"
+  "  --cflags FLAGS       its optimization flags (default: -O3 -fno-math-errno)\n"
   "  --keep               keep the build folder and say where it is\n"
   "  -v                   print the compiler command\n"
   "  --time-report        print the time and peak memory of each stage (like gcc -ftime-report)\n"
+  "  --debug-dir DIR      write the graph after each stage (NN-stage.txt), the generated code\n"
+  "                       and timings.txt into DIR\n"
   "  -h, --help           show this help\n";
 
 static const char usage_bench[] =
@@ -109,10 +111,57 @@ static int report(Ctx *c) {
 }
 
 typedef struct Opts {
-  const char *model, *inputs, *output, *weights, *cc, *cflags;
+  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir;
   bool interpret, help, sources_only, keep, verbose, time_report;
   long iters, warmup;
+  TrainOptions tr;
 } Opts;
+
+/* a number option's value: 0 and *out on success */
+static int parse_double(const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (!*s || *end || v != v || v < 0 || v > 1e9) return -1;
+  *out = v;
+  return 0;
+}
+
+/* --train and the options that go with it (compile and run). Returns 1 if argv[*i] was one, -1 on a
+ * usage error (with its message printed), 0 if it is not a training option. */
+static int train_opt(int argc, char **argv, int *i, Opts *o, const char *usage, bool compile) {
+  const char *a = argv[*i];
+  if (!strcmp(a, "--train")) { o->tr.on = true; return 1; }
+  static const char *const with_value[] = {"--loss", "--partition", "--optimizer", "--lr", "--momentum", "--weight-decay", "--betas", "--eps", NULL};
+  int k = 0;
+  while (with_value[k] && strcmp(with_value[k], a)) k++;
+  if (!with_value[k] || (!compile && k > 0)) return 0;
+  if (*i + 1 >= argc) { usage_error(usage, "option '%s' needs a value", a); return -1; }
+  const char *v = argv[++*i];
+  double d = 0, d2 = 0;
+  bool bad = false;
+  switch (k) {
+  case 0: bad = parse_double(v, &d) || d != (int)d || d > 1000; o->tr.loss = (int)d; break;
+  case 1: bad = strcmp(v, "mincut") && strcmp(v, "default"); o->tr.save_all = !strcmp(v, "default"); break;
+  case 2: bad = strcmp(v, "sgd") && strcmp(v, "adam"); o->tr.optimizer = !strcmp(v, "sgd") ? 1 : 2; break;
+  case 6: {
+    char b1[64];
+    bad = strlen(v) >= sizeof b1 || !strchr(v, ',');
+    if (!bad) {
+      memcpy(b1, v, strchr(v, ',') - v);
+      b1[strchr(v, ',') - v] = 0;
+      bad = parse_double(b1, &d) || parse_double(strchr(v, ',') + 1, &d2) || d >= 1 || d2 >= 1;
+      o->tr.beta1 = d;
+      o->tr.beta2 = d2;
+    }
+    break;
+  }
+  default:
+    bad = parse_double(v, &d);
+    if (k == 3) o->tr.lr = d; else if (k == 4) o->tr.momentum = d; else if (k == 5) o->tr.weight_decay = d; else o->tr.eps = d;
+  }
+  if (bad) { usage_error(usage, "bad value '%s'", v); return -1; }
+  return 1;
+}
 
 /* Parse "--flag VALUE" style options shared by the subcommands. Returns 2 on a usage error. */
 static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool run) {
@@ -125,6 +174,11 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "--keep") && usage == usage_compile) { o->keep = true; continue; }
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
     if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
+    if (run) {
+      int t = train_opt(argc, argv, &i, o, usage, usage == usage_compile);
+      if (t < 0) return 2;
+      if (t) continue;
+    }
     const char *num = NULL;
     if (usage == usage_bench && (!strcmp(a, "--iters") || !strcmp(a, "--warmup"))) {
       if (i + 1 >= argc) return usage_error(usage, "option '%s' needs a value", a);
@@ -139,6 +193,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (run && !strcmp(a, "-o")) slot = &o->output;
     else if (usage == usage_compile && !strcmp(a, "--cc")) slot = &o->cc;
     else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
+    else if (usage == usage_compile && !strcmp(a, "--debug-dir")) slot = &o->debug_dir;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -191,6 +246,13 @@ static int bind_inputs(Ctx *c, Interp *I, Graph *g, const SafeTensors *st, const
     snprintf(key, sizeof key, "in.%d", i);
     const STensor *s = st_find(st, key);
     if (!s) s = st_find(st, users[i]->name);
+    if (!s && !strncmp(users[i]->name, "tangent.", 8)) {   /* run --train: the loss's cotangent, 1 */
+      int64_t sz[GG_MAX_RANK];
+      for (int d = 0; d < users[i]->rank; d++) if (!expr_is_const(users[i]->sizes[d], &sz[d])) sz[d] = 1;
+      if (!(ts[i] = tensor_new(I, users[i]->dtype, users[i]->rank, sz))) return -1;
+      for (int64_t k = 0; k < tensor_numel(ts[i]); k++) dtype_store_f64(ts[i]->dtype, ts[i]->st->data + k * dtype_info(ts[i]->dtype)->size, 1.0);
+      continue;
+    }
     if (!s) return gg_error(c, "%s: no tensor for input %d (%s): name it %s or %s", path, i, gg_quote(c, users[i]->name), key, gg_quote(c, users[i]->name));
     ts[i] = tensor_from_st(I, s);
   }
@@ -207,11 +269,13 @@ static int bind_inputs(Ctx *c, Interp *I, Graph *g, const SafeTensors *st, const
 }
 
 static int write_results(Ctx *c, Interp *I, const char *path, const RunResult *r) {
-  int n = r->nouts + r->nbuffers;
+  int n = r->nouts + r->nbuffers + r->ngrads;
   STensor *st = arena_array(c->arena, (size_t)n + 1, sizeof *st);
   for (int i = 0; i < n; i++) {
-    Tensor *t = i < r->nouts ? r->outs[i] : r->buffers[i - r->nouts];
-    st[i].name = i < r->nouts ? arena_printf(c->arena, "out.%d", i) : arena_printf(c->arena, "buffer_after.%s", r->buffer_names[i - r->nouts]);
+    Tensor *t;
+    if (i < r->nouts) { t = r->outs[i]; st[i].name = arena_printf(c->arena, "out.%d", i); }
+    else if (i < r->nouts + r->nbuffers) { t = r->buffers[i - r->nouts]; st[i].name = arena_printf(c->arena, "buffer_after.%s", r->buffer_names[i - r->nouts]); }
+    else { t = r->grads[i - r->nouts - r->nbuffers]; st[i].name = arena_printf(c->arena, "grad.%s", r->grad_names[i - r->nouts - r->nbuffers]); }
     st[i].dtype = t->dtype;
     st[i].rank = t->rank;
     memcpy(st[i].sizes, t->sizes, sizeof st[i].sizes);
@@ -227,7 +291,8 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
-  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report};
+  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr};
+  if (!o.tr.on && (o.tr.optimizer || o.tr.loss || o.tr.save_all)) return usage_error(usage_compile, "%s", "--loss, --partition and --optimizer go with --train");
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
   Ctx *c = ctx_new();
@@ -482,6 +547,7 @@ static int cmd_run(int argc, char **argv) {
   Ctx *c = ctx_new();
   Graph *g = load_verified(c, &o);
   int rc = 1;
+  if (g && o.tr.on && training_graph(g, &o.tr)) { graph_release(g); g = NULL; }
   if (g) {
     SafeTensors in;
     Interp *I = interp_new(c, g);

@@ -182,38 +182,70 @@ static void remove_dir(const char *dir) {
 /* ---------------------------------------------------------------- --time-report */
 
 
-typedef struct Timer { bool on; double t0, last; } Timer;
+typedef struct Timer {
+  bool on;                  /* --time-report */
+  double t0, last;
+  Ctx *c;
+  const char *debug_dir;    /* --debug-dir: each stage's graph, numbered, and timings.txt */
+  Graph *g;
+  int n;
+} Timer;
 
 static double seconds(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
 
+/* Debug dump of the graph as a stage left it: NN-stage.txt, one line per node (graph_print). */
+static void dump_graph(Timer *t, const char *name) {
+  if (!t->debug_dir || !t->g) return;
+  char word[32];
+  size_t k = 0;
+  for (const char *p = name; *p && *p != ' ' && k < sizeof word - 1; p++) word[k++] = *p;
+  word[k] = 0;
+  FILE *f = fopen(arena_printf(t->c->arena, "%s/%02d-%s.txt", t->debug_dir, ++t->n, word), "w");
+  if (!f) return;
+  graph_print(t->g, f);
+  fclose(f);
+}
+
 /* One line per stage: its wall time and the process's peak memory so far (and of the C compiler,
- * a child, for the build stage). */
+ * a child, for the build stage), on stderr with --time-report and into DIR/timings.txt with
+ * --debug-dir. name NULL: the total. */
 static void stage(Timer *t, const char *name) {
-  if (!t->on) return;
+  if (!t->on && !t->debug_dir) return;
   double now = seconds();
   struct rusage self, kids;
   getrusage(RUSAGE_SELF, &self);
   getrusage(RUSAGE_CHILDREN, &kids);
-  if (!name) {
-    fprintf(stderr, "gcc-graph: %-22s %9.3f s\n", "total", now - t->t0);
-    return;
+  char line[256], extra[64] = "";
+  if (!name) snprintf(line, sizeof line, "gcc-graph: %-22s %9.3f s\n", "total", now - t->t0);
+  else {
+    if (!strcmp(name, "cc (build the .so)")) snprintf(extra, sizeof extra, "   (cc: %.1f MiB)", (double)kids.ru_maxrss / 1024);
+    snprintf(line, sizeof line, "gcc-graph: %-22s %9.3f s   peak memory %7.1f MiB%s\n", name, now - t->last, (double)self.ru_maxrss / 1024, extra);
+    if (strncmp(name, "cc", 2) && strncmp(name, "emit", 4)) dump_graph(t, name);
   }
-  char extra[64] = "";
-  if (!strcmp(name, "cc (build the .so)")) snprintf(extra, sizeof extra, "   (cc: %.1f MiB)", (double)kids.ru_maxrss / 1024);
-  fprintf(stderr, "gcc-graph: %-22s %9.3f s   peak memory %7.1f MiB%s\n", name, now - t->last, (double)self.ru_maxrss / 1024, extra);
+  if (t->on) fputs(line, stderr);
+  if (t->debug_dir) {
+    FILE *f = fopen(arena_printf(t->c->arena, "%s/timings.txt", t->debug_dir), t->n <= 1 && name && !strcmp(name, "load") ? "w" : "a");
+    if (f) { fputs(line + 11, f); fclose(f); }
+  }
   t->last = now;
 }
 
 /* ---------------------------------------------------------------- the pipeline */
 
 int functionalize(Graph *g);
-int decompose(Graph *g);
+int decompose(Graph *g, bool training);
+
+/* The joint graph of --train: functional, decomposed for differentiation, the backward appended. */
+int training_graph(Graph *g, const TrainOptions *t) {
+  return functionalize(g) || verify_graph(g) || decompose(g, true) || verify_graph(g) || autograd(g, t->loss, false) || verify_graph(g) ? -1 : 0;
+}
 
 int compile_model(Ctx *c, const CompileOptions *o) {
-  Timer tm = {o->time_report, seconds(), seconds()};
+  Timer tm = {o->time_report, seconds(), seconds(), c, o->debug_dir, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
+  if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
   /* read and check */
-  Graph *g = graph_load(c, o->model, o->weights_file);
+  Graph *g = tm.g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
   stage(&tm, "load");
   int rc = -1;
@@ -223,7 +255,7 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   /* rewrite into the core set */
   if (functionalize(g) || verify_graph(g)) goto done;
   stage(&tm, "functionalize");
-  if (decompose(g) || verify_graph(g)) goto done;
+  if (decompose(g, o->tr.on) || verify_graph(g)) goto done;
   stage(&tm, "decompose");
   /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
   int nw = 0;

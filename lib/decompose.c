@@ -10,20 +10,6 @@
 
 #include "rewrite.h"
 
-static const Arg *arg(Node *n, const char *name) {
-  int i = ops_arg_index(n->op, name);
-  return i < 0 ? NULL : &n->args[i];
-}
-static Value *targ(Node *n, const char *name) { const Arg *a = arg(n, name); return a && a->k == AK_TENSOR ? a->u.t : NULL; }
-static double farg(Node *n, const char *name, double dflt) {
-  const Arg *a = arg(n, name);
-  int64_t v;
-  if (!a) return dflt;
-  if (a->k == AK_FLOAT) return a->u.f;
-  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
-  return dflt;
-}
-
 /* v viewed with size 1 everywhere but dim `at` of a rank-`rank` shape: per-channel parameters. */
 static Value *per_channel(Rw *r, Value *v, int rank, int at) {
   if (!v) return NULL;
@@ -68,18 +54,18 @@ static bool land(Rw *r, Value *y, Value *into, bool half) {
 
 static int group_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x0 = targ(n, "input");
+  Value *x0 = rw_targ(n, "input");
   bool half = is_half(x0);
   Value *x = up(r, x0);
-  int64_t G = (int64_t)(arg(n, "num_groups") ? farg(n, "num_groups", 1) : farg(n, "group", 1));
+  int64_t G = (int64_t)(rw_arg(n, "num_groups") ? rw_farg(n, "num_groups", 1) : rw_farg(n, "group", 1));
   bool native = n->nouts == 3, instance = !strcmp(n->op->name, "instance_norm");
-  if (instance && !arg(n, "use_input_stats")->u.b) return gg_error(c, "%s: node %s: instance_norm with running statistics is not supported in compiled code", r->g->path, gg_quote(c, n->name));
+  if (instance && !rw_arg(n, "use_input_stats")->u.b) return gg_error(c, "%s: node %s: instance_norm with running statistics is not supported in compiled code", r->g->path, gg_quote(c, n->name));
   const Expr *sz[3] = {x->sizes[0], instance ? x->sizes[1] : expr_const(c->arena, G), expr_const(c->arena, -1)};
   Value *xg = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, sz));
   if (!xg) return -1;
   int64_t dims[1] = {2};
   Value *mean, *rstd;
-  Value *yg = normalize(r, xg, 1, dims, farg(n, "eps", 1e-5), &mean, &rstd, NULL, NULL);
+  Value *yg = normalize(r, xg, 1, dims, rw_farg(n, "eps", 1e-5), &mean, &rstd, NULL, NULL);
   if (!yg) return -1;
   Value *y = CALL(r, NULL, "reshape", "self", T(yg), "shape", EXPRS(r, x->rank, x->sizes));
   if (native) {
@@ -88,7 +74,7 @@ static int group_norm(Rw *r, Node *n) {
     Value *r2 = CALL(r, direct(n->outs[2], half), "reshape", "self", T(rstd), "shape", EXPRS(r, 2, ng));
     if (!land(r, m2, n->outs[1], half) || !land(r, r2, n->outs[2], half)) return -1;
   }
-  y = affine(r, y, per_channel(r, targ(n, "weight"), x->rank, 1), per_channel(r, targ(n, "bias"), x->rank, 1), direct(n->outs[0], half));
+  y = affine(r, y, per_channel(r, rw_targ(n, "weight"), x->rank, 1), per_channel(r, rw_targ(n, "bias"), x->rank, 1), direct(n->outs[0], half));
   return land(r, y, n->outs[0], half) ? 0 : -1;
 }
 
@@ -99,11 +85,11 @@ static Value *empty_stat(Rw *r, Value *into, DType dt) {
 
 static int batch_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  if (is_half(targ(n, "input"))) return gg_error(c, "%s: node %s: half-precision batch norm is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
-  Value *x = targ(n, "input"), *w = targ(n, "weight"), *b = targ(n, "bias"), *rm = targ(n, "running_mean"), *rv = targ(n, "running_var");
-  const Arg *tr = arg(n, "training");
+  if (is_half(rw_targ(n, "input"))) return gg_error(c, "%s: node %s: half-precision batch norm is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
+  Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *rm = rw_targ(n, "running_mean"), *rv = rw_targ(n, "running_var");
+  const Arg *tr = rw_arg(n, "training");
   bool training = !strcmp(n->op->name, "_native_batch_norm_legit.no_stats") || (tr && tr->u.b);
-  double eps = farg(n, "eps", 1e-5), mom = farg(n, "momentum", 0.1);
+  double eps = rw_farg(n, "eps", 1e-5), mom = rw_farg(n, "momentum", 0.1);
   Value *wc = per_channel(r, w, x->rank, 1), *bc = per_channel(r, b, x->rank, 1);
   if (!training) {
     if (!rm || !rv) return gg_error(c, "%s: node %s: evaluation-mode batch norm needs running statistics", r->g->path, gg_quote(c, n->name));
@@ -147,14 +133,14 @@ static int batch_norm(Rw *r, Node *n) {
 
 static int sdpa(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *q = targ(n, "query"), *k = targ(n, "key"), *v = targ(n, "value"), *mask = targ(n, "attn_mask");
-  if (farg(n, "dropout_p", 0) > 0) return gg_error(c, "%s: node %s: attention dropout is random; export in eval mode", r->g->path, gg_quote(c, n->name));
+  Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *mask = rw_targ(n, "attn_mask");
+  if (rw_farg(n, "dropout_p", 0) > 0) return gg_error(c, "%s: node %s: attention dropout is random; export in eval mode", r->g->path, gg_quote(c, n->name));
   int rk = q->rank;
-  const Arg *sa = arg(n, "scale");
+  const Arg *sa = rw_arg(n, "scale");
   int64_t E;
   if (!expr_is_const(q->sizes[rk - 1], &E)) return gg_error(c, "%s: node %s: attention needs a static head size", r->g->path, gg_quote(c, n->name));
   double scale = sa->k == AK_FLOAT ? sa->u.f : 1.0 / sqrt((double)E);
-  if (arg(n, "enable_gqa")->u.b && rk >= 3 && !expr_same(r->g, q->sizes[rk - 3], k->sizes[rk - 3])) {
+  if (rw_arg(n, "enable_gqa")->u.b && rk >= 3 && !expr_same(r->g, q->sizes[rk - 3], k->sizes[rk - 3])) {
     /* grouped-query attention: each key/value head serves hq/hk query heads */
     int64_t hq, hk;
     if (!expr_is_const(q->sizes[rk - 3], &hq) || !expr_is_const(k->sizes[rk - 3], &hk) || hk == 0) return gg_error(c, "%s: node %s: grouped attention needs static head counts", r->g->path, gg_quote(c, n->name));
@@ -182,7 +168,7 @@ static int sdpa(Rw *r, Node *n) {
     s = nm ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(nm), "value", FL(-INFINITY)) : NULL;
     masked = true;
   } else if (mask) s = CALL(r, NULL, "add.Tensor", "self", T(s), "other", T(mask));
-  if (s && arg(n, "is_causal")->u.b) {
+  if (s && rw_arg(n, "is_causal")->u.b) {
     const Expr *ls[2] = {q->sizes[rk - 2], k->sizes[rk - 2]};
     Value *ones = CALL(r, NULL, "ones", "size", EXPRS(r, 2, ls), "dtype", DT(DT_BOOL));
     Value *tri = ones ? CALL(r, NULL, "triu", "self", T(ones), "diagonal", INT(r, 1)) : NULL;
@@ -200,8 +186,8 @@ static int sdpa(Rw *r, Node *n) {
 /* n-th forward difference: concatenate prepend/self/append, then subtract neighbours n times */
 static int diff(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x = targ(n, "self"), *pre = targ(n, "prepend"), *app = targ(n, "append");
-  int64_t times = (int64_t)farg(n, "n", 1), d = (int64_t)farg(n, "dim", -1);
+  Value *x = rw_targ(n, "self"), *pre = rw_targ(n, "prepend"), *app = rw_targ(n, "append");
+  int64_t times = (int64_t)rw_farg(n, "n", 1), d = (int64_t)rw_farg(n, "dim", -1);
   if (d < 0) d += x->rank;
   if (pre || app) {
     Arg list = {.k = AK_TENSORS, .n = 0};
@@ -227,8 +213,8 @@ static int diff(Rw *r, Node *n) {
 
 /* glu: first half * sigmoid(second half) */
 static int glu(Rw *r, Node *n) {
-  Value *x = targ(n, "self");
-  int64_t d = (int64_t)farg(n, "dim", -1), half;
+  Value *x = rw_targ(n, "self");
+  int64_t d = (int64_t)rw_farg(n, "dim", -1), half;
   if (d < 0) d += x->rank;
   expr_is_const(x->sizes[d], &half);
   half /= 2;
@@ -241,8 +227,8 @@ static int glu(Rw *r, Node *n) {
 /* repeat: view as [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...], copy, view as the result */
 static int repeat(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x = targ(n, "self");
-  const Arg *rp = arg(n, "repeats");
+  Value *x = rw_targ(n, "self");
+  const Arg *rp = rw_arg(n, "repeats");
   int lead = rp->n - x->rank;
   if (2 * rp->n > GG_MAX_RANK) return gg_error(c, "%s: node %s: repeat over too many dims", r->g->path, gg_quote(c, n->name));
   const Expr *v[GG_MAX_RANK], *ex[GG_MAX_RANK];
@@ -259,7 +245,7 @@ static int repeat(Rw *r, Node *n) {
 }
 
 static int broadcast_tensors(Rw *r, Node *n) {
-  const Arg *ts = arg(n, "tensors");
+  const Arg *ts = rw_arg(n, "tensors");
   for (int i = 0; i < ts->n; i++)
     if (!CALL(r, n->outs[i], "expand", "self", T(ts->u.ts[i]), "size", EXPRS(r, n->outs[i]->rank, n->outs[i]->sizes))) return -1;
   return 0;
@@ -273,20 +259,20 @@ static Value *reduce_loss(Rw *r, Value *loss, Value *denom, int64_t reduction, V
 }
 
 static int mse_loss(Rw *r, Node *n) {
-  Value *d = CALL(r, NULL, "sub.Tensor", "self", T(targ(n, "self")), "other", T(targ(n, "target")));
+  Value *d = CALL(r, NULL, "sub.Tensor", "self", T(rw_targ(n, "self")), "other", T(rw_targ(n, "target")));
   Value *sq = d ? CALL(r, NULL, "mul.Tensor", "self", T(d), "other", T(d)) : NULL;
-  return sq && reduce_loss(r, sq, NULL, (int64_t)farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
+  return sq && reduce_loss(r, sq, NULL, (int64_t)rw_farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
 }
 
 /* cross entropy (and nll on log-probabilities) with class-index targets: the picked log-probability,
  * weighted, ignoring ignore_index, smoothed; the mean divides by the weights of the kept targets. */
 static int cross_entropy(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x = targ(n, "self"), *t = targ(n, "target"), *w = targ(n, "weight");
+  Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight");
   bool nll = !strcmp(n->op->name, "nll_loss_forward");
   if (dtype_is_float(t->dtype)) return gg_error(c, "%s: node %s: cross entropy with probability targets is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
-  int64_t red = (int64_t)farg(n, "reduction", 1), ignore = (int64_t)farg(n, "ignore_index", -100), C = 0;
-  double eps = farg(n, "label_smoothing", 0);
+  int64_t red = (int64_t)rw_farg(n, "reduction", 1), ignore = (int64_t)rw_farg(n, "ignore_index", -100), C = 0;
+  double eps = rw_farg(n, "label_smoothing", 0);
   int cd = x->rank > 1 ? 1 : 0;
   if (!expr_is_const(x->sizes[cd], &C)) return gg_error(c, "%s: node %s: the class count must be static", r->g->path, gg_quote(c, n->name));
   Value *lp = nll ? x : CALL(r, NULL, "log_softmax.int", "self", T(x), "dim", INT(r, cd));
@@ -330,8 +316,8 @@ static int cross_entropy(Rw *r, Node *n) {
 /* roll: along each dim, the last `shift` elements move to the front (cat of two narrows) */
 static int roll(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  Value *x = targ(n, "self");
-  const Arg *sh = arg(n, "shifts"), *dm = arg(n, "dims");
+  Value *x = rw_targ(n, "self");
+  const Arg *sh = rw_arg(n, "shifts"), *dm = rw_arg(n, "dims");
   bool flat = dm->n == 0;
   if (flat) {
     const Expr *all[1] = {expr_const(c->arena, -1)};
@@ -362,6 +348,56 @@ static int roll(Rw *r, Node *n) {
   return 0;
 }
 
+/* ---- rules used only when training (--train): the backward is built from primitives */
+
+/* layer_norm / rms_norm as pointwise ops and means over the normalized dims (their inference form
+ * is one row kernel, which has no derivative rule of its own). */
+static int norm_primitives(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = rw_targ(n, "input");
+  if (is_half(x)) return gg_error(c, "%s: node %s: half-precision normalization is not supported with --train", r->g->path, gg_quote(c, n->name));
+  const Arg *ns = rw_arg(n, "normalized_shape");
+  int64_t dims[GG_MAX_RANK];
+  for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
+  Value *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
+  if (!strcmp(n->op->name, "rms_norm")) {
+    const Arg *ea = rw_arg(n, "eps");
+    double eps = ea->k == AK_FLOAT ? ea->u.f : x->dtype == DT_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+    Value *sq = CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(x));
+    Value *ms = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, ns->n, dims), "keepdim", BO(true)) : NULL;
+    Value *ve = ms ? CALL(r, NULL, "add.Tensor", "self", T(ms), "other", FL(eps)) : NULL;
+    Value *rs = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
+    Value *y = rs ? CALL(r, w ? NULL : n->outs[0], "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
+    return y && affine(r, y, w, NULL, n->outs[0]) ? 0 : -1;
+  }
+  bool native = n->nouts == 3;
+  Value *y = normalize(r, x, ns->n, dims, rw_farg(n, "eps", 1e-5), NULL, NULL, native ? n->outs[1] : NULL, native ? n->outs[2] : NULL);
+  return affine(r, y, w, b, n->outs[0]) ? 0 : -1;
+}
+
+/* max pooling through its indices, whose derivative rule scatters the gradient back */
+static int max_pool_indices(Rw *r, Node *n) {
+  const OpDef *op = ops_find("max_pool2d_with_indices");
+  Arg *args = arena_array(r->g->ctx->arena, (size_t)op->nargs + 1, sizeof *args);
+  memcpy(args, n->args, sizeof *args * (size_t)op->nargs);   /* the same schema up to ceil_mode */
+  return rw_node(r, n->outs[0], op, args) ? 0 : -1;
+}
+
+/* global average pooling is a mean over the plane */
+static int adaptive_avg_pool(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "self");
+  const Arg *os = rw_arg(n, "output_size");
+  int64_t a, b;
+  if (!(expr_is_const(os->u.is[0], &a) && expr_is_const(os->u.is[os->n - 1], &b) && a == 1 && b == 1)) { rw_push(r, n); return 0; }
+  int64_t dims[2] = {x->rank - 2, x->rank - 1};
+  return CALL(r, n->outs[0], "mean.dim", "self", T(x), "dim", INTS(r, 2, dims), "keepdim", BO(true)) ? 0 : -1;
+}
+
+static const struct { const char *op; int (*rule)(Rw *, Node *); } training_rules[] = {
+  {"layer_norm", norm_primitives}, {"native_layer_norm", norm_primitives}, {"rms_norm", norm_primitives},
+  {"max_pool2d", max_pool_indices}, {"adaptive_avg_pool2d", adaptive_avg_pool}, {"_adaptive_avg_pool2d", adaptive_avg_pool},
+};
+
 /* The rules, by op name. */
 static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"group_norm", group_norm}, {"native_group_norm", group_norm}, {"instance_norm", group_norm},
@@ -378,13 +414,15 @@ bool decompose_has_rule(const char *op) {
   return false;
 }
 
-int decompose(Graph *g) {
-  Rw r = {g, NULL, NULL, 0, 0, 0};
+int decompose(Graph *g, bool training) {
+  Rw r = {.g = g};
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     int (*rule)(Rw *, Node *) = NULL;
     for (size_t i = 0; n->op && i < sizeof rules / sizeof *rules; i++)
       if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
+    for (size_t i = 0; training && n->op && i < sizeof training_rules / sizeof *training_rules; i++)
+      if (!strcmp(training_rules[i].op, n->op->name)) rule = training_rules[i].rule;
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;

@@ -146,3 +146,74 @@ int explain_graph(Graph *g, FILE *f) {
   }
   return 0;
 }
+
+/* ---------------------------------------------------------------- the graph, readable */
+
+static void print_arg(FILE *f, const Graph *g, const Arg *a) {
+  Ctx *c = g->ctx;
+  switch (a->k) {
+  case AK_NONE: fputs("None", f); break;
+  case AK_TENSOR: fputs(gg_quote(c, a->u.t->name), f); break;
+  case AK_TENSORS:
+    fputc('[', f);
+    for (int i = 0; i < a->n; i++) fprintf(f, "%s%s", i ? ", " : "", a->u.ts[i] ? gg_quote(c, a->u.ts[i]->name) : "None");
+    fputc(']', f);
+    break;
+  case AK_INT: expr_print(f, g, a->u.i); break;
+  case AK_INTS:
+    fputc('[', f);
+    for (int i = 0; i < a->n; i++) { if (i) fputs(", ", f); expr_print(f, g, a->u.is[i]); }
+    fputc(']', f);
+    break;
+  case AK_FLOAT: fprintf(f, "%.17g", a->u.f); break;
+  case AK_FLOATS:
+    fputc('[', f);
+    for (int i = 0; i < a->n; i++) fprintf(f, "%s%.17g", i ? ", " : "", a->u.fs[i]);
+    fputc(']', f);
+    break;
+  case AK_BOOL: fputs(a->u.b ? "True" : "False", f); break;
+  case AK_BOOLS:
+    fputc('[', f);
+    for (int i = 0; i < a->n; i++) fprintf(f, "%s%s", i ? ", " : "", a->u.bs[i] ? "True" : "False");
+    fputc(']', f);
+    break;
+  case AK_STR: case AK_DEVICE: fputs(gg_quote(c, a->u.s), f); break;
+  case AK_DTYPE: fputs(dtype_name((DType)a->u.code), f); break;
+  default: fputs("...", f); break;
+  }
+}
+
+/* One line per input, node and output: what --debug-dir writes after each stage. */
+void graph_print(Graph *g, FILE *f) {
+  Ctx *c = g->ctx;
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    static const char *kind[] = {[IN_USER] = "input", [IN_PARAM] = "parameter", [IN_BUFFER] = "buffer", [IN_CONST] = "constant"};
+    fprintf(f, "%-9s %s: ", kind[v->input], gg_quote(c, v->name));
+    print_value(f, g, v);
+    if (v->fqn) fprintf(f, "  (%s)", gg_quote(c, v->fqn));
+    fputc('\n', f);
+  }
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    for (int i = 0; i < n->nouts; i++) {
+      fprintf(f, "%s%s: ", i ? ", " : "", gg_quote(c, n->outs[i]->name));
+      if (n->outs[i]->kind == VK_TENSOR) print_value(f, g, n->outs[i]);
+      else fputs("int", f);
+    }
+    fprintf(f, "%s= %s(", n->nouts ? " " : "", n->op ? n->op->name : gg_quote(c, n->target));
+    for (int i = 0; n->op && i < n->op->nargs; i++) {
+      if (i) fputs(", ", f);
+      fprintf(f, "%s=", n->op->args[i].name);
+      print_arg(f, g, &n->args[i]);
+    }
+    fputs(")\n", f);
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    static const char *kind[] = {[OUT_USER] = "output", [OUT_BUFFER_MUTATION] = "buffer", [OUT_OTHER] = "other", [OUT_GRAD] = "gradient", [OUT_SAVED] = "saved"};
+    fprintf(f, "%-9s %s", kind[o->kind], gg_quote(c, o->v->name));
+    if (o->target_name) fprintf(f, " -> %s", gg_quote(c, o->target_name));
+    fputc('\n', f);
+  }
+}

@@ -150,7 +150,7 @@ static int write_back(F *f, Value *self, Value *val) {
 
 int functionalize(Graph *g) {
   Ctx *c = g->ctx;
-  F f = {{g, NULL, NULL, 0, 0, 0}, NULL, NULL, NULL, g->nvalues, NULL};
+  F f = {{.g = g}, NULL, NULL, NULL, g->nvalues, NULL};
   f.view = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *f.view);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];

@@ -235,9 +235,9 @@ struct Weight {             /* bytes of a parameter, buffer or constant, mapped 
 };
 
 typedef struct OutputSpec {
-  enum { OUT_USER, OUT_BUFFER_MUTATION, OUT_OTHER } kind;
+  enum { OUT_USER, OUT_BUFFER_MUTATION, OUT_OTHER, OUT_GRAD, OUT_SAVED } kind;
   Value *v;
-  const char *target_name;  /* buffer name for mutations */
+  const char *target_name;  /* buffer name for mutations; parameter or input name for gradients */
 } OutputSpec;
 
 struct Graph {
@@ -354,6 +354,8 @@ typedef struct EvalCtx {
 typedef struct RunResult {
   Tensor **outs; int nouts;            /* user outputs in order */
   Tensor **buffers; const char **buffer_names; int nbuffers; /* mutated buffers, new values */
+  Tensor **grads; const char **grad_names; int ngrads;      /* gradients (OUT_GRAD), after autograd */
+  Tensor **saved; int nsaved;                                /* saved for the backward (OUT_SAVED) */
 } RunResult;
 
 /* Run the graph on user inputs (in order; named parameters may be supplied in extra when the file
@@ -369,6 +371,14 @@ void *tensor_contiguous_bytes(Interp *I, Tensor *t, size_t *nbytes);
 
 /* ---------------------------------------------------------------- compile (compile.c) */
 
+typedef struct TrainOptions {
+  bool on;                   /* --train: forward + backward (+ optimizer step) */
+  int loss;                  /* --loss N: the user output differentiated (default 0) */
+  bool save_all;             /* --partition default: save everything the backward uses */
+  int optimizer;             /* 0 none, 1 sgd, 2 adam (--optimizer) */
+  double lr, momentum, weight_decay, beta1, beta2, eps;
+} TrainOptions;
+
 typedef struct CompileOptions {
   const char *model, *output;
   const char *weights_file;  /* safetensors for a bare .json */
@@ -377,13 +387,21 @@ typedef struct CompileOptions {
   bool sources_only;         /* -S: write the C sources into output (a folder) */
   bool keep, verbose;
   bool time_report;          /* time and peak memory of each stage, on stderr */
+  const char *debug_dir;     /* --debug-dir: the graph after each stage, the code, the timings */
+  TrainOptions tr;           /* --train and its options */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
+int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
 int functionalize(Graph *g);
-int decompose(Graph *g);
-bool decompose_has_rule(const char *op);   /* rewritten into the core set before code generation */
+int decompose(Graph *g, bool training);
+bool decompose_has_rule(const char *op);
+/* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters
+ * that require grad (and every float user input when wrt_inputs): autograd.c. */
+int autograd(Graph *g, int loss, bool wrt_inputs);
+bool autograd_has_rule(const char *op);   /* rewritten into the core set before code generation */
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
+void graph_print(Graph *g, FILE *f);   /* one line per input, node and output */
 
 #endif

@@ -1947,10 +1947,15 @@ int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, in
   res->outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *res->outs);
   res->buffers = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *res->buffers);
   res->buffer_names = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *res->buffer_names);
+  res->grads = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *res->grads);
+  res->grad_names = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *res->grad_names);
+  res->saved = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *res->saved);
   for (int i = 0; i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];
     Tensor *t = I->vals[o->v->id].t;
     if (o->kind == OUT_USER) res->outs[res->nouts++] = t;
+    else if (o->kind == OUT_GRAD) { res->grads[res->ngrads] = t; res->grad_names[res->ngrads++] = o->target_name; }
+    else if (o->kind == OUT_SAVED) res->saved[res->nsaved++] = t;
     else if (o->kind == OUT_BUFFER_MUTATION && o->target_name) {
       res->buffers[res->nbuffers] = t;
       res->buffer_names[res->nbuffers++] = o->target_name;

@@ -33,7 +33,7 @@ Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args) {
   Ctx *c = g->ctx;
   Node *n = arena_alloc(c->arena, sizeof *n);
   n->op = op;
-  n->name = arena_printf(c->arena, "%s.%d", r->orig->name, r->k++);
+  n->name = arena_printf(c->arena, "%s.%s%d", r->orig->name, r->tag ? r->tag : "", r->k++);
   n->target = arena_printf(c->arena, "torch.ops.aten.%s", op->name);
   n->stack_trace = r->orig->stack_trace;
   n->module_stack = r->orig->module_stack;
@@ -77,4 +77,23 @@ Value *rw_call(Rw *r, Value *into, const char *opname, ...) {
   }
   va_end(ap);
   return rw_node(r, into, op, args);
+}
+
+const Arg *rw_arg(const Node *n, const char *name) {
+  int i = ops_arg_index(n->op, name);
+  return i < 0 ? NULL : &n->args[i];
+}
+
+Value *rw_targ(const Node *n, const char *name) {
+  const Arg *a = rw_arg(n, name);
+  return a && a->k == AK_TENSOR ? a->u.t : NULL;
+}
+
+double rw_farg(const Node *n, const char *name, double dflt) {
+  const Arg *a = rw_arg(n, name);
+  int64_t v;
+  if (!a) return dflt;
+  if (a->k == AK_FLOAT) return a->u.f;
+  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
+  return dflt;
 }

@@ -11,6 +11,7 @@ typedef struct Rw {
   Node *orig;               /* the node being rewritten: names and stack traces come from it */
   Node **nodes; int n, cap; /* the new node list */
   int k;                    /* nodes made for orig so far */
+  const char *tag;          /* names are orig.<tag>k ("grad"), or orig.k when NULL */
 } Rw;
 
 static inline Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }
@@ -26,5 +27,9 @@ void rw_push(Rw *r, Node *n);
 Value *rw_call(Rw *r, Value *into, const char *opname, ...);
 /* A node of op with its arguments given in schema order (a copy of another node's, say). */
 Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args);
+/* A node's arguments by schema name: NULL / the tensor / the number (dflt when absent or symbolic). */
+const Arg *rw_arg(const Node *n, const char *name);
+Value *rw_targ(const Node *n, const char *name);
+double rw_farg(const Node *n, const char *name, double dflt);
 #define CALL(r, into, op, ...) rw_call(r, into, op, __VA_ARGS__, (const char *)NULL)
 #endif

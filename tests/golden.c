@@ -91,6 +91,21 @@ static int compare_files(const char *out, const char *io, bool verbose) {
       printf("] %s, relative error %.3g (PyTorch float32's own: %.3g): matches\n", dtype_name(got->dtype), e, pt);
     }
   }
+  /* training cases: every gradient and buffer PyTorch gives must be there and match */
+  for (int k = 0; !bad && k < si.n; k++) {
+    const char *nm = si.t[k].name;
+    bool grad = !strncmp(nm, "grad.", 5);
+    if (!grad && strncmp(nm, "buffer_after.", 13)) continue;
+    const STensor *got = st_find(&so, nm);
+    if (!got) { printf("FAIL %s: no %s\n", out, nm); bad = 1; break; }
+    double e;
+    const STensor *ref = grad ? st_find(&si, arena_printf(c->arena, "ref64.%s", nm)) : NULL;
+    const char *why = compare_st(c, nm, *got, &si.t[k], ref, &e);
+    if (why) { printf("FAIL %s: %s\n", out, why); bad = 1; }
+    else if (verbose) printf("%s: relative error %.3g: matches\n", nm, e);
+  }
+  for (int k = 0; !bad && k < so.n; k++)
+    if (!strncmp(so.t[k].name, "grad.", 5) && !st_find(&si, so.t[k].name)) { printf("FAIL %s: %s, which PyTorch does not give\n", out, so.t[k].name); bad = 1; }
   graph_release(&g);
   ctx_free(c);
   return bad;
@@ -189,7 +204,7 @@ static const char *check_rewrite(const char *dir) {
   const char *res = NULL;
   if (!g0 || verify_graph(g0)) { res = c->err; goto out; }
   g1 = graph_load(c, model, NULL);
-  if (!g1 || verify_graph(g1) || functionalize(g1) || verify_graph(g1) || decompose(g1) || verify_graph(g1)) {
+  if (!g1 || verify_graph(g1) || functionalize(g1) || verify_graph(g1) || decompose(g1, false) || verify_graph(g1)) {
     /* a graph the compiler refuses (in-place through a view) has nothing to compare */
     res = strstr(c->err, "through a view") ? NULL : c->err;
     goto out;

@@ -1,0 +1,630 @@
+/* autograd.c: reverse-mode differentiation of the functional, decomposed graph (--train).
+ * Requires: a verified graph after decompose(g, true). Guarantees: the same graph with the backward
+ * appended: one cotangent input per differentiated output ("tangent.N", a user input after the
+ * model's own), the backward nodes, built from ordinary op-table nodes through rewrite.h (so they
+ * verify, interpret, fuse and compile like any other node), and one OUT_GRAD output per
+ * differentiated input, named by its parameter (or input) name. Gradients of values used more than
+ * once are summed; integer and bool values carry none; an op without a rule is an error naming the
+ * node. The rules are in the table at the end (docs/ops.md lists which ops have one). */
+#include "gg.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "rewrite.h"
+
+typedef struct Ad {
+  Rw r;
+  Graph *g;
+  Value **grad;             /* by value id: the gradient so far */
+  bool *diff;               /* by value id: a float value that depends on a differentiated input */
+} Ad;
+
+/* ---------------------------------------------------------------- building blocks */
+
+static Value *binop(Ad *a, const char *op, Value *x, Value *y) { return x && y ? CALL(&a->r, NULL, op, "self", T(x), "other", T(y)) : NULL; }
+static Value *binf(Ad *a, const char *op, Value *x, double f) { return x ? CALL(&a->r, NULL, op, "self", T(x), "other", FL(f)) : NULL; }
+static Value *unop(Ad *a, const char *op, Value *x) { return x ? CALL(&a->r, NULL, op, "self", T(x)) : NULL; }
+static Value *mul(Ad *a, Value *x, Value *y) { return binop(a, "mul.Tensor", x, y); }
+static Value *mulf(Ad *a, Value *x, double f) { return f == 1 ? x : binf(a, "mul.Tensor", x, f); }
+static Value *as_float(Ad *a, Value *mask, DType dt) { return mask ? CALL(&a->r, NULL, "_to_copy", "self", T(mask), "dtype", DT(dt)) : NULL; }
+/* g where cond holds, 0 elsewhere */
+static Value *keep(Ad *a, Value *cond, Value *g) { return cond && g ? CALL(&a->r, NULL, "where.ScalarOther", "condition", T(cond), "self", T(g), "other", FL(0)) : NULL; }
+
+static Value *zeros_like(Ad *a, const Value *v) {
+  return CALL(&a->r, NULL, "zeros", "size", EXPRS(&a->r, v->rank, v->sizes), "dtype", DT(v->dtype));
+}
+
+static Value *reshape(Ad *a, Value *x, int rank, const Expr *const *sizes) {
+  return x ? CALL(&a->r, NULL, "reshape", "self", T(x), "shape", EXPRS(&a->r, rank, sizes)) : NULL;
+}
+
+static int wrap_dim(const Arg *d, int i, int rank) {
+  int64_t v = 0;
+  expr_is_const(d->k == AK_INTS ? d->u.is[i] : d->u.i, &v);
+  return (int)(v < 0 ? v + (rank ? rank : 1) : v);
+}
+
+/* g summed down to x's shape: over leading dims it lacks and dims where x has size 1 (broadcasting). */
+static Value *sum_to(Ad *a, Value *g, const Value *x) {
+  if (!g) return NULL;
+  int lead = g->rank - x->rank;
+  int64_t dims[GG_MAX_RANK], one;
+  int nd = 0;
+  for (int d = 0; d < g->rank; d++) {
+    bool unit = d >= lead && expr_is_const(x->sizes[d - lead], &one) && one == 1 && !(expr_is_const(g->sizes[d], &one) && one == 1);
+    if (d < lead || unit) dims[nd++] = d;
+  }
+  if (!nd) return g->rank == x->rank ? g : reshape(a, g, x->rank, x->sizes);
+  Value *s = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true));
+  return reshape(a, s, x->rank, x->sizes);
+}
+
+/* g (reduced over dims, kept or not) broadcast back to x's shape */
+static Value *unreduce(Ad *a, Value *g, const Value *x, const bool *reduced, bool keepdim) {
+  if (!g) return NULL;
+  if (!keepdim) {
+    const Expr *ks[GG_MAX_RANK];
+    for (int d = 0; d < x->rank; d++) ks[d] = reduced[d] ? expr_const(a->g->ctx->arena, 1) : x->sizes[d];
+    g = reshape(a, g, x->rank, ks);
+  }
+  return g ? CALL(&a->r, NULL, "expand", "self", T(g), "size", EXPRS(&a->r, x->rank, x->sizes)) : NULL;
+}
+
+/* which dims of x a reduction's dim argument names (none or empty: all) */
+static int reduced_dims(const Arg *d, int rank, bool *reduced) {
+  int n = 0;
+  bool all = !d || d->k == AK_NONE || (d->k == AK_INTS && d->n == 0);
+  for (int i = 0; i < rank; i++) reduced[i] = all;
+  for (int i = 0; !all && i < d->n; i++) reduced[wrap_dim(d, i, rank)] = true;
+  for (int i = 0; i < rank; i++) n += reduced[i];
+  return n;
+}
+
+static Value *G(Ad *a, Node *n, int i) { return a->grad[n->outs[i]->id]; }
+
+/* Add gx into x's gradient (summed to x's shape, in x's dtype). */
+static int acc(Ad *a, Value *x, Value *gx) {
+  if (!x || !a->diff[x->id]) return 0;
+  if (!gx) return -1;
+  gx = sum_to(a, gx, x);
+  if (gx && gx->dtype != x->dtype) gx = as_float(a, gx, x->dtype);
+  if (!gx) return -1;
+  Value **slot = &a->grad[x->id];
+  *slot = *slot ? binop(a, "add.Tensor", *slot, gx) : gx;
+  return *slot ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- rules */
+
+/* Unary pointwise ops: d = g * f'(x), written with x and the output y. */
+static int unary(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0), *d = NULL;
+  const char *op = n->op->name;
+  if (!strcmp(op, "neg")) d = mulf(a, g, -1);
+  else if (!strcmp(op, "exp")) d = mul(a, g, y);
+  else if (!strcmp(op, "expm1")) d = mul(a, g, binf(a, "add.Tensor", y, 1));
+  else if (!strcmp(op, "log")) d = binop(a, "div.Tensor", g, x);
+  else if (!strcmp(op, "log1p")) d = binop(a, "div.Tensor", g, binf(a, "add.Tensor", x, 1));
+  else if (!strcmp(op, "sqrt")) d = binop(a, "div.Tensor", mulf(a, g, 0.5), y);
+  else if (!strcmp(op, "rsqrt")) d = mul(a, g, mulf(a, mul(a, y, mul(a, y, y)), -0.5));
+  else if (!strcmp(op, "reciprocal")) d = mul(a, g, mulf(a, mul(a, y, y), -1));
+  else if (!strcmp(op, "square")) d = mul(a, g, mulf(a, x, 2));
+  else if (!strcmp(op, "tanh")) d = mul(a, g, CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, y, y)), "other", FL(1)));
+  else if (!strcmp(op, "sigmoid")) d = mul(a, g, mul(a, y, CALL(&a->r, NULL, "rsub.Scalar", "self", T(y), "other", FL(1))));
+  else if (!strcmp(op, "sin")) d = mul(a, g, unop(a, "cos", x));
+  else if (!strcmp(op, "cos")) d = mul(a, g, mulf(a, unop(a, "sin", x), -1));
+  else if (!strcmp(op, "abs")) d = mul(a, g, unop(a, "sign", x));
+  else if (!strcmp(op, "erf")) d = mul(a, g, mulf(a, unop(a, "exp", mulf(a, mul(a, x, x), -1)), 2 / sqrt(M_PI)));
+  else if (!strcmp(op, "relu")) d = keep(a, binf(a, "gt.Scalar", y, 0), g);
+  else if (!strcmp(op, "silu")) {
+    Value *s = unop(a, "sigmoid", x);
+    Value *t = s ? CALL(&a->r, NULL, "rsub.Scalar", "self", T(s), "other", FL(1)) : NULL;   /* 1 - s */
+    d = mul(a, g, mul(a, s, binf(a, "add.Tensor", mul(a, x, t), 1)));
+  } else if (!strcmp(op, "gelu")) {
+    const Arg *ap = rw_arg(n, "approximate");
+    if (ap && ap->k == AK_STR && !strcmp(ap->u.s, "tanh")) {
+      const double k = sqrt(2 / M_PI), c = 0.044715;
+      Value *x2 = mul(a, x, x);
+      Value *inner = mulf(a, mul(a, x, binf(a, "add.Tensor", mulf(a, x2, c), 1)), k);
+      Value *t = unop(a, "tanh", inner);
+      Value *dt1 = t ? CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, t, t)), "other", FL(1)) : NULL;    /* 1 - t^2 */
+      Value *dinner = binf(a, "add.Tensor", mulf(a, x2, 3 * c * k), k);                                   /* k (1 + 3c x^2) */
+      Value *left = mulf(a, binf(a, "add.Tensor", t, 1), 0.5);
+      d = mul(a, g, binop(a, "add.Tensor", left, mul(a, mulf(a, x, 0.5), mul(a, dt1, dinner))));
+    } else {
+      Value *cdf = mulf(a, binf(a, "add.Tensor", unop(a, "erf", mulf(a, x, M_SQRT1_2)), 1), 0.5);
+      Value *pdf = mulf(a, unop(a, "exp", mulf(a, mul(a, x, x), -0.5)), 1 / sqrt(2 * M_PI));
+      d = mul(a, g, binop(a, "add.Tensor", cdf, mul(a, x, pdf)));
+    }
+  } else if (!strcmp(op, "leaky_relu")) {
+    double s = rw_farg(n, "negative_slope", 0.01);
+    Value *pos = binf(a, "gt.Scalar", x, 0);
+    d = pos ? CALL(&a->r, NULL, "where.self", "condition", T(pos), "self", T(g), "other", T(mulf(a, g, s))) : NULL;
+  } else if (!strcmp(op, "hardtanh") || !strcmp(op, "relu6")) {
+    bool r6 = !strcmp(op, "relu6");
+    double lo = r6 ? 0 : rw_farg(n, "min_val", -1), hi = r6 ? 6 : rw_farg(n, "max_val", 1);
+    d = keep(a, binop(a, "logical_and", binf(a, "gt.Scalar", x, lo), binf(a, "lt.Scalar", x, hi)), g);
+  } else if (!strcmp(op, "clamp") || !strcmp(op, "clamp_min") || !strcmp(op, "clamp_max")) {
+    const Arg *lo = rw_arg(n, "min"), *hi = rw_arg(n, "max");
+    d = g;
+    if (lo && lo->k != AK_NONE) d = keep(a, binf(a, "ge.Scalar", x, rw_farg(n, "min", 0)), d);
+    if (hi && hi->k != AK_NONE) d = keep(a, binf(a, "le.Scalar", x, rw_farg(n, "max", 0)), d);
+  } else if (!strcmp(op, "hardswish")) {   /* x < -3: 0; x <= 3: g (x/3 + 1/2); else g */
+    Value *mid = mul(a, g, binf(a, "add.Tensor", mulf(a, x, 1.0 / 3), 0.5));
+    Value *hiv = binf(a, "le.Scalar", x, 3);
+    d = hiv ? CALL(&a->r, NULL, "where.self", "condition", T(hiv), "self", T(mid), "other", T(g)) : NULL;
+    d = keep(a, binf(a, "ge.Scalar", x, -3), d);
+  } else if (!strcmp(op, "hardsigmoid")) {
+    d = keep(a, binop(a, "logical_and", binf(a, "gt.Scalar", x, -3), binf(a, "lt.Scalar", x, 3)), mulf(a, g, 1.0 / 6));
+  } else if (!strcmp(op, "softplus")) {
+    double beta = rw_farg(n, "beta", 1), th = rw_farg(n, "threshold", 20);
+    Value *s = mul(a, g, unop(a, "sigmoid", mulf(a, x, beta)));
+    Value *lin = binf(a, "gt.Scalar", mulf(a, x, beta), th);
+    d = lin ? CALL(&a->r, NULL, "where.self", "condition", T(lin), "self", T(g), "other", T(s)) : NULL;
+  } else if (!strcmp(op, "elu")) {   /* x > 0: g scale; else g input_scale (y + alpha scale) */
+    double al = rw_farg(n, "alpha", 1), sc = rw_farg(n, "scale", 1), is = rw_farg(n, "input_scale", 1);
+    Value *neg = mul(a, mulf(a, g, is), binf(a, "add.Tensor", y, al * sc));
+    Value *pos = binf(a, "gt.Scalar", x, 0);
+    d = pos ? CALL(&a->r, NULL, "where.self", "condition", T(pos), "self", T(mulf(a, g, sc)), "other", T(neg)) : NULL;
+  } else if (!strcmp(op, "pow.Tensor_Scalar")) {
+    double e = rw_farg(n, "exponent", 1);
+    if (e == 0) d = mulf(a, g, 0);
+    else if (e == 1) d = g;
+    else if (e == 2) d = mul(a, g, mulf(a, x, 2));
+    else d = mul(a, g, mulf(a, binf(a, "pow.Tensor_Scalar", x, e - 1), e));
+  } else if (!strcmp(op, "mul.Scalar")) d = mulf(a, g, rw_farg(n, "other", 1));
+  else if (!strcmp(op, "add.Scalar") || !strcmp(op, "clone") || !strcmp(op, "alias") || !strcmp(op, "contiguous") ||
+           !strcmp(op, "lift_fresh_copy") || !strcmp(op, "_to_copy") || !strcmp(op, "to.dtype") || !strcmp(op, "dropout") ||
+           !strcmp(op, "native_dropout") || !strcmp(op, "detach"))
+    d = g;   /* dropout reaches here only when it is the identity (eval, or p = 0) */
+  else if (!strcmp(op, "rsub.Scalar")) d = mulf(a, g, -rw_farg(n, "alpha", 1));
+  if (!strcmp(op, "detach")) return 0;
+  return acc(a, x, d);
+}
+
+/* self op other, either of them a tensor (the other may be a Python number) */
+static int binary(Ad *a, Node *n) {
+  const char *op = n->op->name;
+  Value *g = G(a, n, 0), *y = n->outs[0];
+  Value *x = n->args[0].k == AK_TENSOR ? n->args[0].u.t : NULL, *o = n->args[1].k == AK_TENSOR ? n->args[1].u.t : NULL;
+  double al = rw_farg(n, "alpha", 1);
+  if (!strcmp(op, "add.Tensor")) return acc(a, x, g) || acc(a, o, mulf(a, g, al));
+  if (!strcmp(op, "sub.Tensor")) return acc(a, x, g) || acc(a, o, mulf(a, g, -al));
+  if (!strcmp(op, "rsub.Tensor")) return acc(a, x, mulf(a, g, -al)) || acc(a, o, g);
+  if (!strcmp(op, "mul.Tensor")) {
+    if (!o) return acc(a, x, mulf(a, g, rw_farg(n, "other", 1)));
+    return (a->diff[x->id] && acc(a, x, mul(a, g, o))) || (a->diff[o->id] && acc(a, o, mul(a, g, x)));
+  }
+  if (!strcmp(op, "div.Tensor")) {
+    if (!o) return acc(a, x, mulf(a, g, 1 / rw_farg(n, "other", 1)));
+    return (a->diff[x->id] && acc(a, x, binop(a, "div.Tensor", g, o))) ||
+           (a->diff[o->id] && acc(a, o, mulf(a, binop(a, "div.Tensor", mul(a, g, y), o), -1)));
+  }
+  if (!strcmp(op, "maximum") || !strcmp(op, "minimum")) {   /* ties share the gradient, as in PyTorch */
+    Value *win = binop(a, !strcmp(op, "maximum") ? "gt.Tensor" : "lt.Tensor", x, o), *tie = binop(a, "eq.Tensor", x, o);
+    Value *half = mulf(a, keep(a, tie, g), 0.5);
+    Value *lose = win ? unop(a, "logical_not", binop(a, "logical_or", win, tie)) : NULL;
+    return (a->diff[x->id] && acc(a, x, binop(a, "add.Tensor", keep(a, win, g), half))) ||
+           (a->diff[o->id] && acc(a, o, binop(a, "add.Tensor", keep(a, lose, g), half)));
+  }
+  return gg_error(a->g->ctx, "internal error: binary rule for %s", op);
+}
+
+static int where_rule(Ad *a, Node *n) {
+  Value *c = rw_targ(n, "condition"), *g = G(a, n, 0);
+  const char *op = n->op->name;
+  if (!strcmp(op, "masked_fill.Scalar"))
+    return acc(a, rw_targ(n, "self"), CALL(&a->r, NULL, "where.ScalarSelf", "condition", T(rw_targ(n, "mask")), "self", FL(0), "other", T(g)));
+  Value *x = rw_targ(n, "self"), *o = rw_targ(n, "other");
+  if (x && a->diff[x->id] && acc(a, x, keep(a, c, g))) return -1;
+  if (o && a->diff[o->id] && acc(a, o, CALL(&a->r, NULL, "where.ScalarSelf", "condition", T(c), "self", FL(0), "other", T(g)))) return -1;
+  return 0;
+}
+
+/* ---- views and data movement */
+
+static int reshape_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t;
+  return acc(a, x, reshape(a, G(a, n, 0), x->rank, x->sizes));
+}
+
+static int expand_rule(Ad *a, Node *n) { return acc(a, n->args[0].u.t, G(a, n, 0)); }   /* acc sums to x's shape */
+
+static int permute_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *g = G(a, n, 0);
+  const char *op = n->op->name;
+  if (!strcmp(op, "t") || !strcmp(op, "transpose.int")) {
+    if (!strcmp(op, "t")) return acc(a, x, unop(a, "t", g));
+    return acc(a, x, CALL(&a->r, NULL, "transpose.int", "self", T(g), "dim0", n->args[1], "dim1", n->args[2]));
+  }
+  const Arg *p = rw_arg(n, "dims");
+  int64_t inv[GG_MAX_RANK];
+  for (int i = 0; i < p->n; i++) inv[wrap_dim(p, i, x->rank)] = i;
+  return acc(a, x, CALL(&a->r, NULL, "permute", "self", T(g), "dims", INTS(&a->r, p->n, inv)));
+}
+
+static int slice_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *g = G(a, n, 0), *z = zeros_like(a, x);
+  const char *op = n->op->name;
+  if (!z || !g) return -1;
+  if (!strcmp(op, "select.int"))
+    return acc(a, x, CALL(&a->r, NULL, "select_scatter", "self", T(z), "src", T(g), "dim", rw_arg(n, "dim")[0], "index", rw_arg(n, "index")[0]));
+  if (!strcmp(op, "narrow")) {
+    const Arg *st = rw_arg(n, "start"), *len = rw_arg(n, "length");
+    Arg end = {.k = AK_INT, .u.i = expr_bin(a->g->ctx->arena, E_ADD, st->u.i, len->u.i)};
+    return acc(a, x, CALL(&a->r, NULL, "slice_scatter", "self", T(z), "src", T(g), "dim", rw_arg(n, "dim")[0], "start", *st, "end", end));
+  }
+  return acc(a, x, CALL(&a->r, NULL, "slice_scatter", "self", T(z), "src", T(g), "dim", rw_arg(n, "dim")[0], "start", rw_arg(n, "start")[0], "end",
+                        rw_arg(n, "end")[0], "step", rw_arg(n, "step")[0]));
+}
+
+/* cat / stack: each input's part of the gradient */
+static int cat_rule(Ad *a, Node *n) {
+  const Arg *ts = &n->args[0];
+  Value *g = G(a, n, 0);
+  bool stack = !strcmp(n->op->name, "stack");
+  int d = wrap_dim(&n->args[1], 0, stack ? g->rank : g->rank);
+  const Expr *at = expr_const(a->g->ctx->arena, 0);
+  for (int i = 0; i < ts->n; i++) {
+    Value *x = ts->u.ts[i];
+    if (!x) continue;
+    if (stack) {
+      if (acc(a, x, CALL(&a->r, NULL, "select.int", "self", T(g), "dim", INT(&a->r, d), "index", INT(&a->r, i)))) return -1;
+      continue;
+    }
+    int64_t z0;
+    if (x->rank == 1 && g->rank > 1 && expr_is_const(x->sizes[0], &z0) && z0 == 0) continue;   /* legacy empty input */
+    const Expr *end = expr_bin(a->g->ctx->arena, E_ADD, at, x->sizes[d]);
+    Arg s = {.k = AK_INT, .u.i = at}, e = {.k = AK_INT, .u.i = end};
+    if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "slice.Tensor", "self", T(g), "dim", INT(&a->r, d), "start", s, "end", e))) return -1;
+    at = end;
+  }
+  return 0;
+}
+
+/* split / chunk / unbind: the gradients of the pieces, side by side (zeros for unused pieces) */
+static int split_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t;
+  bool unbind = !strcmp(n->op->name, "unbind.int");
+  int d = wrap_dim(rw_arg(n, "dim"), 0, x->rank);
+  Arg list = {.k = AK_TENSORS, .n = n->nouts};
+  list.u.ts = arena_array(a->g->ctx->arena, (size_t)n->nouts + 1, sizeof *list.u.ts);
+  for (int i = 0; i < n->nouts; i++) {
+    Value *gi = G(a, n, i);
+    list.u.ts[i] = gi ? gi : zeros_like(a, n->outs[i]);
+    if (!list.u.ts[i]) return -1;
+  }
+  return acc(a, x, CALL(&a->r, NULL, unbind ? "stack" : "cat", "tensors", list, "dim", INT(&a->r, d)));
+}
+
+static int gather_rule(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self");
+  return acc(a, x, CALL(&a->r, NULL, "scatter_add", "self", T(zeros_like(a, x)), "dim", rw_arg(n, "dim")[0], "index", T(rw_targ(n, "index")), "src", T(G(a, n, 0))));
+}
+
+static int embedding_rule(Ad *a, Node *n) {
+  Value *w = rw_targ(n, "weight"), *ix = rw_targ(n, "indices"), *g = G(a, n, 0);
+  const Arg *pi = rw_arg(n, "padding_idx");
+  int64_t pad = -1;
+  if (pi && pi->k == AK_INT) expr_is_const(pi->u.i, &pad);
+  if (rw_arg(n, "scale_grad_by_freq")->u.b) return gg_error(a->g->ctx, "%s: node %s: embedding with scale_grad_by_freq has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
+  if (pad >= 0) {   /* the padding row gets no gradient */
+    Value *m = CALL(&a->r, NULL, "ne.Scalar", "self", T(ix), "other", FL((double)pad));
+    const Expr *ks[GG_MAX_RANK];
+    for (int d = 0; d < ix->rank; d++) ks[d] = ix->sizes[d];
+    ks[ix->rank] = expr_const(a->g->ctx->arena, 1);
+    g = keep(a, reshape(a, m, ix->rank + 1, ks), g);
+  }
+  Arg list = {.k = AK_TENSORS, .n = 1};
+  list.u.ts = arena_array(a->g->ctx->arena, 2, sizeof *list.u.ts);
+  list.u.ts[0] = ix;
+  return acc(a, w, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, w)), "indices", list, "values", T(g), "accumulate", BO(true)));
+}
+
+/* ---- reductions and rows */
+
+static int reduce_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *g = G(a, n, 0), *y = n->outs[0];
+  const char *op = n->op->name;
+  bool all = !strcmp(op, "sum") || !strcmp(op, "mean");
+  const Arg *kd = rw_arg(n, "keepdim");
+  bool reduced[GG_MAX_RANK], keepdim = kd && kd->k == AK_BOOL && kd->u.b;
+  reduced_dims(all ? NULL : rw_arg(n, "dim"), x->rank, reduced);
+  if (!strncmp(op, "sum", 3)) return acc(a, x, unreduce(a, g, x, reduced, keepdim));
+  if (!strncmp(op, "mean", 4)) {
+    const Expr *cnt = expr_const(a->g->ctx->arena, 1);
+    for (int d = 0; d < x->rank; d++) if (reduced[d]) cnt = expr_bin(a->g->ctx->arena, E_MUL, cnt, x->sizes[d]);
+    int64_t c;
+    if (!expr_is_const(cnt, &c)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a mean over symbolic sizes is not supported", a->g->path, gg_quote(a->g->ctx, n->name));
+    return acc(a, x, unreduce(a, mulf(a, g, 1.0 / (double)c), x, reduced, keepdim));
+  }
+  Value *yk = unreduce(a, y, x, reduced, keepdim), *gk = unreduce(a, g, x, reduced, keepdim);
+  if (!strcmp(op, "logsumexp")) return acc(a, x, mul(a, gk, unop(a, "exp", binop(a, "sub.Tensor", x, yk))));
+  /* amax / amin: the gradient goes to the extreme elements, shared among ties */
+  Value *m = as_float(a, binop(a, "eq.Tensor", x, yk), x->dtype);
+  int64_t dims[GG_MAX_RANK];
+  int nd = 0;
+  for (int d = 0; d < x->rank; d++) if (reduced[d]) dims[nd++] = d;
+  Value *cnt = m ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(m), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true)) : NULL;
+  return acc(a, x, binop(a, "div.Tensor", mul(a, gk, m), cnt));
+}
+
+static int softmax_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0);
+  Arg dim = n->args[1];
+  if (y->dtype != x->dtype) return gg_error(a->g->ctx, "%s: node %s: softmax with a dtype change has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
+  if (strstr(n->op->name, "log_softmax")) {   /* g - exp(y) sum(g) */
+    Value *s = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", (Arg){.k = AK_INTS, .n = 1, .u.is = &n->args[1].u.i}, "keepdim", BO(true));
+    return acc(a, x, binop(a, "sub.Tensor", g, mul(a, unop(a, "exp", y), s)));
+  }
+  Value *gy = mul(a, g, y);   /* y (g - sum(g y)) */
+  Value *s = gy ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(gy), "dim", (Arg){.k = AK_INTS, .n = 1, .u.is = &dim.u.i}, "keepdim", BO(true)) : NULL;
+  return acc(a, x, mul(a, y, binop(a, "sub.Tensor", g, s)));
+}
+
+/* ---- matrix products */
+
+static Value *mT(Ad *a, Value *v) {   /* swap the last two dims */
+  return v ? CALL(&a->r, NULL, "transpose.int", "self", T(v), "dim0", INT(&a->r, -2), "dim1", INT(&a->r, -1)) : NULL;
+}
+
+static int matmul_rule(Ad *a, Node *n) {
+  const char *op = n->op->name;
+  Value *g = G(a, n, 0);
+  if (!strcmp(op, "linear")) {   /* y = x w^T + b */
+    Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
+    if (x->rank < 1 || w->rank != 2) return gg_error(a->g->ctx, "%s: node %s: linear with a %d-d weight has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name), w->rank);
+    if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "matmul", "self", T(g), "other", T(w)))) return -1;
+    if (a->diff[w->id]) {
+      const Expr *m1[2] = {expr_const(a->g->ctx->arena, -1), g->sizes[g->rank - 1]}, *m2[2] = {m1[0], x->sizes[x->rank - 1]};
+      Value *g2 = reshape(a, g, 2, m1), *x2 = reshape(a, x, 2, m2);
+      if (acc(a, w, CALL(&a->r, NULL, "mm", "self", T(unop(a, "t", g2)), "mat2", T(x2)))) return -1;
+    }
+    return b ? acc(a, b, g) : 0;
+  }
+  if (!strcmp(op, "addmm")) {   /* y = beta self + alpha m1 m2 */
+    Value *s = rw_targ(n, "self"), *m1 = rw_targ(n, "mat1"), *m2 = rw_targ(n, "mat2");
+    double beta = rw_farg(n, "beta", 1), alpha = rw_farg(n, "alpha", 1);
+    Value *ga = mulf(a, g, alpha);
+    if (s && acc(a, s, mulf(a, g, beta))) return -1;
+    if (a->diff[m1->id] && acc(a, m1, CALL(&a->r, NULL, "mm", "self", T(ga), "mat2", T(unop(a, "t", m2))))) return -1;
+    return a->diff[m2->id] ? acc(a, m2, CALL(&a->r, NULL, "mm", "self", T(unop(a, "t", m1)), "mat2", T(ga))) : 0;
+  }
+  Value *x = n->args[0].u.t, *w = n->args[1].u.t;
+  if (!strcmp(op, "mm")) {
+    if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "mm", "self", T(g), "mat2", T(unop(a, "t", w))))) return -1;
+    return a->diff[w->id] ? acc(a, w, CALL(&a->r, NULL, "mm", "self", T(unop(a, "t", x)), "mat2", T(g))) : 0;
+  }
+  if (!strcmp(op, "bmm")) {
+    if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "bmm", "self", T(g), "mat2", T(mT(a, w))))) return -1;
+    return a->diff[w->id] ? acc(a, w, CALL(&a->r, NULL, "bmm", "self", T(mT(a, x)), "mat2", T(g))) : 0;
+  }
+  /* matmul with batch broadcasting (both operands at least 2-d); acc sums the batch dims away */
+  if (x->rank < 2 || w->rank < 2) return gg_error(a->g->ctx, "%s: node %s: matmul of a 1-d operand has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
+  if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "matmul", "self", T(g), "other", T(mT(a, w))))) return -1;
+  return a->diff[w->id] ? acc(a, w, CALL(&a->r, NULL, "matmul", "self", T(mT(a, x)), "other", T(g))) : 0;
+}
+
+/* ---- convolution: the input's gradient is a transposed convolution of g with the weight; the
+ * weight's is a convolution of the input with g, batch and channels swapped (stride and dilation
+ * trade places), narrowed to the kernel. */
+static int conv_rule(Ad *a, Node *n) {
+  Ctx *c = a->g->ctx;
+  Arena *ar = c->arena;
+  Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *g = G(a, n, 0);
+  const Arg *tr = rw_arg(n, "transposed");
+  if ((tr && tr->u.b) || !strncmp(n->op->name, "conv_transpose", 14))
+    return gg_error(c, "%s: node %s: transposed convolution has no derivative rule yet", a->g->path, gg_quote(c, n->name));
+  int nsp = w->rank - 2;
+  if (x->rank != nsp + 2) return gg_error(c, "%s: node %s: unbatched convolution has no derivative rule", a->g->path, gg_quote(c, n->name));
+  const Arg *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *da = rw_arg(n, "dilation");
+  int64_t st[3], pd[3], dl[3], groups = (int64_t)rw_farg(n, "groups", 1), K[3], in[3], out[3];
+  for (int i = 0; i < nsp; i++) {
+    bool ok = expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]) && expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]) &&
+              expr_is_const(da->u.is[da->n == 1 ? 0 : i], &dl[i]) && expr_is_const(w->sizes[2 + i], &K[i]) && expr_is_const(x->sizes[2 + i], &in[i]) &&
+              expr_is_const(g->sizes[2 + i], &out[i]);
+    if (!ok) return gg_error(c, "%s: node %s: convolution gradients need static spatial sizes", a->g->path, gg_quote(c, n->name));
+  }
+  int64_t zero[3] = {0, 0, 0}, op[3];
+  for (int i = 0; i < nsp; i++) op[i] = (in[i] + 2 * pd[i] - dl[i] * (K[i] - 1) - 1) % st[i];
+  if (a->diff[x->id]) {
+    Value *gx = CALL(&a->r, NULL, "convolution", "input", T(g), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),
+                     "dilation", INTS(&a->r, nsp, dl), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op), "groups", INT(&a->r, groups));
+    if (acc(a, x, gx)) return -1;
+  }
+  if (a->diff[w->id]) {
+    /* input: x [N, G*ci, *sp] -> [ci, G*N, *sp]; weight: g [Cout, N, *out]; groups G */
+    const Expr *N = x->sizes[0], *Gx = expr_const(ar, groups), *ci = expr_const(ar, 0);
+    int64_t cin;
+    expr_is_const(x->sizes[1], &cin);
+    ci = expr_const(ar, cin / groups);
+    const Expr *s5[6] = {N, Gx, ci};
+    for (int i = 0; i < nsp; i++) s5[3 + i] = x->sizes[2 + i];
+    Value *x5 = reshape(a, x, 3 + nsp, s5);
+    int64_t perm[6] = {2, 1, 0, 3, 4, 5};
+    Value *xp = x5 ? CALL(&a->r, NULL, "permute", "self", T(x5), "dims", INTS(&a->r, 3 + nsp, perm)) : NULL;
+    const Expr *s4[5] = {ci, expr_bin(ar, E_MUL, Gx, N)};
+    for (int i = 0; i < nsp; i++) s4[2 + i] = x->sizes[2 + i];
+    Value *xin = reshape(a, xp, 2 + nsp, s4);
+    int64_t sw[5] = {1, 0, 2, 3, 4};
+    Value *gw = CALL(&a->r, NULL, "permute", "self", T(g), "dims", INTS(&a->r, 2 + nsp, sw));
+    Value *r = xin && gw ? CALL(&a->r, NULL, "convolution", "input", T(xin), "weight", T(gw), "bias", NONE(), "stride", INTS(&a->r, nsp, dl), "padding",
+                                INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, st), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero),
+                                "groups", INT(&a->r, groups)) : NULL;
+    /* r: [ci, Cout, K'...] -> narrow to the kernel -> [Cout, ci, K...] */
+    for (int i = 0; r && i < nsp; i++) {
+      int64_t have;
+      expr_is_const(r->sizes[2 + i], &have);
+      if (have != K[i]) r = CALL(&a->r, NULL, "narrow", "self", T(r), "dim", INT(&a->r, 2 + i), "start", INT(&a->r, 0), "length", INT(&a->r, K[i]));
+    }
+    if (acc(a, w, r ? CALL(&a->r, NULL, "permute", "self", T(r), "dims", INTS(&a->r, 2 + nsp, sw)) : NULL)) return -1;
+  }
+  if (b && a->diff[b->id]) {
+    int64_t dims[4] = {0, 2, 3, 4};
+    return acc(a, b, CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", INTS(&a->r, 1 + nsp, dims), "keepdim", BO(false)));
+  }
+  return 0;
+}
+
+/* max pooling: the gradient goes to the position each window took its maximum from */
+static int max_pool_rule(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *g = G(a, n, 0), *ix = n->outs[1];
+  if (!g) return 0;
+  const Expr *m = expr_const(a->g->ctx->arena, -1);
+  const Expr *flat_x[3] = {x->rank == 4 ? x->sizes[0] : expr_const(a->g->ctx->arena, 1), x->sizes[x->rank - 3], m};
+  const Expr *xs[3] = {flat_x[0], flat_x[1], expr_bin(a->g->ctx->arena, E_MUL, x->sizes[x->rank - 2], x->sizes[x->rank - 1])};
+  Value *z = CALL(&a->r, NULL, "zeros", "size", EXPRS(&a->r, 3, xs), "dtype", DT(x->dtype));
+  Value *s = z ? CALL(&a->r, NULL, "scatter_add", "self", T(z), "dim", INT(&a->r, 2), "index", T(reshape(a, ix, 3, flat_x)), "src", T(reshape(a, g, 3, flat_x))) : NULL;
+  return acc(a, x, reshape(a, s, x->rank, x->sizes));
+}
+
+/* ---------------------------------------------------------------- the table and the pass */
+
+static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
+  {"neg", unary}, {"exp", unary}, {"expm1", unary}, {"log", unary}, {"log1p", unary}, {"sqrt", unary}, {"rsqrt", unary},
+  {"reciprocal", unary}, {"square", unary}, {"tanh", unary}, {"sigmoid", unary}, {"sin", unary}, {"cos", unary}, {"abs", unary},
+  {"erf", unary}, {"relu", unary}, {"silu", unary}, {"gelu", unary}, {"leaky_relu", unary}, {"hardtanh", unary}, {"relu6", unary},
+  {"clamp", unary}, {"clamp_min", unary}, {"clamp_max", unary}, {"hardswish", unary}, {"hardsigmoid", unary}, {"softplus", unary},
+  {"elu", unary}, {"pow.Tensor_Scalar", unary}, {"mul.Scalar", unary}, {"add.Scalar", unary}, {"rsub.Scalar", unary},
+  {"clone", unary}, {"alias", unary}, {"contiguous", unary}, {"lift_fresh_copy", unary}, {"_to_copy", unary}, {"to.dtype", unary},
+  {"dropout", unary}, {"detach", unary},
+  {"add.Tensor", binary}, {"sub.Tensor", binary}, {"rsub.Tensor", binary}, {"mul.Tensor", binary}, {"div.Tensor", binary},
+  {"maximum", binary}, {"minimum", binary},
+  {"where.self", where_rule}, {"where.ScalarOther", where_rule}, {"where.ScalarSelf", where_rule}, {"masked_fill.Scalar", where_rule},
+  {"view", reshape_rule}, {"_unsafe_view", reshape_rule}, {"reshape", reshape_rule}, {"flatten.using_ints", reshape_rule},
+  {"unflatten.int", reshape_rule}, {"unsqueeze", reshape_rule}, {"squeeze", reshape_rule}, {"squeeze.dim", reshape_rule},
+  {"squeeze.dims", reshape_rule}, {"expand", expand_rule}, {"expand_as", expand_rule},
+  {"permute", permute_rule}, {"transpose.int", permute_rule}, {"t", permute_rule},
+  {"slice.Tensor", slice_rule}, {"select.int", slice_rule}, {"narrow", slice_rule},
+  {"cat", cat_rule}, {"stack", cat_rule}, {"split.Tensor", split_rule}, {"split_with_sizes", split_rule}, {"chunk", split_rule},
+  {"unbind.int", split_rule}, {"gather", gather_rule}, {"embedding", embedding_rule},
+  {"sum", reduce_rule}, {"sum.dim_IntList", reduce_rule}, {"mean", reduce_rule}, {"mean.dim", reduce_rule}, {"amax", reduce_rule},
+  {"amin", reduce_rule}, {"logsumexp", reduce_rule},
+  {"softmax.int", softmax_rule}, {"_softmax", softmax_rule}, {"log_softmax.int", softmax_rule}, {"_log_softmax", softmax_rule},
+  {"linear", matmul_rule}, {"addmm", matmul_rule}, {"mm", matmul_rule}, {"bmm", matmul_rule}, {"matmul", matmul_rule},
+  {"conv1d", conv_rule}, {"conv2d", conv_rule}, {"conv3d", conv_rule}, {"convolution", conv_rule},
+  {"max_pool2d_with_indices", max_pool_rule},
+};
+
+bool autograd_has_rule(const char *op) {
+  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
+    if (!strcmp(rules[i].op, op)) return true;
+  return false;
+}
+
+static bool is_float_tensor(const Value *v) { return v && v->kind == VK_TENSOR && dtype_is_float(v->dtype); }
+
+int autograd(Graph *g, int loss, bool wrt_inputs) {
+  Ctx *c = g->ctx;
+  Ad A = {.g = g}, *a = &A;
+  a->r.g = g;
+  a->r.tag = "grad";
+  for (int k = 0; k < g->nnodes; k++) rw_push(&a->r, g->nodes[k]);
+  /* lookups are by the ids of the values there now and of the cotangents added below */
+  int cap = g->nvalues + g->noutputs + 1;
+  a->grad = arena_array(c->arena, (size_t)cap, sizeof *a->grad);
+  a->diff = arena_array(c->arena, (size_t)cap, sizeof *a->diff);
+  /* what is differentiated: parameters that require grad, and user inputs that do (all float ones
+   * with wrt_inputs) */
+  int nwrt = 0;
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    bool want = v->input == IN_PARAM ? v->requires_grad : v->input == IN_USER && (wrt_inputs || v->requires_grad);
+    if (want && is_float_tensor(v)) { a->diff[v->id] = true; nwrt++; }
+  }
+  if (!nwrt) return gg_error(c, "%s: nothing to differentiate: no parameter or input requires grad", g->path);
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    bool any = false;
+    for (int i = 0; n->op && i < n->op->nargs; i++) {
+      const Arg *ar = &n->args[i];
+      if (ar->k == AK_TENSOR) any |= a->diff[ar->u.t->id];
+      for (int j = 0; ar->k == AK_TENSORS && j < ar->n; j++) any |= ar->u.ts[j] && a->diff[ar->u.ts[j]->id];
+    }
+    for (int i = 0; i < n->nouts; i++) a->diff[n->outs[i]->id] = any && is_float_tensor(n->outs[i]);
+  }
+  /* seeds: a cotangent input for the loss (or for every float user output) */
+  int nuser_in = 0, nseeds = 0;
+  for (int i = 0; i < g->ninputs; i++) nuser_in += g->inputs[i]->input == IN_USER;
+  Value **seeds = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *seeds);
+  int nuser_out = 0;
+  for (int i = 0; i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind != OUT_USER) continue;
+    int idx = nuser_out++;
+    if (loss >= 0 && idx != loss) continue;
+    if (!is_float_tensor(o->v)) {
+      if (loss >= 0) return gg_error(c, "%s: output %d (%s) is not a float tensor: it cannot be the loss (choose another with --loss N)", g->path, loss, gg_quote(c, o->v->name));
+      continue;
+    }
+    if (loss >= 0) {
+      int64_t ne = 1, s;
+      for (int d = 0; d < o->v->rank; d++) ne *= expr_is_const(o->v->sizes[d], &s) ? s : 2;
+      if (ne != 1) return gg_error(c, "%s: output %d (%s) is not a scalar: the loss must have one element (choose another with --loss N)", g->path, loss, gg_quote(c, o->v->name));
+    }
+    Value *t = graph_new_value(g, arena_printf(c->arena, "tangent.%d", idx));
+    if (!t) return -1;
+    t->kind = VK_TENSOR;
+    t->dtype = o->v->dtype;
+    t->rank = o->v->rank;
+    t->sizes = o->v->sizes;
+    t->declared = true;
+    t->input = IN_USER;
+    t->user_index = nuser_in++;
+    t->input_index = g->ninputs;
+    Value **ins = arena_array(c->arena, (size_t)g->ninputs + 2, sizeof *ins);
+    memcpy(ins, g->inputs, sizeof *ins * (size_t)g->ninputs);
+    ins[g->ninputs++] = t;
+    g->inputs = ins;
+    if (a->diff[o->v->id]) {
+      Value **slot = &a->grad[o->v->id];
+      *slot = *slot ? binop(a, "add.Tensor", *slot, t) : t;
+    }
+    nseeds++;
+  }
+  if (loss >= 0 && nseeds == 0) return gg_error(c, "%s: the model has no output %d to use as the loss", g->path, loss);
+  /* the reverse sweep */
+  for (int k = g->nnodes - 1; k >= 0; k--) {
+    Node *n = g->nodes[k];
+    bool has = false, needs = false;
+    for (int i = 0; i < n->nouts; i++) has |= a->grad[n->outs[i]->id] != NULL;
+    for (int i = 0; n->op && i < n->op->nargs; i++) {
+      const Arg *ar = &n->args[i];
+      if (ar->k == AK_TENSOR) needs |= a->diff[ar->u.t->id];
+      for (int j = 0; ar->k == AK_TENSORS && j < ar->n; j++) needs |= ar->u.ts[j] && a->diff[ar->u.ts[j]->id];
+    }
+    if (!has || !needs) continue;
+    int (*rule)(Ad *, Node *) = NULL;
+    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
+      if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
+    if (!strcmp(n->op->name, "dropout") && rw_arg(n, "train")->u.b && rw_farg(n, "p", 0) > 0) rule = NULL;
+    if (!rule) return gg_error(c, "%s: node %s: op %s has no derivative rule (gradients cannot flow through it)", g->path, gg_quote(c, n->name), n->op->name);
+    a->r.orig = n;
+    a->r.k = 0;
+    if (rule(a, n)) {
+      if (!c->has_err) gg_error(c, "%s: node %s: building the gradient of %s failed (internal error)", g->path, gg_quote(c, n->name), n->op->name);
+      return -1;
+    }
+  }
+  /* outputs: one gradient per differentiated input (zeros when the loss does not depend on it) */
+  OutputSpec *outs = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *outs);
+  memcpy(outs, g->outputs, sizeof *outs * (size_t)g->noutputs);
+  int no = g->noutputs;
+  a->r.orig = &(Node){.name = "grad"};
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    if (!a->diff[v->id] || (v->input == IN_USER && !strncmp(v->name, "tangent.", 8))) continue;
+    Value *gv = a->grad[v->id];
+    if (!gv) gv = zeros_like(a, v);
+    if (!gv) return -1;
+    outs[no++] = (OutputSpec){OUT_GRAD, gv, v->input == IN_USER ? v->name : v->fqn};
+  }
+  g->outputs = outs;
+  g->noutputs = no;
+  g->nodes = a->r.nodes;
+  g->nnodes = a->r.n;
+  g->cap_nodes = a->r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  return 0;
+}
