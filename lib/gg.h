@@ -398,7 +398,15 @@ bool decompose_has_rule(const char *op);
 /* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters
  * that require grad (and every float user input when wrt_inputs): autograd.c. */
 int autograd(Graph *g, int loss, bool wrt_inputs);
-bool autograd_has_rule(const char *op);   /* rewritten into the core set before code generation */
+bool autograd_has_rule(const char *op);
+typedef struct PartitionStats {
+  int saved; int64_t saved_bytes;        /* what this partition saves for the backward */
+  int saved_default; int64_t default_bytes; /* what saving everything the backward reads would */
+  int recomputed, backward_nodes, forward_nodes;
+} PartitionStats;
+/* Split the joint graph: g keeps the forward (saved values as OUT_SAVED outputs), *bwd gets the
+ * backward (inputs: weights, saved, cotangents; outputs: OUT_GRAD). partition.c */
+int partition(Graph *g, bool save_all, Graph **bwd, PartitionStats *stats);   /* rewritten into the core set before code generation */
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);

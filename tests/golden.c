@@ -236,7 +236,103 @@ out:
   return res;
 }
 
+/* --train: the joint graph (autograd) and both partitions (forward then backward, in two graphs)
+ * under the interpreter, against PyTorch's loss, gradients and buffers. */
+static Tensor *ones_like_value(Interp *I, const Value *v) {
+  int64_t sz[GG_MAX_RANK];
+  for (int d = 0; d < v->rank; d++) if (!expr_is_const(v->sizes[d], &sz[d])) sz[d] = 1;
+  Tensor *t = tensor_new(I, v->dtype, v->rank, sz);
+  for (int64_t k = 0; t && k < tensor_numel(t); k++) dtype_store_f64(t->dtype, t->st->data + k * dtype_info(t->dtype)->size, 1.0);
+  return t;
+}
+
+static const char *check_results(Ctx *c, Interp *I, const RunResult *r, const SafeTensors *st, const char *what) {
+  double e;
+  for (int i = 0; i < r->nouts; i++) {
+    const char *on = arena_printf(c->arena, "out.%d", i);
+    const char *why = compare(c, on, I, r->outs[i], st_find(st, on), st_find(st, arena_printf(c->arena, "ref64.out.%d", i)), &e);
+    if (why) return arena_printf(c->arena, "%s: %s", what, why);
+  }
+  for (int i = 0; i < r->ngrads; i++) {
+    const char *gn = arena_printf(c->arena, "grad.%s", r->grad_names[i]);
+    const STensor *want = st_find(st, gn);
+    if (!want) return arena_printf(c->arena, "%s: %s, which PyTorch does not give", what, gn);
+    const char *why = compare(c, gn, I, r->grads[i], want, st_find(st, arena_printf(c->arena, "ref64.%s", gn)), &e);
+    if (why) return arena_printf(c->arena, "%s: %s", what, why);
+  }
+  int ng = 0;
+  for (int k = 0; k < st->n; k++) ng += !strncmp(st->t[k].name, "grad.", 5);
+  if (ng != r->ngrads) return arena_printf(c->arena, "%s: %d gradients, PyTorch gives %d", what, r->ngrads, ng);
+  return NULL;
+}
+
+static const char *check_train(const char *dir, char *line, size_t linelen) {
+  static char why[5000];
+  const char *res = NULL;
+  PartitionStats ps[2];
+  for (int mode = 0; mode < 3 && !res; mode++) {   /* joint graph, min-cut, save everything */
+    Ctx *c = ctx_new();
+    Graph *g = graph_load(c, arena_printf(c->arena, "%s/model.pt2", dir), NULL), *b = NULL;
+    SafeTensors st;
+    TrainOptions to = {.on = true};
+    const char *what = mode == 0 ? "joint graph" : mode == 1 ? "min-cut partition" : "default partition";
+    if (!g || verify_graph(g) || training_graph(g, &to) || st_read(c, g, arena_printf(c->arena, "%s/io.safetensors", dir), &st) ||
+        (mode && (partition(g, mode == 2, &b, &ps[mode - 1]) || verify_graph(g) || verify_graph(b)))) {
+      snprintf(why, sizeof why, "%s: %s", what, c->err);
+      res = why;
+    }
+    Interp *I = res ? NULL : interp_new(c, g), *J = NULL;
+    RunResult r, rb;
+    if (I) {
+      Value **users;
+      int nu = graph_user_inputs(g, &users);
+      Tensor **in = arena_array(c->arena, (size_t)nu + 1, sizeof *in);
+      for (int i = 0; i < nu; i++) {
+        const STensor *s = st_find(&st, arena_printf(c->arena, "in.%d", i));
+        in[i] = s ? tensor_from_st(I, s) : ones_like_value(I, users[i]);
+      }
+      if (interp_run(I, in, nu, NULL, 0, &r)) res = c->err;
+    }
+    if (I && !res && b) {   /* the backward: saved values, then the cotangent 1 */
+      J = interp_new(c, b);
+      Value **users;
+      int nu = graph_user_inputs(b, &users);
+      Tensor **in = arena_array(c->arena, (size_t)nu + 1, sizeof *in);
+      for (int i = 0; i < nu; i++) in[i] = i < r.nsaved ? r.saved[i] : ones_like_value(J, users[i]);
+      if (interp_run(J, in, nu, NULL, 0, &rb)) res = c->err;
+      r.grads = rb.grads;
+      r.grad_names = rb.grad_names;
+      r.ngrads = rb.ngrads;
+    }
+    if (I && !res) res = check_results(c, J ? J : I, &r, &st, what);
+    if (res && res != why) { snprintf(why, sizeof why, "%s", res); res = why; }
+    if (J) interp_free(J);
+    if (I) interp_free(I);
+    graph_release(g);
+    ctx_free(c);
+  }
+  if (!res && ps[0].saved_bytes > ps[1].saved_bytes) {
+    snprintf(why, sizeof why, "min-cut saves %lld bytes, more than saving everything (%lld)", (long long)ps[0].saved_bytes, (long long)ps[1].saved_bytes);
+    res = why;
+  }
+  if (!res)
+    snprintf(line, linelen, "saved: min-cut %d tensors %lld bytes (%d nodes recomputed), default %d tensors %lld bytes", ps[0].saved,
+             (long long)ps[0].saved_bytes, ps[0].recomputed, ps[1].saved, (long long)ps[1].saved_bytes);
+  return res;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "--train")) {
+    int pass = 0, fail = 0;
+    for (int i = 2; i < argc; i++) {
+      char line[256] = "";
+      const char *why = check_train(argv[i], line, sizeof line);
+      if (why) { printf("FAIL %s: %s\n", argv[i], why); fail++; }
+      else { printf("ok   %s (%s)\n", argv[i], line); pass++; }
+    }
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail != 0;
+  }
   if (argc >= 2 && !strcmp(argv[1], "--rewrite")) {
     int pass = 0, fail = 0;
     for (int i = 2; i < argc; i++) {
