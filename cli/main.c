@@ -285,7 +285,7 @@ static int write_results(Ctx *c, Interp *I, const char *path, const RunResult *r
 }
 
 static int cmd_compile(int argc, char **argv) {
-  Opts o = {0};
+  Opts o = {.tr = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};   /* PyTorch's defaults */
   if (parse_opts(argc, argv, &o, usage_compile, true)) return 2;
   if (o.help) { fputs(usage_compile, stdout); return 0; }
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
@@ -311,6 +311,14 @@ typedef struct Lib {
   void (*close)(gg_model *);
   int (*run_alloc)(gg_model *, const DLTensor *, int, DLManagedTensor **, int, char *, size_t);
   int (*mutated)(const gg_model *, int, const char **, DLTensor *);
+  /* training models */
+  int (*num_grads)(void);
+  int (*output_shape)(const gg_model *, const DLTensor *, int, int, int *, int64_t *, DLDataType *, char *, size_t);
+  int (*state_new)(const gg_model *, gg_train_state **, char *, size_t);
+  void (*state_free)(gg_train_state *);
+  int (*forward)(gg_model *, gg_train_state *, const DLTensor *, int, DLTensor *, int, char *, size_t);
+  int (*backward)(gg_model *, gg_train_state *, const DLTensor *, char *, size_t);
+  int (*gradient)(const gg_train_state *, int, const char **, DLTensor *);
 } Lib;
 
 static int load_lib(Ctx *c, const char *path, Lib *l) {
@@ -326,7 +334,14 @@ static int load_lib(Ctx *c, const char *path, Lib *l) {
   SYM(close, "gg_close");
   SYM(run_alloc, "gg_run_alloc");
   SYM(mutated, "gg_mutated_buffer");
+  SYM(output_shape, "gg_output_shape");
 #undef SYM
+  *(void **)&l->num_grads = dlsym(l->h, "gg_num_gradients");   /* optional: older models have none */
+  *(void **)&l->state_new = dlsym(l->h, "gg_train_state_new");
+  *(void **)&l->state_free = dlsym(l->h, "gg_train_state_free");
+  *(void **)&l->forward = dlsym(l->h, "gg_forward");
+  *(void **)&l->backward = dlsym(l->h, "gg_backward");
+  *(void **)&l->gradient = dlsym(l->h, "gg_gradient");
   return 0;
 }
 
@@ -455,23 +470,49 @@ static int run_so(Ctx *c, const Opts *o) {
   DLTensor *ts;
   int ni, rc = -1;
   gg_model *m = NULL;
+  gg_train_state *state = NULL;
   char err[1024] = "";
   if (load_lib(c, o->model, &l) || st_read(c, &dummy, o->inputs, &in) || so_inputs(c, &l, &in, o->inputs, &ts, &ni)) goto out;
   if (l.open(&m, o->weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-  int no = l.num_outputs(), nm = l.num_mut();
+  int no = l.num_outputs(), nm = l.num_mut(), ng = l.num_grads && l.state_new && l.forward && l.backward && l.gradient ? l.num_grads() : 0;
   DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
-  if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-  STensor *st = arena_array(c->arena, (size_t)(no + nm) + 1, sizeof *st);
-  for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &outs[i]->dl_tensor);
+  STensor *st = arena_array(c->arena, (size_t)(no + nm + ng) + 1, sizeof *st);
+  if (ng) {   /* a training model: forward, then backward with d loss = 1 */
+    DLTensor *ot = arena_array(c->arena, (size_t)no + 1, sizeof *ot);
+    for (int i = 0; i < no; i++) {
+      int64_t *shape = arena_array(c->arena, 16, sizeof *shape), n = 1;
+      if (l.output_shape(m, ts, ni, i, &ot[i].ndim, shape, &ot[i].dtype, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+      for (int d = 0; d < ot[i].ndim; d++) n *= shape[d];
+      ot[i].shape = shape;
+      ot[i].device.device_type = kDLCPU;
+      ot[i].data = arena_array(c->arena, (size_t)(n * (ot[i].dtype.bits / 8)) + 1, 1);
+      st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &ot[i]);
+    }
+    if (l.state_new(m, &state, err, sizeof err) || l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) {
+      gg_error(c, "%s", err);
+      goto out;
+    }
+    for (int i = 0; i < ng; i++) {
+      const char *name;
+      DLTensor v;
+      l.gradient(state, i, &name, &v);
+      st[no + nm + i] = st_of(c, arena_printf(c->arena, "grad.%s", name), &v);
+    }
+  } else {
+    if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &outs[i]->dl_tensor);
+  }
   for (int i = 0; i < nm; i++) {
     const char *name;
     DLTensor v;
     l.mutated(m, i, &name, &v);
     st[no + i] = st_of(c, arena_printf(c->arena, "buffer_after.%s", name), &v);
   }
-  rc = st_write(c, o->output, st, no + nm);
-  for (int i = 0; i < no; i++) outs[i]->deleter(outs[i]);
+  rc = st_write(c, o->output, st, no + nm + ng);
+  if (!ng)
+    for (int i = 0; i < no; i++) outs[i]->deleter(outs[i]);
 out:
+  if (state) l.state_free(state);
   if (m) l.close(m);
   graph_release(&dummy);
   return rc;

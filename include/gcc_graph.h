@@ -54,6 +54,29 @@ int gg_run_alloc(gg_model *model, const DLTensor *inputs, int ninputs, DLManaged
 int gg_num_mutated_buffers(void);
 int gg_mutated_buffer(const gg_model *model, int i, const char **name, DLTensor *value);
 
+/* ---- training (a .so compiled with gcc-graph compile --train)
+ *
+ * The forward runs like gg_run and keeps what the backward needs in a training state the caller
+ * owns (one per thread of training); the backward computes the gradient of the loss (the output
+ * chosen with --loss, output 0 by default) for every parameter that requires grad. gg_train_step
+ * runs both and applies the optimizer chosen with --optimizer to the parameters the model holds
+ * (read them back with gg_weight). */
+typedef struct gg_train_state gg_train_state;
+int gg_num_gradients(void);   /* 0: not a training model */
+int gg_train_state_new(const gg_model *model, gg_train_state **state, char *err, size_t errlen);
+void gg_train_state_free(gg_train_state *state);
+int gg_forward(gg_model *model, gg_train_state *state, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs,
+               char *err, size_t errlen);
+/* grad_loss: the loss's gradient (one element, the loss's dtype), or NULL for 1. */
+int gg_backward(gg_model *model, gg_train_state *state, const DLTensor *grad_loss, char *err, size_t errlen);
+/* Gradient i of the last backward (valid until the next backward with this state), and its name. */
+int gg_gradient(const gg_train_state *state, int i, const char **name, DLTensor *value);
+int gg_train_step(gg_model *model, gg_train_state *state, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs,
+                  char *err, size_t errlen);
+/* The model's weights (parameters, buffers, constants) as it holds them now: name and bytes. */
+int gg_num_weights(void);
+int gg_weight(const gg_model *model, int i, const char **name, const void **data, size_t *nbytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,7 +18,8 @@
 typedef struct { const char *name, *text; } EmbeddedFile;
 extern const EmbeddedFile gg_embedded_files[];
 
-int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external, int64_t external_size);
+int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size,
+               bool external, int64_t external_size);
 
 /* ---------------------------------------------------------------- metadata */
 
@@ -37,7 +38,7 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : p;
 }
 
-char *model_metadata(Graph *g, bool external, int64_t weight_bytes) {
+char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const PartitionStats *ps, bool external, int64_t weight_bytes) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "format", "gcc-graph model");
   cJSON_AddNumberToObject(m, "abi_version", 1);
@@ -100,6 +101,31 @@ char *model_metadata(Graph *g, bool external, int64_t weight_bytes) {
   }
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i].kind == OUT_BUFFER_MUTATION) cJSON_AddItemToArray(mut, cJSON_CreateString(g->outputs[i].target_name));
+  if (bwd) {   /* training: what is differentiated, what the forward saves, the optimizer */
+    cJSON *t = cJSON_AddObjectToObject(m, "training");
+    cJSON_AddNumberToObject(t, "loss_output", tr->loss);
+    cJSON *gr = cJSON_AddArrayToObject(t, "gradients");
+    for (int i = 0; i < bwd->noutputs; i++) cJSON_AddItemToArray(gr, cJSON_CreateString(bwd->outputs[i].target_name));
+    cJSON_AddStringToObject(t, "partition", tr->save_all ? "default" : "mincut");
+    cJSON_AddNumberToObject(t, "saved_tensors", ps->saved);
+    cJSON_AddNumberToObject(t, "saved_bytes", (double)ps->saved_bytes);
+    cJSON_AddNumberToObject(t, "saved_tensors_default", ps->saved_default);
+    cJSON_AddNumberToObject(t, "saved_bytes_default", (double)ps->default_bytes);
+    cJSON_AddNumberToObject(t, "recomputed_nodes", ps->recomputed);
+    static const char *const names[] = {"none", "sgd", "adam"};
+    cJSON *op = cJSON_AddObjectToObject(t, "optimizer");
+    cJSON_AddStringToObject(op, "kind", names[tr->optimizer]);
+    if (tr->optimizer) {
+      cJSON_AddNumberToObject(op, "lr", tr->lr);
+      cJSON_AddNumberToObject(op, "weight_decay", tr->weight_decay);
+      if (tr->optimizer == 1) cJSON_AddNumberToObject(op, "momentum", tr->momentum);
+      else {
+        cJSON_AddNumberToObject(op, "beta1", tr->beta1);
+        cJSON_AddNumberToObject(op, "beta2", tr->beta2);
+        cJSON_AddNumberToObject(op, "eps", tr->eps);
+      }
+    }
+  }
   char *s = cJSON_PrintUnformatted(m);
   char *r = arena_strdup(g->ctx->arena, s);
   free(s);
@@ -250,6 +276,8 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   stage(&tm, "load");
   int rc = -1;
   char *dir = NULL;
+  Graph *bwd = NULL;
+  PartitionStats ps = {0};
   if (verify_graph(g) || graph_check_supported(g)) goto done;
   stage(&tm, "verify");
   /* rewrite into the core set */
@@ -257,6 +285,16 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   stage(&tm, "functionalize");
   if (decompose(g, o->tr.on) || verify_graph(g)) goto done;
   stage(&tm, "decompose");
+  /* training: the backward, then the split into a forward and a backward program */
+  if (o->tr.on) {
+    if (autograd(g, o->tr.loss, false) || verify_graph(g)) goto done;
+    stage(&tm, "autograd");
+    if (partition(g, o->tr.save_all, &bwd, &ps) || verify_graph(g) || verify_graph(bwd)) goto done;
+    tm.g = bwd;
+    stage(&tm, "partition (backward)");
+    tm.g = g;
+    dump_graph(&tm, "partition (forward)");
+  }
   /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
   int nw = 0;
   for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
@@ -300,11 +338,11 @@ int compile_model(Ctx *c, const CompileOptions *o) {
     if (rc) goto done;
     rc = -1;
   }
-  char *meta = model_metadata(g, external, bytes);
+  char *meta = model_metadata(g, bwd, &o->tr, &ps, external, bytes);
   char *src = NULL;
   size_t srclen = 0;
   FILE *mf = open_memstream(&src, &srclen);
-  int erc = emit_model(c, g, mf, meta, offsets, blob, external, file_size);
+  int erc = emit_model(c, g, bwd, &o->tr, mf, meta, offsets, blob, external, file_size);
   fclose(mf);
   if (erc) { free(src); goto done; }
   erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);

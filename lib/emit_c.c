@@ -1746,9 +1746,9 @@ static void emit_guard(Em *e, Value **users, int nusers) {
   fputs("  return 0;\n}\n", f);
 }
 
-static void emit_output_shape(Em *e, Value **outs, int n) {
+static void emit_output_shape(Em *e, const char *p, Value **outs, int n) {
   FILE *f = e->k;
-  fputs("\nstatic void gg_m_output_shape(int i, const int64_t *s, int64_t *shape) {\n  (void)s; (void)shape;\n  switch (i) {\n", f);
+  fprintf(f, "\nstatic void gg_%s_output_shape(int i, const int64_t *s, int64_t *shape) {\n  (void)s; (void)shape;\n  switch (i) {\n", p);
   for (int i = 0; i < n; i++) {
     fprintf(f, "  case %d:", i);
     for (int d = 0; d < outs[i]->rank; d++) fprintf(f, " shape[%d] = %s;", d, cx(e, outs[i]->sizes[d]));
@@ -1796,13 +1796,22 @@ static int64_t plan_memory(Em *e) {
   return total;
 }
 
-/* Write the model's C file. blob_offsets[i]: where weight i's bytes are (in the blob or the file). */
-int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external,
-               int64_t external_size) {
+/* What one program (the forward, or the backward of a training model) gives the descriptor. */
+typedef struct Prog {
+  Value **outs; int nouts;          /* outputs in order: user outputs, then saved values or gradients */
+  Value **mut_vals; int *mut_w; int *mut_of; int nmut; /* buffer updates: value, weight index, and by weight */
+  int nweights, nk, nfused, nnodes;
+  int64_t planned, naive;
+} Prog;
+
+/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
+ * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. */
+static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
   e->c = c;
   e->g = g;
   e->a = c->arena;
+  e->nk = kbase;
   e->tv = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->tv);
   char *kbuf = NULL, *rbuf = NULL;
   size_t klen = 0, rlen = 0;
@@ -1847,12 +1856,12 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
     if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
     else rc = n->op->emit(e, n);
   }
-  /* outputs are copied out of their views at the end */
+  /* outputs (user outputs, then saved values or gradients) are copied out of their views at the end */
   Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
   int nouts = 0;
   for (int i = 0; !rc && i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];
-    if (o->kind != OUT_USER) continue;
+    if (o->kind != OUT_USER && o->kind != OUT_SAVED && o->kind != OUT_GRAD) continue;
     TV *src = &e->tv[o->v->id];
     if (!src->ok) { rc = gg_error(c, "%s: output %s has no storage (internal error)", g->path, gg_quote(c, o->v->name)); break; }
     int sd = new_stor(e, S_OUTPUT, nouts, o->v->dtype, C(e, 1));
@@ -1890,12 +1899,96 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
   fclose(e->k);
   fclose(e->r);
   if (rc) { free(kbuf); free(rbuf); return -1; }
-  /* ---- the file */
   int64_t planned = plan_memory(e);
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive};
+  fputs(kbuf, out);
+  /* guard, shapes, scratch, run */
+  FILE *save = e->k;
+  e->k = out;
+  if (with_guard) emit_guard(e, users, nusers);
+  emit_output_shape(e, p, outs, nouts);
+  e->k = save;
+  int nscratch = 0;
+  if (planned >= 0) {
+    fprintf(out, "\n/* Scratch: %lld bytes; intermediates whose lifetimes do not overlap share memory. */\n", (long long)planned);
+    fprintf(out, "static int64_t gg_%s_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s; (void)off;\n", p);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = INT64_C(%lld);\n", nscratch, (long long)e->st[i].offset);
+      e->st[i].index = nscratch++;
+    }
+    fprintf(out, "  return INT64_C(%lld);\n}\n", (long long)planned);
+  } else {
+    fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned (symbolic sizes: no reuse). */\n", out);
+    fputs("#ifndef GG_A\n#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n#endif\n", out);
+    fprintf(out, "static int64_t gg_%s_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", p);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
+      e->st[i].index = nscratch++;
+    }
+    fputs("  return at;\n}\n", out);
+  }
+  fprintf(out, "\nstatic int64_t gg_%s_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_%s_scratch_layout(s, off); }\n", p, nscratch + 1, p);
+  fprintf(out, "\nstatic const char *gg_%s_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", p);
+  fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
+  fprintf(out, "  int64_t off[%d];\n  gg_%s_scratch_layout(s, off);\n", nscratch + 1, p);
+  for (int i = 0; i < e->nst; i++) {
+    const Stor *st = &e->st[i];
+    const char *T = ctype(st->dt);
+    if (st->kind == S_SCRATCH) fprintf(out, "  %s *t%d = (%s *)(scratch + off[%d]);\n", T, i, T, st->index);
+    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d]; (void)w%d;\n", T, st->index, T, st->index, st->index);
+    else if (st->kind == S_INPUT) fprintf(out, "  const %s *in%d = (const %s *)((const char *)in[%d].data + in[%d].byte_offset);\n", T, st->index, T, st->index, st->index);
+    else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
+    else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
+  }
+  fputs(rbuf, out);
+  fputs("  return NULL;\n}\n", out);
+  free(kbuf);
+  free(rbuf);
+  return 0;
+}
+
+static void dtype_list(FILE *out, const char *name, Value **v, int n) {
+  fprintf(out, "static const DLDataType %s[] = {", name);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(v[i]->dtype));
+  fputs(n ? "};\n" : "{0, 0, 0}};\n", out);
+}
+
+static void ndim_list(FILE *out, const char *name, Value **v, int n) {
+  fprintf(out, "static const int %s[] = {", name);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", v[i]->rank);
+  fputs(n ? "};\n" : "0};\n", out);
+}
+
+/* Write the model's C file: the forward program (the model itself), and for a training model (bwd
+ * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
+ * weight i's bytes are (in the blob or the file). */
+int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
+               int64_t blob_size, bool external, int64_t external_size) {
+  char *fbuf = NULL, *bbuf = NULL;
+  size_t flen = 0, blen = 0;
+  FILE *ff = open_memstream(&fbuf, &flen);
+  Prog F, B = {0};
+  int rc = emit_program(c, g, "m", 0, true, ff, &F);
+  fclose(ff);
+  if (!rc && bwd) {
+    FILE *bf = open_memstream(&bbuf, &blen);
+    rc = emit_program(c, bwd, "b", F.nk, false, bf, &B);
+    fclose(bf);
+  }
+  if (rc) { free(fbuf); free(bbuf); return -1; }
+  Value **users;
+  int nusers = graph_user_inputs(g, &users), nuser_out = 0;
+  for (int i = 0; i < g->noutputs; i++) nuser_out += g->outputs[i].kind == OUT_USER;
   fprintf(out, "/* Generated by gcc-graph %s. Do not edit: recompile the model instead.\n", GG_VERSION);
-  fprintf(out, " * %d nodes, %d kernels; %d pointwise nodes computed inside another kernel's loop.\n", g->nnodes, e->nk, e->nfused);
-  if (e->scratch_planned) fprintf(out, " * Scratch: %lld bytes with reuse, %lld without. */\n", (long long)e->scratch_planned, (long long)e->scratch_naive);
-  else fputs(" */\n", out);
+  fprintf(out, " * %d nodes, %d kernels; %d pointwise nodes computed inside another kernel's loop.\n", F.nnodes, F.nk, F.nfused);
+  if (F.planned > 0) fprintf(out, " * Scratch: %lld bytes with reuse, %lld without.\n", (long long)F.planned, (long long)F.naive);
+  if (bwd) {
+    fprintf(out, " * Backward: %d nodes, %d kernels; %d pointwise nodes fused; %d values saved by the forward.\n", B.nnodes, B.nk - F.nk, B.nfused, F.nouts - nuser_out);
+    if (B.planned > 0) fprintf(out, " * Backward scratch: %lld bytes with reuse, %lld without.\n", (long long)B.planned, (long long)B.naive);
+  }
+  fputs(" */\n", out);
   fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
   fputs("static inline int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
   fputs("static inline uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
@@ -1910,57 +2003,12 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
     fputs("__asm__(\".section .rodata\\n.balign 64\\n.type gg_blob, @object\\ngg_blob:\\n.incbin \\\"weights.bin\\\"\\n.byte 0\\n.previous\\n\");\n", out);
     fputs("extern const unsigned char gg_blob[];\n", out);
   }
-  fputs(kbuf, out);
-  /* guard, shapes, scratch, run */
-  FILE *save = e->k;
-  char *gbuf = NULL;
-  size_t glen = 0;
-  e->k = open_memstream(&gbuf, &glen);
-  emit_guard(e, users, nusers);
-  emit_output_shape(e, outs, nouts);
-  fclose(e->k);
-  e->k = save;
-  fputs(gbuf, out);
-  free(gbuf);
-  int nscratch = 0;
-  if (planned >= 0) {
-    fprintf(out, "\n/* Scratch: %lld bytes; intermediates whose lifetimes do not overlap share memory. */\n", (long long)planned);
-    fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s; (void)off;\n", out);
-    for (int i = 0; i < e->nst; i++) {
-      if (e->st[i].kind != S_SCRATCH) continue;
-      fprintf(out, "  off[%d] = INT64_C(%lld);\n", nscratch, (long long)e->st[i].offset);
-      e->st[i].index = nscratch++;
-    }
-    fprintf(out, "  return INT64_C(%lld);\n}\n", (long long)planned);
-  } else {
-    fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned (symbolic sizes: no reuse). */\n", out);
-    fputs("#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n", out);
-    fputs("static int64_t gg_m_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", out);
-    for (int i = 0; i < e->nst; i++) {
-      if (e->st[i].kind != S_SCRATCH) continue;
-      fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
-      e->st[i].index = nscratch++;
-    }
-    fputs("  return at;\n}\n", out);
-  }
-  fprintf(out, "\nstatic int64_t gg_m_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_m_scratch_layout(s, off); }\n", nscratch + 1);
-  fputs("\nstatic const char *gg_m_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", out);
-  fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
-  fprintf(out, "  int64_t off[%d];\n  gg_m_scratch_layout(s, off);\n", nscratch + 1);
-  for (int i = 0; i < e->nst; i++) {
-    const Stor *st = &e->st[i];
-    const char *T = ctype(st->dt);
-    if (st->kind == S_SCRATCH) fprintf(out, "  %s *t%d = (%s *)(scratch + off[%d]);\n", T, i, T, st->index);
-    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d]; (void)w%d;\n", T, st->index, T, st->index, st->index);
-    else if (st->kind == S_INPUT) fprintf(out, "  const %s *in%d = (const %s *)((const char *)in[%d].data + in[%d].byte_offset);\n", T, st->index, T, st->index, st->index);
-    else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
-    else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
-  }
-  fputs(rbuf, out);
-  fputs("  return NULL;\n}\n", out);
-  free(kbuf);
-  free(rbuf);
+  fputs(fbuf, out);
+  if (bbuf) { fputs("\n/* ================================================================ the backward */\n", out); fputs(bbuf, out); }
+  free(fbuf);
+  free(bbuf);
   /* the descriptor */
+  int nweights = F.nweights, nmut = F.nmut;
   Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);
   for (int i = 0, k = 0; i < g->ninputs; i++) if (g->inputs[i]->input != IN_USER) wv[k++] = g->inputs[i];
   fputs("\nstatic const gg_weight_desc gg_weights[] = {\n", out);
@@ -1969,35 +2017,49 @@ int emit_model(Ctx *c, Graph *g, FILE *out, const char *metadata, const int64_t 
     int64_t nb = v->weight ? (int64_t)v->weight->nbytes : 0;
     fputs("  {", out);
     emit_c_string(out, v->fqn ? v->fqn : v->name);
-    fprintf(out, ", INT64_C(%lld), INT64_C(%lld), %d},\n", (long long)weight_offsets[i], (long long)nb, mut_of[i]);
+    fprintf(out, ", INT64_C(%lld), INT64_C(%lld), %d},\n", (long long)weight_offsets[i], (long long)nb, F.mut_of[i]);
   }
   fputs(nweights ? "};\n" : "  {NULL, 0, 0, -1}};\n", out);
-  fputs("static const DLDataType gg_out_dtypes[] = {", out);
-  for (int i = 0; i < nouts; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(outs[i]->dtype));
-  fputs(nouts ? "};\n" : "{0, 0, 0}};\n", out);
-  fputs("static const int gg_out_ndims[] = {", out);
-  for (int i = 0; i < nouts; i++) fprintf(out, "%s%d", i ? ", " : "", outs[i]->rank);
-  fputs(nouts ? "};\n" : "0};\n", out);
+  dtype_list(out, "gg_out_dtypes", F.outs, F.nouts);
+  ndim_list(out, "gg_out_ndims", F.outs, F.nouts);
   fputs("static const int gg_mut_weight[] = {", out);
-  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", mut_w[i]);
+  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", F.mut_w[i]);
   fputs(nmut ? "};\n" : "-1};\n", out);
-  fputs("static const DLDataType gg_mut_dtypes[] = {", out);
-  for (int i = 0; i < nmut; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(mut_vals[i]->dtype));
-  fputs(nmut ? "};\n" : "{0, 0, 0}};\n", out);
-  fputs("static const int gg_mut_ndims[] = {", out);
-  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", mut_vals[i]->rank);
-  fputs(nmut ? "};\n" : "0};\n", out);
+  dtype_list(out, "gg_mut_dtypes", F.mut_vals, nmut);
+  ndim_list(out, "gg_mut_ndims", F.mut_vals, nmut);
   fputs("static const int64_t gg_mut_shapes[] = {", out);
   for (int i = 0; i < nmut; i++)
     for (int d = 0; d < GG_MAX_RANK; d++) {
       int64_t v = 0;
-      if (d < mut_vals[i]->rank) expr_is_const(mut_vals[i]->sizes[d], &v);
+      if (d < F.mut_vals[i]->rank) expr_is_const(F.mut_vals[i]->sizes[d], &v);
       fprintf(out, "%s%lld", i || d ? ", " : "", (long long)v);
     }
   fputs(nmut ? "};\n" : "0};\n", out);
-  fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nouts, g->nsyms,
+  fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nuser_out, g->nsyms,
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n};\n", out);
+  /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
+  fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
+  if (!bwd) {
+    fputs("const gg_train_desc gg__train = {0};\n", out);
+    return 0;
+  }
+  fputs("static const int gg_grad_weight[] = {", out);
+  for (int i = 0; i < B.nouts; i++) {
+    int w = -1;
+    for (int k = 0; k < nweights; k++) if (wv[k]->fqn && bwd->outputs[i].target_name && !strcmp(wv[k]->fqn, bwd->outputs[i].target_name)) w = k;
+    fprintf(out, "%s%d", i ? ", " : "", w);
+  }
+  fputs(B.nouts ? "};\n" : "-1};\n", out);
+  fputs("static const char *const gg_grad_names[] = {", out);
+  for (int i = 0; i < B.nouts; i++) { fputs(i ? ", " : "", out); emit_c_string(out, bwd->outputs[i].target_name); }
+  fputs(B.nouts ? "};\n" : "NULL};\n", out);
+  dtype_list(out, "gg_grad_dtypes", B.outs, B.nouts);
+  ndim_list(out, "gg_grad_ndims", B.outs, B.nouts);
+  Value *tan = bwd->inputs[bwd->ninputs - 1];
+  fprintf(out, "const gg_train_desc gg__train = {\n  %d, %d, gg_grad_weight, gg_grad_names, gg_grad_dtypes, gg_grad_ndims,\n", F.nouts - nuser_out, B.nouts);
+  fprintf(out, "  %s, %d, gg_b_output_shape, gg_b_scratch_bytes, gg_b_run,\n", dl_dtype(tan->dtype), tan->rank);
+  fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n};\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
   return 0;
 }

@@ -24,6 +24,9 @@ struct gg_model {
   size_t maplen;
   void **w;                 /* every weight's bytes */
   void **mut;               /* private copies of mutated buffers */
+  void **own;               /* training: private copies of the parameters the optimizer updates */
+  float **opt_m, **opt_v;   /* optimizer state per gradient: momentum / Adam moments */
+  int64_t step;             /* optimizer steps taken */
   pthread_mutex_t lock;     /* serializes runs of models that mutate buffers */
   pthread_mutex_t pool_lock;/* scratch buffers kept between runs: fresh pages cost page faults */
   void *pool[8];
@@ -140,6 +143,11 @@ GG_EXPORT void gg_close(gg_model *m) {
   if (m->map) munmap(m->map, m->maplen);
   for (int i = 0; i < gg__desc.nmutable; i++) free(m->mut[i]);
   free(m->mut);
+  for (int i = 0; m->own && i < gg__desc.nweights; i++) free(m->own[i]);
+  for (int i = 0; m->opt_m && i < gg__train.ngrads; i++) { free(m->opt_m[i]); free(m->opt_v[i]); }
+  free(m->own);
+  free(m->opt_m);
+  free(m->opt_v);
   free(m->w);
   for (int i = 0; i < 8; i++) free(m->pool[i]);
   pthread_mutex_destroy(&m->lock);
@@ -156,7 +164,10 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   pthread_mutex_init(&m->pool_lock, NULL);
   m->w = calloc((size_t)d->nweights + 1, sizeof *m->w);
   m->mut = calloc((size_t)d->nmutable + 1, sizeof *m->mut);
-  if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  m->own = calloc((size_t)d->nweights + 1, sizeof *m->own);
+  m->opt_m = calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_m);
+  m->opt_v = calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_v);
+  if (!m->w || !m->mut || !m->own || !m->opt_m || !m->opt_v) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
     if (!weights) { gg_close(m); return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open"); }
@@ -186,6 +197,14 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
       m->w[i] = p;
     }
   }
+  /* training: the parameters with gradients get private copies, which the optimizer updates */
+  for (int k = 0; k < gg__train.ngrads; k++) {
+    int i = gg__train.grad_weight[k];
+    if (i < 0 || d->weights[i].mutable_index >= 0 || m->own[i]) continue;
+    if (posix_memalign(&m->own[i], GG_RT_ALIGN, (size_t)d->weights[i].nbytes + 1)) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+    memcpy(m->own[i], m->w[i], (size_t)d->weights[i].nbytes);
+    m->w[i] = m->own[i];
+  }
   *out = m;
   return 0;
 }
@@ -209,15 +228,33 @@ GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, in
   return 0;
 }
 
-static int run_checked(gg_model *m, const DLTensor *in, int nin, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
+/* Run the model. outs: its outputs, then (saved_given) the values a training model's forward saves;
+ * without them, a training model saves into temporaries that are dropped (gg_run on a training .so). */
+static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
+  int ns = saved_given ? 0 : gg__train.nsaved, no = gg__desc.noutputs;
+  void *all[256] = {0};
+  if (ns) {
+    if (no + ns > 256) return gg_rt_fail(err, errlen, "too many saved values");
+    memcpy(all, outs, sizeof *all * (size_t)no);
+    for (int k = 0; k < ns; k++) {
+      int64_t shape[GG_RT_MAX_RANK], n = 1;
+      gg__desc.output_shape(no + k, sym, shape);
+      for (int d = 0; d < gg__desc.output_ndims[no + k]; d++) n *= shape[d];
+      if (posix_memalign(&all[no + k], GG_RT_ALIGN, (size_t)n * (size_t)(gg__desc.output_dtypes[no + k].bits / 8) + 1)) all[no + k] = NULL;
+      if (!all[no + k]) { for (int j = 0; j < k; j++) free(all[no + j]); return gg_rt_fail(err, errlen, "out of memory"); }
+    }
+    outs = all;
+  }
   int64_t bytes = gg__desc.scratch_bytes(sym);
   unsigned char *scratch = scratch_take(m, (size_t)bytes);
-  if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
-  (void)nin;
-  if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
-  const char *why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
-  if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
-  scratch_give(m, scratch, (size_t)bytes);
+  const char *why = "out of memory for scratch";
+  if (scratch) {
+    if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
+    why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
+    if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
+    scratch_give(m, scratch, (size_t)bytes);
+  }
+  for (int k = 0; k < ns; k++) free(all[no + k]);
   return why ? gg_rt_fail(err, errlen, "%s", why) : 0;
 }
 
@@ -238,7 +275,7 @@ GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, in
         return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
     outs[i] = (char *)out[i].data + out[i].byte_offset;
   }
-  return run_checked(m, in, nin, outs, sym, err, errlen);
+  return run_checked(m, in, false, outs, sym, err, errlen);
 }
 
 typedef struct owned { DLManagedTensor mt; int64_t shape[GG_RT_MAX_RANK]; } owned;
@@ -268,7 +305,7 @@ GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTe
     out[i] = &o->mt;
     outs[i] = t->data;
   }
-  if (run_checked(m, in, nin, outs, sym, err, errlen)) goto fail;
+  if (run_checked(m, in, false, outs, sym, err, errlen)) goto fail;
   return 0;
 oom:
   gg_rt_fail(err, errlen, "out of memory");
@@ -287,6 +324,231 @@ GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLT
   v->ndim = gg__desc.mutable_ndims[i];
   v->dtype = gg__desc.mutable_dtypes[i];
   v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}
+
+/* ---------------------------------------------------------------- training */
+
+struct gg_train_state {
+  int64_t sym[64];
+  bool ready;               /* a forward ran: the saved values are there */
+  void **saved;             /* the values the forward saved, by index */
+  size_t *saved_bytes;
+  int64_t *saved_shapes;    /* GG_RT_MAX_RANK per saved value */
+  void **grads;             /* gradients of the last backward */
+  size_t *grad_bytes;
+  int64_t *grad_shapes;
+  bool has_grads;
+};
+
+GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }
+
+GG_EXPORT void gg_train_state_free(gg_train_state *st) {
+  if (!st) return;
+  for (int i = 0; st->saved && i < gg__train.nsaved; i++) free(st->saved[i]);
+  for (int i = 0; st->grads && i < gg__train.ngrads; i++) free(st->grads[i]);
+  free(st->saved);
+  free(st->saved_bytes);
+  free(st->saved_shapes);
+  free(st->grads);
+  free(st->grad_bytes);
+  free(st->grad_shapes);
+  free(st);
+}
+
+GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+  gg_train_state *st = calloc(1, sizeof *st);
+  if (st) {
+    st->saved = calloc((size_t)gg__train.nsaved + 1, sizeof *st->saved);
+    st->saved_bytes = calloc((size_t)gg__train.nsaved + 1, sizeof *st->saved_bytes);
+    st->saved_shapes = calloc((size_t)(gg__train.nsaved + 1) * GG_RT_MAX_RANK, sizeof *st->saved_shapes);
+    st->grads = calloc((size_t)gg__train.ngrads + 1, sizeof *st->grads);
+    st->grad_bytes = calloc((size_t)gg__train.ngrads + 1, sizeof *st->grad_bytes);
+    st->grad_shapes = calloc((size_t)(gg__train.ngrads + 1) * GG_RT_MAX_RANK, sizeof *st->grad_shapes);
+  }
+  if (!st || !st->saved || !st->saved_bytes || !st->saved_shapes || !st->grads || !st->grad_bytes || !st->grad_shapes) {
+    gg_train_state_free(st);
+    return gg_rt_fail(err, errlen, "out of memory");
+  }
+  *out = st;
+  return 0;
+}
+
+/* (re)size a buffer of the state for n elements of type t */
+static int ensure(void **p, size_t *have, const int64_t *shape, int ndim, DLDataType t) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  size_t bytes = (size_t)n * (size_t)(t.bits / 8) + 1;
+  if (*p && *have >= bytes) return 0;
+  free(*p);
+  *p = NULL;
+  if (posix_memalign(p, GG_RT_ALIGN, bytes)) { *p = NULL; return -1; }
+  *have = bytes;
+  return 0;
+}
+
+static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
+  int64_t shape[GG_RT_MAX_RANK];
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  for (int i = 0; i < nout; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "out.%d", i);
+    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], err, errlen)) return 1;
+    gg__desc.output_shape(i, sym, shape);
+    for (int d = 0; d < out[i].ndim; d++)
+      if (out[i].shape[d] != shape[d])
+        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
+    outs[i] = (char *)out[i].data + out[i].byte_offset;
+  }
+  return 0;
+}
+
+GG_EXPORT int gg_forward(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (gg__desc.guard(in, st->sym, err, errlen)) return 1;
+  void *outs[256];
+  if (gg__desc.noutputs + gg__train.nsaved > 256) return gg_rt_fail(err, errlen, "too many saved values");
+  if (check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
+  for (int k = 0; k < gg__train.nsaved; k++) {
+    int i = gg__desc.noutputs + k;
+    int64_t *shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
+    gg__desc.output_shape(i, st->sym, shape);
+    if (ensure(&st->saved[k], &st->saved_bytes[k], shape, gg__desc.output_ndims[i], gg__desc.output_dtypes[i])) return gg_rt_fail(err, errlen, "out of memory");
+    outs[i] = st->saved[k];
+  }
+  st->ready = false;
+  if (run_checked(m, in, true, outs, st->sym, err, errlen)) return 1;
+  st->ready = true;
+  return 0;
+}
+
+GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_loss, char *err, size_t errlen) {
+  if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
+  if (!st->ready) return gg_rt_fail(err, errlen, "gg_backward needs a gg_forward with this state first");
+  int ns = gg__train.nsaved;
+  DLTensor in[257];
+  int64_t one_shape[GG_RT_MAX_RANK];
+  double one64 = 1;
+  float one32 = 1;
+  memset(in, 0, sizeof in);
+  if (ns + 1 > 257) return gg_rt_fail(err, errlen, "too many saved values");
+  for (int k = 0; k < ns; k++) {
+    int i = gg__desc.noutputs + k;
+    in[k].data = st->saved[k];
+    in[k].device.device_type = kDLCPU;
+    in[k].ndim = gg__desc.output_ndims[i];
+    in[k].dtype = gg__desc.output_dtypes[i];
+    in[k].shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
+  }
+  if (grad_loss) {
+    if (gg_rt_check_tensor(grad_loss, "grad_loss", gg__train.loss_dtype, gg__train.loss_ndim, err, errlen)) return 1;
+    for (int d = 0; d < grad_loss->ndim; d++)
+      if (grad_loss->shape[d] != 1) return gg_rt_fail(err, errlen, "grad_loss must have one element");
+    in[ns] = *grad_loss;
+  } else {
+    if (gg__train.loss_dtype.code != kDLFloat || (gg__train.loss_dtype.bits != 32 && gg__train.loss_dtype.bits != 64))
+      return gg_rt_fail(err, errlen, "give grad_loss: the loss is %s", gg_rt_dtype_name(gg__train.loss_dtype));
+    for (int d = 0; d < GG_RT_MAX_RANK; d++) one_shape[d] = 1;
+    in[ns].data = gg__train.loss_dtype.bits == 64 ? (void *)&one64 : (void *)&one32;
+    in[ns].device.device_type = kDLCPU;
+    in[ns].ndim = gg__train.loss_ndim;
+    in[ns].dtype = gg__train.loss_dtype;
+    in[ns].shape = one_shape;
+  }
+  void *outs[256];
+  if (gg__train.ngrads > 256) return gg_rt_fail(err, errlen, "too many gradients");
+  for (int k = 0; k < gg__train.ngrads; k++) {
+    int64_t *shape = &st->grad_shapes[k * GG_RT_MAX_RANK];
+    gg__train.grad_shape(k, st->sym, shape);
+    if (ensure(&st->grads[k], &st->grad_bytes[k], shape, gg__train.grad_ndims[k], gg__train.grad_dtypes[k])) return gg_rt_fail(err, errlen, "out of memory");
+    outs[k] = st->grads[k];
+  }
+  int64_t bytes = gg__train.scratch_bytes(st->sym);
+  unsigned char *scratch = scratch_take(m, (size_t)bytes);
+  if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
+  const char *why = gg__train.run(m->w, m->mut, in, outs, scratch, st->sym);
+  scratch_give(m, scratch, (size_t)bytes);
+  if (why) return gg_rt_fail(err, errlen, "%s", why);
+  st->has_grads = true;
+  return 0;
+}
+
+GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) {
+  if (!st || !st->has_grads || i < 0 || i >= gg__train.ngrads) return 1;
+  *name = gg__train.grad_names[i];
+  memset(v, 0, sizeof *v);
+  v->data = st->grads[i];
+  v->device.device_type = kDLCPU;
+  v->ndim = gg__train.grad_ndims[i];
+  v->dtype = gg__train.grad_dtypes[i];
+  v->shape = (int64_t *)&st->grad_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}
+
+/* The optimizer's update of one float32 parameter, in one pass (PyTorch's SGD and Adam formulas). */
+static int update(gg_model *m, int k, float *p, const float *g, int64_t n) {
+  const gg_train_desc *t = &gg__train;
+  float lr = (float)t->lr, wd = (float)t->weight_decay, mu = (float)t->momentum;
+  if (t->optimizer == 1 && mu == 0) {
+    #pragma omp parallel for schedule(static) if(n > 32768)
+    for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+    return 0;
+  }
+  bool fresh = !m->opt_m[k];
+  if (fresh && posix_memalign((void **)&m->opt_m[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_m[k] = NULL; return -1; }
+  if (t->optimizer == 2 && !m->opt_v[k] && posix_memalign((void **)&m->opt_v[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_v[k] = NULL; return -1; }
+  float *b = m->opt_m[k], *v = m->opt_v[k];
+  if (t->optimizer == 1) {   /* SGD with momentum: b = mu b + g (b = g at the first step); p -= lr b */
+    #pragma omp parallel for schedule(static) if(n > 32768)
+    for (int64_t i = 0; i < n; i++) {
+      float d = g[i] + wd * p[i];
+      b[i] = fresh ? d : mu * b[i] + d;
+      p[i] -= lr * b[i];
+    }
+    return 0;
+  }
+  if (fresh) { memset(b, 0, (size_t)n * sizeof(float)); memset(v, 0, (size_t)n * sizeof(float)); }
+  double b1 = t->beta1, b2 = t->beta2;
+  float c1 = (float)(1 - pow(b1, (double)m->step)), c2 = (float)sqrt(1 - pow(b2, (double)m->step)), eps = (float)t->eps;
+  #pragma omp parallel for schedule(static) if(n > 32768)
+  for (int64_t i = 0; i < n; i++) {   /* Adam: m, v moments, bias-corrected */
+    float d = g[i] + wd * p[i];
+    b[i] = (float)b1 * b[i] + (1 - (float)b1) * d;
+    v[i] = (float)b2 * v[i] + (1 - (float)b2) * d * d;
+    p[i] -= lr * (b[i] / c1) / (sqrtf(v[i]) / c2 + eps);
+  }
+  return 0;
+}
+
+GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  if (!gg__train.optimizer) return gg_rt_fail(err, errlen, "this model has no optimizer: compile it with --train --optimizer sgd|adam");
+  if (gg_forward(m, st, in, nin, out, nout, err, errlen) || gg_backward(m, st, NULL, err, errlen)) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->step++;
+  int rc = 0;
+  for (int k = 0; k < gg__train.ngrads && !rc; k++) {
+    int i = gg__train.grad_weight[k];
+    if (i < 0) continue;   /* an input's gradient: nothing to update */
+    if (gg__train.grad_dtypes[k].code != kDLFloat || gg__train.grad_dtypes[k].bits != 32) { rc = gg_rt_fail(err, errlen, "the optimizer updates float32 parameters only"); break; }
+    int64_t n = 1;
+    for (int d = 0; d < gg__train.grad_ndims[k]; d++) n *= st->grad_shapes[k * GG_RT_MAX_RANK + d];
+    if (update(m, k, (float *)m->w[i], (const float *)st->grads[k], n)) rc = gg_rt_fail(err, errlen, "out of memory");
+  }
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
+
+GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
+  if (!m || i < 0 || i >= gg__desc.nweights) return 1;
+  *name = gg__desc.weights[i].fqn;
+  *data = m->w[i];
+  *nbytes = (size_t)gg__desc.weights[i].nbytes;
   return 0;
 }
 

@@ -40,7 +40,26 @@ typedef struct gg_model_desc {
   const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
 } gg_model_desc;
 
+/* A training model (compile --train): the forward (gg__desc) also writes the values the backward
+ * needs, as outputs after its user outputs; the backward takes them, then the loss's cotangent, and
+ * writes one gradient per parameter (or input) that requires grad. ngrads == 0: inference only. */
+typedef struct gg_train_desc {
+  int nsaved, ngrads;
+  const int *grad_weight;        /* weight index of each gradient's parameter, -1 for a user input */
+  const char *const *grad_names;
+  const DLDataType *grad_dtypes;
+  const int *grad_ndims;
+  DLDataType loss_dtype;
+  int loss_ndim;
+  void (*grad_shape)(int i, const int64_t *sym, int64_t *shape);
+  int64_t (*scratch_bytes)(const int64_t *sym);
+  const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
+  int optimizer;                 /* 0 none, 1 SGD, 2 Adam */
+  double lr, momentum, weight_decay, beta1, beta2, eps;
+} gg_train_desc;
+
 extern const gg_model_desc gg__desc;
+extern const gg_train_desc gg__train;
 extern const char gg__metadata[];
 
 /* Guard messages. Returns 1. */
