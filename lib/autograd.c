@@ -172,13 +172,27 @@ static int unary(Ad *a, Node *n) {
     if (e == 0) d = mulf(a, g, 0);
     else if (e == 1) d = g;
     else if (e == 2) d = mul(a, g, mulf(a, x, 2));
-    else d = mul(a, g, mulf(a, binf(a, "pow.Tensor_Scalar", x, e - 1), e));
+    else d = mul(a, g, mulf(a, CALL(&a->r, NULL, "pow.Tensor_Scalar", "self", T(x), "exponent", FL(e - 1)), e));
   } else if (!strcmp(op, "mul.Scalar")) d = mulf(a, g, rw_farg(n, "other", 1));
   else if (!strcmp(op, "add.Scalar") || !strcmp(op, "clone") || !strcmp(op, "alias") || !strcmp(op, "contiguous") ||
            !strcmp(op, "lift_fresh_copy") || !strcmp(op, "_to_copy") || !strcmp(op, "to.dtype") || !strcmp(op, "dropout") ||
            !strcmp(op, "native_dropout") || !strcmp(op, "detach"))
     d = g;   /* dropout reaches here only when it is the identity (eval, or p = 0) */
   else if (!strcmp(op, "rsub.Scalar")) d = mulf(a, g, -rw_farg(n, "alpha", 1));
+  else if (!strcmp(op, "erfinv")) d = mul(a, g, mulf(a, unop(a, "exp", mul(a, y, y)), sqrt(M_PI) / 2));
+  else if (!strcmp(op, "celu")) {   /* x > 0: g; else g e^(x/alpha) = g (y/alpha + 1) */
+    double al = rw_farg(n, "alpha", 1);
+    Value *pos = binf(a, "gt.Scalar", x, 0);
+    Value *neg = mul(a, g, binf(a, "add.Tensor", mulf(a, y, 1 / al), 1));
+    d = pos ? CALL(&a->r, NULL, "where.self", "condition", T(pos), "self", T(g), "other", T(neg)) : NULL;
+  } else if (!strcmp(op, "to.dtype_layout")) d = g;
+  else if (!strcmp(op, "tril") || !strcmp(op, "triu")) d = CALL(&a->r, NULL, op, "self", T(g), "diagonal", rw_arg(n, "diagonal")[0]);
+  else if (!strcmp(op, "cumsum")) {   /* the running sum from the other end */
+    Arg dims = EXPRS(&a->r, 1, &rw_arg(n, "dim")->u.i);
+    Value *f = CALL(&a->r, NULL, "flip", "self", T(g), "dims", dims);
+    Value *cs = f ? CALL(&a->r, NULL, "cumsum", "self", T(f), "dim", rw_arg(n, "dim")[0]) : NULL;
+    d = cs ? CALL(&a->r, NULL, "flip", "self", T(cs), "dims", dims) : NULL;
+  }
   if (!strcmp(op, "detach")) return 0;
   return acc(a, x, d);
 }
@@ -352,14 +366,14 @@ static int reduce_rule(Ad *a, Node *n) {
 
 static int softmax_rule(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0);
-  Arg dim = n->args[1];
+  Arg dim = EXPRS(&a->r, 1, &n->args[1].u.i);
   if (y->dtype != x->dtype) return gg_error(a->g->ctx, "%s: node %s: softmax with a dtype change has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
   if (strstr(n->op->name, "log_softmax")) {   /* g - exp(y) sum(g) */
-    Value *s = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", (Arg){.k = AK_INTS, .n = 1, .u.is = &n->args[1].u.i}, "keepdim", BO(true));
+    Value *s = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", dim, "keepdim", BO(true));
     return acc(a, x, binop(a, "sub.Tensor", g, mul(a, unop(a, "exp", y), s)));
   }
   Value *gy = mul(a, g, y);   /* y (g - sum(g y)) */
-  Value *s = gy ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(gy), "dim", (Arg){.k = AK_INTS, .n = 1, .u.is = &dim.u.i}, "keepdim", BO(true)) : NULL;
+  Value *s = gy ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(gy), "dim", dim, "keepdim", BO(true)) : NULL;
   return acc(a, x, mul(a, y, binop(a, "sub.Tensor", g, s)));
 }
 
@@ -479,6 +493,120 @@ static int max_pool_rule(Ad *a, Node *n) {
   return acc(a, x, reshape(a, s, x->rank, x->sizes));
 }
 
+/* ops whose outputs do not change with their inputs' values almost anywhere: no gradient (PyTorch's
+ * rules give zeros: floor, sign, ...; creation ops like full_like read only the shape) */
+static int no_gradient(Ad *a, Node *n) { (void)a; (void)n; return 0; }
+
+static int pow_tensor(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self"), *e = rw_targ(n, "exponent"), *y = n->outs[0], *g = G(a, n, 0);
+  if (a->diff[x->id]) {   /* g e x^(e-1) */
+    Value *em1 = binf(a, "sub.Tensor", e, 1);
+    Value *p = em1 ? CALL(&a->r, NULL, "pow.Tensor_Tensor", "self", T(x), "exponent", T(em1)) : NULL;
+    if (acc(a, x, mul(a, g, mul(a, e, p)))) return -1;
+  }
+  return a->diff[e->id] ? acc(a, e, mul(a, g, mul(a, y, unop(a, "log", x)))) : 0;
+}
+
+/* variance: g 2 (x - mean) / (N - correction) */
+static int var_rule(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
+  const Arg *kd = rw_arg(n, "keepdim"), *co = rw_arg(n, "correction"), *ub = rw_arg(n, "unbiased");
+  bool reduced[GG_MAX_RANK], keepdim = kd && kd->k == AK_BOOL && kd->u.b;
+  reduced_dims(rw_arg(n, "dim"), x->rank, reduced);
+  int64_t cnt = 1, dims[GG_MAX_RANK], nd = 0, v;
+  for (int d = 0; d < x->rank; d++)
+    if (reduced[d]) {
+      if (!expr_is_const(x->sizes[d], &v)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a variance over symbolic sizes is not supported", a->g->path, gg_quote(a->g->ctx, n->name));
+      cnt *= v;
+      dims[nd++] = d;
+    }
+  double corr = co && co->k != AK_NONE ? rw_farg(n, "correction", 1) : ub && ub->k == AK_BOOL ? (ub->u.b ? 1 : 0) : 1;
+  Value *m = CALL(&a->r, NULL, "mean.dim", "self", T(x), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true));
+  Value *xc = binop(a, "sub.Tensor", x, m);
+  return acc(a, x, mul(a, unreduce(a, g, x, reduced, keepdim), mulf(a, xc, 2 / ((double)cnt - corr))));
+}
+
+/* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
+static int pad_rule(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
+  const Arg *pd = rw_arg(n, "pad"), *mode = rw_arg(n, "mode");
+  if (mode && mode->k == AK_STR && strcmp(mode->u.s, "constant"))
+    return gg_error(a->g->ctx, "%s: node %s: %s padding has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name), mode->u.s);
+  for (int i = 0; g && i < pd->n / 2; i++) {
+    int d = x->rank - 1 - i;
+    int64_t lo;
+    if (!expr_is_const(pd->u.is[2 * i], &lo) || lo < 0) return gg_error(a->g->ctx, "%s: node %s: cropping pads have no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
+    Arg len = {.k = AK_INT, .u.i = x->sizes[d]};
+    g = CALL(&a->r, NULL, "narrow", "self", T(g), "dim", INT(&a->r, d), "start", INT(&a->r, lo), "length", len);
+  }
+  return acc(a, x, g);
+}
+
+/* indices for index_put: [None] * dim + [index] */
+static Arg index_at(Ad *a, int dim, Value *ix) {
+  Arg list = {.k = AK_TENSORS, .n = dim + 1};
+  list.u.ts = arena_array(a->g->ctx->arena, (size_t)dim + 2, sizeof *list.u.ts);
+  list.u.ts[dim] = ix;
+  return list;
+}
+
+/* a scatter's src gradient: g gathered at the index, zero-padded to src's shape (src may be larger) */
+static Value *gathered(Ad *a, Value *g, Node *n, Value *ix, Value *src) {
+  Value *r = CALL(&a->r, NULL, "gather", "self", T(g), "dim", rw_arg(n, "dim")[0], "index", T(ix));
+  const Expr *pad[2 * GG_MAX_RANK];
+  bool same = true;
+  for (int d = 0; d < src->rank; d++) {   /* pad lists the last dim first */
+    pad[2 * (src->rank - 1 - d)] = expr_const(a->g->ctx->arena, 0);
+    pad[2 * (src->rank - 1 - d) + 1] = expr_bin(a->g->ctx->arena, E_ADD, src->sizes[d], expr_bin(a->g->ctx->arena, E_MUL, expr_const(a->g->ctx->arena, -1), ix->sizes[d]));
+    same &= expr_same(a->g, src->sizes[d], ix->sizes[d]);
+  }
+  return same || !r ? r : CALL(&a->r, NULL, "constant_pad_nd", "self", T(r), "pad", EXPRS(&a->r, 2 * src->rank, pad));
+}
+
+static int index_rule(Ad *a, Node *n) {
+  const char *op = n->op->name;
+  Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
+  if (!strcmp(op, "index_select")) {
+    int d = wrap_dim(rw_arg(n, "dim"), 0, x->rank);
+    return acc(a, x, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, x)), "indices", index_at(a, d, rw_targ(n, "index")), "values", T(g), "accumulate", BO(true)));
+  }
+  if (!strcmp(op, "index.Tensor"))
+    return acc(a, x, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, x)), "indices", rw_arg(n, "indices")[0], "values", T(g), "accumulate", BO(true)));
+  if (!strcmp(op, "index_put")) {   /* self: g where not overwritten; values: g at the indices */
+    Value *v = rw_targ(n, "values");
+    const Arg *ix = rw_arg(n, "indices");
+    if (a->diff[x->id]) {
+      Value *gs = rw_arg(n, "accumulate")->u.b ? g : CALL(&a->r, NULL, "index_put", "self", T(g), "indices", *ix, "values", T(zeros_like(a, v)), "accumulate", BO(false));
+      if (acc(a, x, gs)) return -1;
+    }
+    return a->diff[v->id] ? acc(a, v, CALL(&a->r, NULL, "index.Tensor", "self", T(g), "indices", *ix)) : 0;
+  }
+  if (!strcmp(op, "scatter.src") || !strcmp(op, "scatter.value")) {   /* self: g off the scattered places; src: g gathered there */
+    Value *ix = rw_targ(n, "index"), *src = rw_targ(n, "src");
+    if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "scatter.value", "self", T(g), "dim", rw_arg(n, "dim")[0], "index", T(ix), "value", FL(0)))) return -1;
+    return src && a->diff[src->id] ? acc(a, src, gathered(a, g, n, ix, src)) : 0;
+  }
+  if (!strcmp(op, "scatter_add")) {
+    Value *ix = rw_targ(n, "index"), *src = rw_targ(n, "src");
+    if (acc(a, x, g)) return -1;
+    return a->diff[src->id] ? acc(a, src, gathered(a, g, n, ix, src)) : 0;
+  }
+  /* select_scatter / slice_scatter: self gets g with the written part zeroed; src gets that part */
+  Value *src = rw_targ(n, "src");
+  bool sel = !strcmp(op, "select_scatter");
+  if (a->diff[x->id]) {
+    Value *z = zeros_like(a, src);
+    Value *gs = sel ? CALL(&a->r, NULL, "select_scatter", "self", T(g), "src", T(z), "dim", rw_arg(n, "dim")[0], "index", rw_arg(n, "index")[0])
+                    : CALL(&a->r, NULL, "slice_scatter", "self", T(g), "src", T(z), "dim", rw_arg(n, "dim")[0], "start", rw_arg(n, "start")[0], "end",
+                           rw_arg(n, "end")[0], "step", rw_arg(n, "step")[0]);
+    if (acc(a, x, gs)) return -1;
+  }
+  if (!a->diff[src->id]) return 0;
+  return acc(a, src, sel ? CALL(&a->r, NULL, "select.int", "self", T(g), "dim", rw_arg(n, "dim")[0], "index", rw_arg(n, "index")[0])
+                         : CALL(&a->r, NULL, "slice.Tensor", "self", T(g), "dim", rw_arg(n, "dim")[0], "start", rw_arg(n, "start")[0], "end",
+                                rw_arg(n, "end")[0], "step", rw_arg(n, "step")[0]));
+}
+
 /* ---------------------------------------------------------------- the table and the pass */
 
 static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
@@ -505,7 +633,22 @@ static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
   {"linear", matmul_rule}, {"addmm", matmul_rule}, {"mm", matmul_rule}, {"bmm", matmul_rule}, {"matmul", matmul_rule},
   {"conv1d", conv_rule}, {"conv2d", conv_rule}, {"conv3d", conv_rule}, {"convolution", conv_rule},
   {"max_pool2d_with_indices", max_pool_rule},
+  {"erfinv", unary}, {"celu", unary}, {"to.dtype_layout", unary}, {"tril", unary}, {"triu", unary}, {"cumsum", unary},
+  {"pow.Tensor_Tensor", pow_tensor}, {"var.correction", var_rule}, {"var.dim", var_rule},
+  {"constant_pad_nd", pad_rule}, {"pad", pad_rule},
+  {"index_select", index_rule}, {"index.Tensor", index_rule}, {"index_put", index_rule}, {"scatter.src", index_rule},
+  {"scatter.value", index_rule}, {"scatter_add", index_rule}, {"select_scatter", index_rule}, {"slice_scatter", index_rule},
+  {"floor", no_gradient}, {"ceil", no_gradient}, {"round", no_gradient}, {"trunc", no_gradient}, {"sign", no_gradient},
+  {"full_like", no_gradient}, {"zeros_like", no_gradient}, {"ones_like", no_gradient}, {"empty_like", no_gradient},
+  {"new_zeros", no_gradient}, {"new_ones", no_gradient}, {"new_full", no_gradient}, {"new_empty", no_gradient},
 };
+
+const char *const *autograd_rules(int *n) {
+  static const char *names[sizeof rules / sizeof *rules];
+  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) names[i] = rules[i].op;
+  *n = (int)(sizeof rules / sizeof *rules);
+  return names;
+}
 
 bool autograd_has_rule(const char *op) {
   for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)

@@ -399,6 +399,7 @@ bool decompose_has_rule(const char *op);
  * that require grad (and every float user input when wrt_inputs): autograd.c. */
 int autograd(Graph *g, int loss, bool wrt_inputs);
 bool autograd_has_rule(const char *op);
+const char *const *autograd_rules(int *n);   /* the ops with a derivative rule */
 typedef struct PartitionStats {
   int saved; int64_t saved_bytes;        /* what this partition saves for the backward */
   int saved_default; int64_t default_bytes; /* what saving everything the backward reads would */
