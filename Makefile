@@ -60,6 +60,10 @@ demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
 bench: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) sh bench/run.sh
 
+# Training steps (forward + backward) of bench/train/* against PyTorch's.
+bench-train: $(BUILD)/gcc-graph
+	BUILD=$(BUILD) TRAIN=1 sh bench/run.sh
+
 docs/ops.md: $(BUILD)/gcc-graph
 	$(BUILD)/gcc-graph ops > $@
 
@@ -80,4 +84,4 @@ uninstall:
 clean:
 	rm -rf build build-san
 
-.PHONY: all test sanitize clean demo bench install uninstall
+.PHONY: all test sanitize clean demo bench bench-train install uninstall

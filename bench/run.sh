@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh [MODEL_DIR...]: the benchmark harness (`make bench`).
+# run.sh [MODEL_DIR...]: the benchmark harness (`make bench`; `make bench-train` sets TRAIN=1).
 # For each model (default: the four of ../shared/bench): deterministic weights and input
 # (make_weights.py), gcc-graph compile (timed), gcc-graph bench, and, where PyTorch is installed,
 # PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
@@ -22,7 +22,18 @@ done
 PY=${PY:-python3}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-[ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
+# TRAIN=1: training steps (forward + backward, compile --train) of bench/train/*, against PyTorch's
+# forward + backward of the same modules (bench/train_models.py)
+TRAIN=${TRAIN:-0}
+REF=bench/torch_ref.py
+TRAINFLAG=
+if [ "$TRAIN" = 1 ]; then
+  REF=bench/torch_train_ref.py
+  TRAINFLAG=--train
+  [ $# -gt 0 ] || set -- bench/train/*/
+else
+  [ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
+fi
 export OMP_NUM_THREADS=$THREADS
 cc -O2 bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
 CEIL=$(OPENBLAS_NUM_THREADS=$THREADS "$W/ceiling" 2>/dev/null)
@@ -36,17 +47,22 @@ printf "%-26s %10s %10s %8s %9s %9s %8s" model gcc-graph torch speedup compile_s
 [ "$TC" = 1 ] && printf " %12s %8s %10s" torch.compile speedup tc_compile_s
 echo
 for m in "$@"; do
+  m=${m%/}
   n=$(basename "$m")
-  "$PY" "$(dirname "$m")/make_weights.py" "$m" "$W/$n" >/dev/null 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy)"; continue; }
+  "$PY" bench/make_weights.py "$m" "$W/$n" >/dev/null 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy)"; continue; }
   t0=$(date +%s.%N)
-  "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
+  "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" $TRAINFLAG -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
   t1=$(date +%s.%N)
   ours=$("$GG" bench "$W/$n.so" --inputs "$W/$n/input.safetensors" --iters "$ITERS" | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
   "$GG" run "$W/$n.so" --inputs "$W/$n/input.safetensors" -o "$W/$n.out.st" >/dev/null
-  flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" | sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p')
+  if [ "$TRAIN" = 1 ]; then   # forward + backward FLOPs
+    flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" --train | sed -n 's/^matrix FLOPs: forward \([0-9.e+]*\), backward \([0-9.e+]*\)/\1 \2/p' | awk '{print $1 + $2}')
+  else
+    flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" | sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p')
+  fi
   ref="-"; ratio="-"
   if [ $have_torch = 1 ]; then
-    ref=$("$PY" bench/torch_ref.py "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" 2>"$W/err" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+    ref=$("$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" 2>"$W/err" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
     [ -n "$ref" ] || { echo "$n: PyTorch failed: $(tail -n 1 "$W/err")"; ref="-"; }
   fi
   [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
@@ -54,7 +70,7 @@ for m in "$@"; do
   of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
   printf "%-26s %10s %10s %8s %9.2f %9s %8s" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 $t0" | awk '{print $1 - $2}')" "$gf" "$of"
   if [ "$TC" = 1 ] && [ $have_torch = 1 ]; then
-    line=$(TORCH_REF_COMPILE=1 "$PY" bench/torch_ref.py "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.refc" 2>"$W/errc" | tail -n 1)
+    line=$(TORCH_REF_COMPILE=1 "$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.refc" 2>"$W/errc" | tail -n 1)
     tc=$(echo "$line" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
     tcs=$(echo "$line" | sed -n 's/.*"compile_s": \([0-9.]*\).*/\1/p')
     if [ -n "$tc" ]; then printf " %12.3f %8s %10.1f" "$tc" "$(echo "$tc $ours" | awk '{printf "%.2fx", $1 / $2}')" "$tcs"; else printf " failed: %s" "$(tail -n 1 "$W/errc" | cut -c1-60)"; fi

@@ -11,31 +11,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ref_io import load_st
+from train_models import Block
+
 model_dir, weights, inp, threads, iters, out_path = sys.argv[1:7]
 torch.set_num_threads(int(threads))
 name = os.path.basename(os.path.normpath(model_dir))
-
-def load_st(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    dt = {"F32": np.float32, "I64": np.int64, "F64": np.float64}
-    return {k: torch.from_numpy(np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"]).copy())
-            for k, v in h.items() if k != "__metadata__"}
-
-
-class Block(nn.Module):
-    def __init__(s, d=256, h=4, f=1024):
-        super().__init__(); s.h = h
-        s.ln1 = nn.LayerNorm(d); s.qkv = nn.Linear(d, 3 * d); s.proj = nn.Linear(d, d)
-        s.ln2 = nn.LayerNorm(d); s.fc1 = nn.Linear(d, f); s.fc2 = nn.Linear(f, d)
-    def forward(s, x):
-        B, T, D = x.shape
-        q, k, v = s.qkv(s.ln1(x)).split(D, dim=-1)
-        q, k, v = [t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (q, k, v)]
-        a = (q @ k.transpose(-2, -1) / 8.0).softmax(-1) @ v
-        x = x + s.proj(a.transpose(1, 2).reshape(B, T, D))
-        return x + s.fc2(F.gelu(s.fc1(s.ln2(x))))
 
 class Encoder(nn.Module):
     def __init__(s):

@@ -174,7 +174,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "--keep") && usage == usage_compile) { o->keep = true; continue; }
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
     if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
-    if (run) {
+    if (run || usage == usage_explain) {
       int t = train_opt(argc, argv, &i, o, usage, usage == usage_compile);
       if (t < 0) return 2;
       if (t) continue;
@@ -231,6 +231,13 @@ static int cmd_explain(int argc, char **argv) {
   int rc = verify_graph(g);
   explain_graph(g, stdout);
   if (rc) { fprintf(stdout, "\nverification failed: %s\n", c->err); rc = report(c); }
+  if (!rc && o.tr.on) {   /* the backward and both partitions */
+    Graph *bwd = NULL, *g2 = graph_load(c, o.model, o.weights), *b2 = NULL;
+    PartitionStats ps, pd;
+    if (!g2 || verify_graph(g2) || training_graph(g, &o.tr) || partition(g, false, &bwd, &ps) || training_graph(g2, &o.tr) || partition(g2, true, &b2, &pd)) rc = report(c);
+    else explain_training(g, bwd, &ps, stdout);
+    graph_release(g2);
+  }
   graph_release(g);
   ctx_free(c);
   return rc;
@@ -446,6 +453,24 @@ static int explain_so(Ctx *c, const char *path) {
   cJSON *b, *mut = cJSON_GetObjectItem(m, "mutated_buffers");
   if (cJSON_GetArraySize(mut)) puts("mutated buffers (written back after each run):");
   cJSON_ArrayForEach(b, mut) printf("  %s\n", gg_quote(c, cJSON_IsString(b) ? b->valuestring : "?"));
+  cJSON *tr = cJSON_GetObjectItem(m, "training");
+  if (tr) {
+    cJSON *gr, *op = cJSON_GetObjectItem(tr, "optimizer");
+#define N(o, k) (cJSON_IsNumber(cJSON_GetObjectItem(o, k)) ? cJSON_GetObjectItem(o, k)->valuedouble : 0.0)
+    printf("\ntraining model (compile --train): loss = output %d, %d gradients\n", (int)N(tr, "loss_output"), cJSON_GetArraySize(cJSON_GetObjectItem(tr, "gradients")));
+    cJSON_ArrayForEach(gr, cJSON_GetObjectItem(tr, "gradients")) printf("  grad.%s\n", gg_quote(c, cJSON_IsString(gr) ? gr->valuestring : "?"));
+    printf("partition %s: saves %d tensors (%.1f KiB) for the backward; saving everything would be %d tensors (%.1f KiB); %d nodes recomputed\n",
+           S(tr, "partition"), (int)N(tr, "saved_tensors"), N(tr, "saved_bytes") / 1024, (int)N(tr, "saved_tensors_default"), N(tr, "saved_bytes_default") / 1024,
+           (int)N(tr, "recomputed_nodes"));
+    printf("optimizer: %s", S(op, "kind"));
+    if (strcmp(S(op, "kind"), "none")) {
+      printf(", lr %g, weight decay %g", N(op, "lr"), N(op, "weight_decay"));
+      if (!strcmp(S(op, "kind"), "sgd")) printf(", momentum %g", N(op, "momentum"));
+      else printf(", betas (%g, %g), eps %g", N(op, "beta1"), N(op, "beta2"), N(op, "eps"));
+    }
+    putchar('\n');
+#undef N
+  }
   puts("\nguards (checked before every run):");
   cJSON *g;
   cJSON_ArrayForEach(g, cJSON_GetObjectItem(m, "guards")) {
@@ -463,6 +488,25 @@ static int explain_so(Ctx *c, const char *path) {
   return 0;
 }
 
+static bool is_training(const Lib *l) { return l->num_grads && l->state_new && l->forward && l->backward && l->gradient && l->num_grads() > 0; }
+
+/* Outputs for these inputs, in the arena (gg_forward takes caller outputs). */
+static int alloc_outputs(Ctx *c, Lib *l, gg_model *m, const DLTensor *ts, int ni, DLTensor **out) {
+  int no = l->num_outputs();
+  char err[1024];
+  DLTensor *ot = arena_array(c->arena, (size_t)no + 1, sizeof *ot);
+  for (int i = 0; i < no; i++) {
+    int64_t *shape = arena_array(c->arena, 16, sizeof *shape), n = 1;
+    if (l->output_shape(m, ts, ni, i, &ot[i].ndim, shape, &ot[i].dtype, err, sizeof err)) return gg_error(c, "%s", err);
+    for (int d = 0; d < ot[i].ndim; d++) n *= shape[d];
+    ot[i].shape = shape;
+    ot[i].device.device_type = kDLCPU;
+    ot[i].data = arena_array(c->arena, (size_t)(n * (ot[i].dtype.bits / 8)) + 1, 1);
+  }
+  *out = ot;
+  return 0;
+}
+
 static int run_so(Ctx *c, const Opts *o) {
   Lib l;
   Graph dummy = {.ctx = c};
@@ -474,20 +518,13 @@ static int run_so(Ctx *c, const Opts *o) {
   char err[1024] = "";
   if (load_lib(c, o->model, &l) || st_read(c, &dummy, o->inputs, &in) || so_inputs(c, &l, &in, o->inputs, &ts, &ni)) goto out;
   if (l.open(&m, o->weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-  int no = l.num_outputs(), nm = l.num_mut(), ng = l.num_grads && l.state_new && l.forward && l.backward && l.gradient ? l.num_grads() : 0;
+  int no = l.num_outputs(), nm = l.num_mut(), ng = is_training(&l) ? l.num_grads() : 0;
   DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
   STensor *st = arena_array(c->arena, (size_t)(no + nm + ng) + 1, sizeof *st);
   if (ng) {   /* a training model: forward, then backward with d loss = 1 */
-    DLTensor *ot = arena_array(c->arena, (size_t)no + 1, sizeof *ot);
-    for (int i = 0; i < no; i++) {
-      int64_t *shape = arena_array(c->arena, 16, sizeof *shape), n = 1;
-      if (l.output_shape(m, ts, ni, i, &ot[i].ndim, shape, &ot[i].dtype, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-      for (int d = 0; d < ot[i].ndim; d++) n *= shape[d];
-      ot[i].shape = shape;
-      ot[i].device.device_type = kDLCPU;
-      ot[i].data = arena_array(c->arena, (size_t)(n * (ot[i].dtype.bits / 8)) + 1, 1);
-      st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &ot[i]);
-    }
+    DLTensor *ot;
+    if (alloc_outputs(c, &l, m, ts, ni, &ot)) goto out;
+    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &ot[i]);
     if (l.state_new(m, &state, err, sizeof err) || l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) {
       gg_error(c, "%s", err);
       goto out;
@@ -528,6 +565,7 @@ static int cmp_double(const void *a, const void *b) { double x = *(const double 
 
 static int cmd_bench(int argc, char **argv) {
   Opts o = {.iters = 50, .warmup = 5};
+  gg_train_state *state = NULL;
   if (parse_opts(argc, argv, &o, usage_bench, true)) return 2;
   if (o.help) { fputs(usage_bench, stdout); return 0; }
   if (!o.model) return usage_error(usage_bench, "%s", "missing MODEL.so");
@@ -543,13 +581,18 @@ static int cmd_bench(int argc, char **argv) {
   if (load_lib(c, o.model, &l) || st_read(c, &dummy, o.inputs, &in) || so_inputs(c, &l, &in, o.inputs, &ts, &ni)) goto out;
   if (l.open(&m, o.weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
   int no = l.num_outputs();
+  bool train = is_training(&l);
   DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
+  DLTensor *ot = NULL;
+  if (train && (alloc_outputs(c, &l, m, ts, ni, &ot) || l.state_new(m, &state, err, sizeof err))) { if (!c->has_err) gg_error(c, "%s", err); goto out; }
   double *t = arena_array(c->arena, (size_t)o.iters + 1, sizeof *t);
   for (long i = 0; i < o.warmup + o.iters; i++) {
     double t0 = now_ms();
-    if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    if (train) {   /* a training step: forward, backward */
+      if (l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    } else if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
     double dt = now_ms() - t0;
-    for (int k = 0; k < no; k++) outs[k]->deleter(outs[k]);
+    for (int k = 0; !train && k < no; k++) outs[k]->deleter(outs[k]);
     if (i >= o.warmup) t[i - o.warmup] = dt;
   }
   double sum = 0;
@@ -558,11 +601,12 @@ static int cmd_bench(int argc, char **argv) {
   double med = o.iters % 2 ? t[o.iters / 2] : (t[o.iters / 2 - 1] + t[o.iters / 2]) / 2;
   const char *env = getenv("OMP_NUM_THREADS");
   long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
-  printf("%s: %ld iterations after %ld warm-up, %ld threads: median %.3f ms, min %.3f ms, mean %.3f ms\n", o.model, o.iters, o.warmup, threads, med, t[0],
-         sum / (double)o.iters);
+  printf("%s: %ld %s after %ld warm-up, %ld threads: median %.3f ms, min %.3f ms, mean %.3f ms\n", o.model, o.iters,
+         train ? "training steps (forward + backward)" : "iterations", o.warmup, threads, med, t[0], sum / (double)o.iters);
   printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, \"iters\": %ld, \"threads\": %ld}\n", med, t[0], sum / (double)o.iters, o.iters, threads);
   rc = 0;
 out:
+  if (state) l.state_free(state);
   if (m) l.close(m);
   graph_release(&dummy);
   if (rc) report(c);

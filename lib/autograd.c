@@ -179,6 +179,26 @@ static int unary(Ad *a, Node *n) {
            !strcmp(op, "native_dropout") || !strcmp(op, "detach"))
     d = g;   /* dropout reaches here only when it is the identity (eval, or p = 0) */
   else if (!strcmp(op, "rsub.Scalar")) d = mulf(a, g, -rw_farg(n, "alpha", 1));
+  else if (!strcmp(op, "frac")) d = g;
+  else if (!strcmp(op, "sinh")) d = mul(a, g, unop(a, "cosh", x));
+  else if (!strcmp(op, "cosh")) d = mul(a, g, unop(a, "sinh", x));
+  else if (!strcmp(op, "tan")) d = mul(a, g, binf(a, "add.Tensor", mul(a, y, y), 1));
+  else if (!strcmp(op, "atan")) d = binop(a, "div.Tensor", g, binf(a, "add.Tensor", mul(a, x, x), 1));
+  else if (!strcmp(op, "asin")) d = mul(a, g, unop(a, "rsqrt", CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, x, x)), "other", FL(1))));
+  else if (!strcmp(op, "log2")) d = binop(a, "div.Tensor", g, mulf(a, x, M_LN2));
+  else if (!strcmp(op, "log10")) d = binop(a, "div.Tensor", g, mulf(a, x, M_LN10));
+  else if (!strcmp(op, "exp2")) d = mul(a, g, mulf(a, y, M_LN2));
+  else if (!strcmp(op, "log_sigmoid")) d = mul(a, g, unop(a, "sigmoid", mulf(a, x, -1)));
+  else if (!strcmp(op, "selu")) {   /* x > 0: g scale; else g (y + scale alpha) */
+    const double sc = 1.0507009873554804934193349852946, al = 1.6732632423543772848170429916717;
+    Value *pos = binf(a, "gt.Scalar", x, 0);
+    Value *neg = mul(a, g, binf(a, "add.Tensor", y, sc * al));
+    d = pos ? CALL(&a->r, NULL, "where.self", "condition", T(pos), "self", T(mulf(a, g, sc)), "other", T(neg)) : NULL;
+  } else if (!strcmp(op, "mish")) {   /* tanh(sp) + x sech^2(sp) sigmoid(x), sp = softplus(x) */
+    Value *t = unop(a, "tanh", unop(a, "softplus", x));
+    Value *sech2 = t ? CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, t, t)), "other", FL(1)) : NULL;
+    d = mul(a, g, binop(a, "add.Tensor", t, mul(a, mul(a, x, sech2), unop(a, "sigmoid", x))));
+  } else if (!strcmp(op, "flip")) d = CALL(&a->r, NULL, "flip", "self", T(g), "dims", rw_arg(n, "dims")[0]);
   else if (!strcmp(op, "erfinv")) d = mul(a, g, mulf(a, unop(a, "exp", mul(a, y, y)), sqrt(M_PI) / 2));
   else if (!strcmp(op, "celu")) {   /* x > 0: g; else g e^(x/alpha) = g (y/alpha + 1) */
     double al = rw_farg(n, "alpha", 1);
@@ -223,6 +243,13 @@ static int binary(Ad *a, Node *n) {
            (a->diff[o->id] && acc(a, o, binop(a, "add.Tensor", keep(a, lose, g), half)));
   }
   return gg_error(a->g->ctx, "internal error: binary rule for %s", op);
+}
+
+static int atan2_rule(Ad *a, Node *n) {   /* d/dx = o / (x^2 + o^2), d/do = -x / (x^2 + o^2) */
+  Value *x = rw_targ(n, "self"), *o = rw_targ(n, "other"), *g = G(a, n, 0);
+  Value *den = binop(a, "add.Tensor", mul(a, x, x), mul(a, o, o)), *gd = binop(a, "div.Tensor", g, den);
+  if (a->diff[x->id] && acc(a, x, mul(a, gd, o))) return -1;
+  return a->diff[o->id] ? acc(a, o, mulf(a, mul(a, gd, x), -1)) : 0;
 }
 
 static int where_rule(Ad *a, Node *n) {
@@ -420,64 +447,139 @@ static int matmul_rule(Ad *a, Node *n) {
   return a->diff[w->id] ? acc(a, w, CALL(&a->r, NULL, "matmul", "self", T(mT(a, x)), "other", T(g))) : 0;
 }
 
-/* ---- convolution: the input's gradient is a transposed convolution of g with the weight; the
- * weight's is a convolution of the input with g, batch and channels swapped (stride and dilation
- * trade places), narrowed to the kernel. */
+/* ---- convolution. The input's gradient is the transposed convolution of g with the weight (and a
+ * plain one for a transposed convolution). The weight's is a convolution of the input with g, batch
+ * and channels swapped, stride and dilation trading places, narrowed to the kernel: for in [N, G*ci,
+ * *sp] and gout [N, G*co, *osp] it gives [G*co, ci, *K], the layout of a plain convolution's weight,
+ * and with the roles of input and output exchanged, that of a transposed one's. */
+static Value *conv_weight_grad(Ad *a, Value *in, Value *gout, int nsp, const int64_t *st, const int64_t *pd, const int64_t *dl, int64_t groups,
+                               const int64_t *K) {
+  Arena *ar = a->g->ctx->arena;
+  int64_t cin, zero[3] = {0, 0, 0};
+  expr_is_const(in->sizes[1], &cin);
+  const Expr *N = in->sizes[0], *Gx = expr_const(ar, groups), *ci = expr_const(ar, cin / groups);
+  const Expr *s5[6] = {N, Gx, ci}, *s4[5] = {ci, expr_bin(ar, E_MUL, Gx, N)};
+  for (int i = 0; i < nsp; i++) s5[3 + i] = s4[2 + i] = in->sizes[2 + i];
+  int64_t perm[6] = {2, 1, 0, 3, 4, 5}, sw[5] = {1, 0, 2, 3, 4};
+  Value *x5 = reshape(a, in, 3 + nsp, s5);
+  Value *xp = x5 ? CALL(&a->r, NULL, "permute", "self", T(x5), "dims", INTS(&a->r, 3 + nsp, perm)) : NULL;
+  Value *xin = reshape(a, xp, 2 + nsp, s4);
+  Value *gw = CALL(&a->r, NULL, "permute", "self", T(gout), "dims", INTS(&a->r, 2 + nsp, sw));
+  Value *r = xin && gw ? CALL(&a->r, NULL, "convolution", "input", T(xin), "weight", T(gw), "bias", NONE(), "stride", INTS(&a->r, nsp, dl), "padding",
+                              INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, st), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero),
+                              "groups", INT(&a->r, groups)) : NULL;
+  for (int i = 0; r && i < nsp; i++) {   /* [ci, G*co, K'...] -> the kernel -> [G*co, ci, K...] */
+    int64_t have;
+    expr_is_const(r->sizes[2 + i], &have);
+    if (have != K[i]) r = CALL(&a->r, NULL, "narrow", "self", T(r), "dim", INT(&a->r, 2 + i), "start", INT(&a->r, 0), "length", INT(&a->r, K[i]));
+  }
+  return r ? CALL(&a->r, NULL, "permute", "self", T(r), "dims", INTS(&a->r, 2 + nsp, sw)) : NULL;
+}
+
 static int conv_rule(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
-  Arena *ar = c->arena;
   Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *g = G(a, n, 0);
-  const Arg *tr = rw_arg(n, "transposed");
-  if ((tr && tr->u.b) || !strncmp(n->op->name, "conv_transpose", 14))
-    return gg_error(c, "%s: node %s: transposed convolution has no derivative rule yet", a->g->path, gg_quote(c, n->name));
+  const Arg *tra = rw_arg(n, "transposed");
+  bool tr = (tra && tra->u.b) || !strncmp(n->op->name, "conv_transpose", 14);
   int nsp = w->rank - 2;
-  if (x->rank != nsp + 2) return gg_error(c, "%s: node %s: unbatched convolution has no derivative rule", a->g->path, gg_quote(c, n->name));
-  const Arg *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *da = rw_arg(n, "dilation");
-  int64_t st[3], pd[3], dl[3], groups = (int64_t)rw_farg(n, "groups", 1), K[3], in[3], out[3];
+  Value *xb = x, *gb = g;
+  if (x->rank == nsp + 1) {   /* unbatched: as a batch of one */
+    xb = CALL(&a->r, NULL, "unsqueeze", "self", T(x), "dim", INT(&a->r, 0));
+    gb = CALL(&a->r, NULL, "unsqueeze", "self", T(g), "dim", INT(&a->r, 0));
+    if (!xb || !gb) return -1;
+  }
+  const Arg *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *da = rw_arg(n, "dilation"), *oa = rw_arg(n, "output_padding");
+  int64_t st[3], pd[3], dl[3], opd[3] = {0, 0, 0}, groups = (int64_t)rw_farg(n, "groups", 1), K[3], in[3], zero[3] = {0, 0, 0};
   for (int i = 0; i < nsp; i++) {
     bool ok = expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]) && expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]) &&
-              expr_is_const(da->u.is[da->n == 1 ? 0 : i], &dl[i]) && expr_is_const(w->sizes[2 + i], &K[i]) && expr_is_const(x->sizes[2 + i], &in[i]) &&
-              expr_is_const(g->sizes[2 + i], &out[i]);
+              expr_is_const(da->u.is[da->n == 1 ? 0 : i], &dl[i]) && expr_is_const(w->sizes[2 + i], &K[i]) && expr_is_const(xb->sizes[2 + i], &in[i]) &&
+              (!oa || oa->n == 0 || expr_is_const(oa->u.is[oa->n == 1 ? 0 : i], &opd[i]));
     if (!ok) return gg_error(c, "%s: node %s: convolution gradients need static spatial sizes", a->g->path, gg_quote(c, n->name));
   }
-  int64_t zero[3] = {0, 0, 0}, op[3];
-  for (int i = 0; i < nsp; i++) op[i] = (in[i] + 2 * pd[i] - dl[i] * (K[i] - 1) - 1) % st[i];
-  if (a->diff[x->id]) {
-    Value *gx = CALL(&a->r, NULL, "convolution", "input", T(g), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),
-                     "dilation", INTS(&a->r, nsp, dl), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op), "groups", INT(&a->r, groups));
-    if (acc(a, x, gx)) return -1;
+  Value *gx = NULL, *gw = NULL;
+  if (!tr) {
+    int64_t op[3];
+    for (int i = 0; i < nsp; i++) op[i] = (in[i] + 2 * pd[i] - dl[i] * (K[i] - 1) - 1) % st[i];
+    if (a->diff[x->id])
+      gx = CALL(&a->r, NULL, "convolution", "input", T(gb), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),
+                "dilation", INTS(&a->r, nsp, dl), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op), "groups", INT(&a->r, groups));
+    if (a->diff[w->id]) gw = conv_weight_grad(a, xb, gb, nsp, st, pd, dl, groups, K);
+  } else {   /* y = conv_transpose(x, w): x's gradient is conv(g, w); w's is the plain rule with g as the input */
+    if (a->diff[x->id])
+      gx = CALL(&a->r, NULL, "convolution", "input", T(gb), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),
+                "dilation", INTS(&a->r, nsp, dl), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero), "groups", INT(&a->r, groups));
+    if (a->diff[w->id]) gw = conv_weight_grad(a, gb, xb, nsp, st, pd, dl, groups, K);
   }
-  if (a->diff[w->id]) {
-    /* input: x [N, G*ci, *sp] -> [ci, G*N, *sp]; weight: g [Cout, N, *out]; groups G */
-    const Expr *N = x->sizes[0], *Gx = expr_const(ar, groups), *ci = expr_const(ar, 0);
-    int64_t cin;
-    expr_is_const(x->sizes[1], &cin);
-    ci = expr_const(ar, cin / groups);
-    const Expr *s5[6] = {N, Gx, ci};
-    for (int i = 0; i < nsp; i++) s5[3 + i] = x->sizes[2 + i];
-    Value *x5 = reshape(a, x, 3 + nsp, s5);
-    int64_t perm[6] = {2, 1, 0, 3, 4, 5};
-    Value *xp = x5 ? CALL(&a->r, NULL, "permute", "self", T(x5), "dims", INTS(&a->r, 3 + nsp, perm)) : NULL;
-    const Expr *s4[5] = {ci, expr_bin(ar, E_MUL, Gx, N)};
-    for (int i = 0; i < nsp; i++) s4[2 + i] = x->sizes[2 + i];
-    Value *xin = reshape(a, xp, 2 + nsp, s4);
-    int64_t sw[5] = {1, 0, 2, 3, 4};
-    Value *gw = CALL(&a->r, NULL, "permute", "self", T(g), "dims", INTS(&a->r, 2 + nsp, sw));
-    Value *r = xin && gw ? CALL(&a->r, NULL, "convolution", "input", T(xin), "weight", T(gw), "bias", NONE(), "stride", INTS(&a->r, nsp, dl), "padding",
-                                INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, st), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero),
-                                "groups", INT(&a->r, groups)) : NULL;
-    /* r: [ci, Cout, K'...] -> narrow to the kernel -> [Cout, ci, K...] */
-    for (int i = 0; r && i < nsp; i++) {
-      int64_t have;
-      expr_is_const(r->sizes[2 + i], &have);
-      if (have != K[i]) r = CALL(&a->r, NULL, "narrow", "self", T(r), "dim", INT(&a->r, 2 + i), "start", INT(&a->r, 0), "length", INT(&a->r, K[i]));
-    }
-    if (acc(a, w, r ? CALL(&a->r, NULL, "permute", "self", T(r), "dims", INTS(&a->r, 2 + nsp, sw)) : NULL)) return -1;
-  }
+  if (a->diff[x->id] && acc(a, x, gx)) return -1;
+  if (a->diff[w->id] && acc(a, w, gw)) return -1;
   if (b && a->diff[b->id]) {
     int64_t dims[4] = {0, 2, 3, 4};
-    return acc(a, b, CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", INTS(&a->r, 1 + nsp, dims), "keepdim", BO(false)));
+    return acc(a, b, CALL(&a->r, NULL, "sum.dim_IntList", "self", T(gb), "dim", INTS(&a->r, 1 + nsp, dims), "keepdim", BO(false)));
   }
+  return 0;
+}
+
+/* average pooling (and adaptive pooling whose windows tile the input): each window spreads its
+ * gradient evenly, a depthwise transposed convolution with a constant kernel */
+static int avg_pool_rule(Ad *a, Node *n) {
+  Ctx *c = a->g->ctx;
+  Value *x = n->args[0].u.t, *g = G(a, n, 0);
+  int nsp = 2;
+  if (x->rank != 4) return gg_error(c, "%s: node %s: average pooling gradients need a batched 4-d input", a->g->path, gg_quote(c, n->name));
+  int64_t k[2], st[2], pd[2] = {0, 0}, in[2], out[2], C;
+  for (int i = 0; i < 2; i++)
+    if (!expr_is_const(x->sizes[2 + i], &in[i]) || !expr_is_const(g->sizes[2 + i], &out[i]))
+      return gg_error(c, "%s: node %s: average pooling gradients need static sizes", a->g->path, gg_quote(c, n->name));
+  if (!expr_is_const(x->sizes[1], &C)) return gg_error(c, "%s: node %s: average pooling gradients need static sizes", a->g->path, gg_quote(c, n->name));
+  if (strstr(n->op->name, "adaptive")) {
+    for (int i = 0; i < 2; i++) {
+      if (in[i] % out[i]) return gg_error(c, "%s: node %s: adaptive pooling whose windows overlap has no derivative rule", a->g->path, gg_quote(c, n->name));
+      k[i] = st[i] = in[i] / out[i];
+    }
+  } else {
+    const Arg *ka = rw_arg(n, "kernel_size"), *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *dv = rw_arg(n, "divisor_override");
+    for (int i = 0; i < 2; i++) {
+      expr_is_const(ka->u.is[ka->n == 1 ? 0 : i], &k[i]);
+      st[i] = k[i];
+      if (sa->n) expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]);
+      expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]);
+    }
+    bool cip = rw_arg(n, "count_include_pad")->u.b, ceil = rw_arg(n, "ceil_mode")->u.b;
+    if (ceil || (!cip && (pd[0] || pd[1])) || (dv && dv->k != AK_NONE))
+      return gg_error(c, "%s: node %s: average pooling with ceil_mode, count_include_pad=False or a divisor has no derivative rule", a->g->path, gg_quote(c, n->name));
+  }
+  const Expr *ws[4] = {x->sizes[1], expr_const(c->arena, 1), expr_const(c->arena, k[0]), expr_const(c->arena, k[1])};
+  Value *kern = CALL(&a->r, NULL, "full", "size", EXPRS(&a->r, 4, ws), "fill_value", FL(1.0 / (double)(k[0] * k[1])), "dtype", DT(x->dtype));
+  int64_t op[2], one[2] = {1, 1};
+  for (int i = 0; i < 2; i++) op[i] = (in[i] + 2 * pd[i] - k[i]) - (out[i] - 1) * st[i];
+  return acc(a, x, kern ? CALL(&a->r, NULL, "convolution", "input", T(g), "weight", T(kern), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding",
+                               INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, one), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op),
+                               "groups", INT(&a->r, C)) : NULL);
+}
+
+/* nearest upsampling by whole factors: each input element's gradient sums its copies */
+static int upsample_rule(Ad *a, Node *n) {
+  Ctx *c = a->g->ctx;
+  Value *x = n->args[0].u.t, *g = G(a, n, 0);
+  if (!strstr(n->op->name, "nearest") || x->rank != 4) return gg_error(c, "%s: node %s: %s has no derivative rule", a->g->path, gg_quote(c, n->name), n->op->name);
+  int64_t in[2], out[2];
+  for (int i = 0; i < 2; i++)
+    if (!expr_is_const(x->sizes[2 + i], &in[i]) || !expr_is_const(g->sizes[2 + i], &out[i]) || out[i] % in[i])
+      return gg_error(c, "%s: node %s: nearest upsampling by a fractional factor has no derivative rule", a->g->path, gg_quote(c, n->name));
+  const Expr *s6[6] = {x->sizes[0], x->sizes[1], x->sizes[2], expr_const(c->arena, out[0] / in[0]), x->sizes[3], expr_const(c->arena, out[1] / in[1])};
+  int64_t dims[2] = {3, 5};
+  Value *g6 = reshape(a, g, 6, s6);
+  return acc(a, x, g6 ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g6), "dim", INTS(&a->r, 2, dims), "keepdim", BO(false)) : NULL);
+}
+
+/* clamp with tensor bounds: self where within, each bound where it wins */
+static int clamp_tensor(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self"), *lo = rw_targ(n, "min"), *hi = rw_targ(n, "max"), *g = G(a, n, 0), *gs = g;
+  if (lo) gs = keep(a, binop(a, "ge.Tensor", x, lo), gs);
+  if (hi) gs = keep(a, binop(a, "le.Tensor", x, hi), gs);
+  if (acc(a, x, gs)) return -1;
+  if (lo && a->diff[lo->id] && acc(a, lo, keep(a, binop(a, "lt.Tensor", x, lo), g))) return -1;
+  if (hi && a->diff[hi->id] && acc(a, hi, keep(a, binop(a, "gt.Tensor", x, hi), g))) return -1;
   return 0;
 }
 
@@ -618,7 +720,7 @@ static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
   {"clone", unary}, {"alias", unary}, {"contiguous", unary}, {"lift_fresh_copy", unary}, {"_to_copy", unary}, {"to.dtype", unary},
   {"dropout", unary}, {"detach", unary},
   {"add.Tensor", binary}, {"sub.Tensor", binary}, {"rsub.Tensor", binary}, {"mul.Tensor", binary}, {"div.Tensor", binary},
-  {"maximum", binary}, {"minimum", binary},
+  {"maximum", binary}, {"minimum", binary}, {"atan2", atan2_rule},
   {"where.self", where_rule}, {"where.ScalarOther", where_rule}, {"where.ScalarSelf", where_rule}, {"masked_fill.Scalar", where_rule},
   {"view", reshape_rule}, {"_unsafe_view", reshape_rule}, {"reshape", reshape_rule}, {"flatten.using_ints", reshape_rule},
   {"unflatten.int", reshape_rule}, {"unsqueeze", reshape_rule}, {"squeeze", reshape_rule}, {"squeeze.dim", reshape_rule},
@@ -633,6 +735,11 @@ static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
   {"linear", matmul_rule}, {"addmm", matmul_rule}, {"mm", matmul_rule}, {"bmm", matmul_rule}, {"matmul", matmul_rule},
   {"conv1d", conv_rule}, {"conv2d", conv_rule}, {"conv3d", conv_rule}, {"convolution", conv_rule},
   {"max_pool2d_with_indices", max_pool_rule},
+  {"frac", unary}, {"sinh", unary}, {"cosh", unary}, {"tan", unary}, {"atan", unary}, {"asin", unary}, {"log2", unary},
+  {"log10", unary}, {"exp2", unary}, {"log_sigmoid", unary}, {"selu", unary}, {"mish", unary}, {"flip", unary},
+  {"conv_transpose1d", conv_rule}, {"conv_transpose2d.input", conv_rule}, {"conv_transpose3d.input", conv_rule},
+  {"avg_pool2d", avg_pool_rule}, {"adaptive_avg_pool2d", avg_pool_rule}, {"_adaptive_avg_pool2d", avg_pool_rule},
+  {"upsample_nearest2d.vec", upsample_rule}, {"upsample_nearest2d", upsample_rule}, {"clamp.Tensor", clamp_tensor},
   {"erfinv", unary}, {"celu", unary}, {"to.dtype_layout", unary}, {"tril", unary}, {"triu", unary}, {"cumsum", unary},
   {"pow.Tensor_Tensor", pow_tensor}, {"var.correction", var_rule}, {"var.dim", var_rule},
   {"constant_pad_nd", pad_rule}, {"pad", pad_rule},

@@ -50,6 +50,12 @@ static double matrix_flops(const Graph *g, const Node *n) {
   return 0;
 }
 
+double graph_matrix_flops(const Graph *g) {
+  double f = 0;
+  for (int k = 0; k < g->nnodes; k++) f += matrix_flops(g, g->nodes[k]);
+  return f;
+}
+
 typedef struct { const char *target; int count; } OpCount;
 
 static int cmp_count(const void *a, const void *b) {
@@ -134,9 +140,7 @@ int explain_graph(Graph *g, FILE *f) {
     fprintf(f, "  %5d  %-50s %s\n", counts[j].count, gg_quote(c, counts[j].target), op ? op->doc : "UNSUPPORTED");
   }
   free(counts);
-  double flops = 0;
-  for (int k = 0; k < g->nnodes; k++) flops += matrix_flops(g, g->nodes[k]);
-  fprintf(f, "\nmatrix FLOPs: %.4g (matrix products and convolutions, at the example sizes)\n", flops);
+  fprintf(f, "\nmatrix FLOPs: %.4g (matrix products and convolutions, at the example sizes)\n", graph_matrix_flops(g));
   fprintf(f, "\nunsupported nodes (graph breaks): %d\n", g->nunsupported);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
@@ -145,6 +149,28 @@ int explain_graph(Graph *g, FILE *f) {
     print_trace(f, c, n->stack_trace);
   }
   return 0;
+}
+
+/* What --train makes of the model: the backward, and what each partition saves for it. fwd and bwd
+ * are the min-cut split; st_default the statistics of the split that saves everything. */
+void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f) {
+  Ctx *c = fwd->ctx;
+  fprintf(f, "\ntraining (--train): the gradient of the loss for %d tensors\n", bwd->noutputs);
+  for (int i = 0; i < bwd->noutputs; i++) {
+    fprintf(f, "  grad.%-40s ", gg_quote(c, bwd->outputs[i].target_name));
+    print_value(f, bwd, bwd->outputs[i].v);
+    fputc('\n', f);
+  }
+  fprintf(f, "forward: %d nodes; backward: %d nodes, %d of them forward nodes recomputed from saved values\n", st->forward_nodes, st->backward_nodes, st->recomputed);
+  fprintf(f, "saved for the backward: min-cut %d tensors, %.1f KiB; saving everything the backward reads (--partition default) %d tensors, %.1f KiB\n",
+          st->saved, (double)st->saved_bytes / 1024, st->saved_default, (double)st->default_bytes / 1024);
+  for (int i = 0; i < fwd->noutputs; i++) {
+    if (fwd->outputs[i].kind != OUT_SAVED) continue;
+    fprintf(f, "  saved %-40s ", gg_quote(c, fwd->outputs[i].v->name));
+    print_value(f, fwd, fwd->outputs[i].v);
+    fputc('\n', f);
+  }
+  fprintf(f, "matrix FLOPs: forward %.4g, backward %.4g\n", graph_matrix_flops(fwd), graph_matrix_flops(bwd));
 }
 
 /* ---------------------------------------------------------------- the graph, readable */

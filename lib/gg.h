@@ -411,6 +411,8 @@ int partition(Graph *g, bool save_all, Graph **bwd, PartitionStats *stats);   /*
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
-void graph_print(Graph *g, FILE *f);   /* one line per input, node and output */
+void graph_print(Graph *g, FILE *f);
+double graph_matrix_flops(const Graph *g);
+void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f);   /* one line per input, node and output */
 
 #endif

@@ -115,6 +115,74 @@ try:
     case("t5_encoder_tiny", Fn(lambda s, ids: s.m(input_ids=ids).last_hidden_state, m=T5EncoderModel(t5)), torch.randint(0, 100, (2, 12)))
 except Exception: traceback.print_exc()
 
+# ops whose derivative rules no other case reaches (test-golden --gradcheck)
+case("grad_unary", Fn(lambda s, x, y: (torch.square(x), torch.clamp_min(x, -0.3), torch.clamp_max(x, 0.4), 1 - x, torch.rsub(x, y), torch.sinh(x),
+                                       torch.cosh(x), torch.tan(x * 0.5), torch.atan(x), torch.asin(x * 0.5), torch.log2(x.abs() + 1),
+                                       torch.log10(x.abs() + 1), torch.exp2(x), torch.erfinv(x * 0.5), torch.frac(x * 3), torch.round(x) + x,
+                                       torch.trunc(x) * x, x.detach() * x, torch.atan2(x, y + 2))), r(3, 4), r(3, 4))
+case("grad_shapes", Fn(lambda s, x, y: (x.squeeze(), y.expand_as(x) * x, torch.cat([x, y.expand_as(x)], 1), torch.stack([x, x * 2]), *x.unbind(1),
+                                        x.amin(1), torch.triu(x[0]), x.narrow(2, 1, 2), x.new_zeros(3) + x.sum(), x.new_ones(2) * x.mean(),
+                                        x.new_full((2,), 3.0) * x.max(), torch.ones_like(x) * x, torch.empty_like(x).fill_(2) * x,
+                                        torch.slice_scatter(x, y.expand(1, 4, 2) * 3, dim=2, start=1, end=3))), r(1, 4, 5), r(1, 4, 1))
+case("grad_pool", Fn(lambda s, x: (F.adaptive_avg_pool2d(x, 2), F.interpolate(x, scale_factor=2, mode="nearest"), s.ct(x[:, :, :4, :4, None].repeat(1, 1, 1, 1, 3)),
+                                   x.flatten(2) @ s.w), ct=nn.ConvTranspose3d(3, 2, 2, stride=2)), r(2, 3, 8, 8))
+CASES[-1][1].w = nn.Parameter(torch.randn(64, 5))
+case("grad_matmul3d", Fn(lambda s, x: s.l(x) @ x.transpose(1, 2), l=nn.Linear(6, 6)), r(2, 5, 6))
+
+# training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
+TRAIN = []
+def tcase(name, mod, *inputs): TRAIN.append((name, mod, inputs))
+
+class TinyLM(nn.Module):   # embedding, two pre-norm blocks with causal attention and a GELU MLP, tied head
+    def __init__(s, v=50, d=32, h=4):
+        super().__init__(); s.h = h; s.emb = nn.Embedding(v, d); s.pos = nn.Parameter(torch.randn(12, d) * 0.1)
+        s.blocks = nn.ModuleList([nn.ModuleDict(dict(ln1=nn.LayerNorm(d), qkv=nn.Linear(d, 3 * d), proj=nn.Linear(d, d), ln2=nn.LayerNorm(d),
+                                                     fc1=nn.Linear(d, 4 * d), fc2=nn.Linear(4 * d, d))) for _ in range(2)])
+        s.ln = nn.LayerNorm(d)
+    def forward(s, ids, tgt):
+        x = s.emb(ids) + s.pos[: ids.shape[1]]
+        B, T, D = x.shape
+        for b in s.blocks:
+            q, k, v = b["qkv"](b["ln1"](x)).split(D, -1)
+            q, k, v = [t.view(B, T, s.h, D // s.h).transpose(1, 2) for t in (q, k, v)]
+            x = x + b["proj"](F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D))
+            x = x + b["fc2"](F.gelu(b["fc1"](b["ln2"](x))))
+        logits = s.ln(x) @ s.emb.weight.t()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), label_smoothing=0.1)
+
+class TinyRes(nn.Module):   # conv, batch norm in training mode, residual blocks with a strided downsample, global pooling
+    def __init__(s):
+        super().__init__()
+        s.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        s.c1 = nn.Conv2d(8, 16, 3, 2, 1, bias=False); s.b1 = nn.BatchNorm2d(16); s.c2 = nn.Conv2d(16, 16, 3, 1, 1, bias=False); s.b2 = nn.BatchNorm2d(16)
+        s.down = nn.Conv2d(8, 16, 1, 2); s.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16); s.fc = nn.Linear(16, 5)
+    def forward(s, x, y):
+        h = s.stem(x)
+        h = F.relu(s.b2(s.c2(F.relu(s.b1(s.c1(h))))) + s.down(h))
+        h = F.hardswish(s.dw(F.avg_pool2d(h, 2) + F.max_pool2d(h, 2)))
+        return F.cross_entropy(s.fc(F.adaptive_avg_pool2d(h, 1).flatten(1)), y)
+
+class TinyLlamaMLP(nn.Module):   # RMSNorm, a SiLU-gated MLP, a residual; mean squared error
+    def __init__(s, d=24):
+        super().__init__(); s.norm = nn.RMSNorm(d, eps=1e-6); s.g = nn.Linear(d, 64, bias=False); s.u = nn.Linear(d, 64, bias=False); s.dn = nn.Linear(64, d, bias=False)
+    def forward(s, x, y):
+        h = s.norm(x)
+        return F.mse_loss(x + s.dn(F.silu(s.g(h)) * s.u(h)), y)
+
+class TinyMisc(nn.Module):   # losses and odd ends: NLL with ignore_index, log_softmax, masked attention, padding embedding
+    def __init__(s):
+        super().__init__(); s.e = nn.Embedding(20, 8, padding_idx=0); s.l = nn.Linear(8, 6); s.ln = nn.LayerNorm(8, elementwise_affine=False)
+    def forward(s, ids, y, mask):
+        x = s.ln(s.e(ids))
+        att = torch.softmax((x @ x.transpose(1, 2)).masked_fill(mask, -1e9) / 3, -1) @ x
+        lp = F.log_softmax(s.l(att + torch.tanh(x)), -1)
+        return F.nll_loss(lp.reshape(-1, 6), y.reshape(-1), ignore_index=2) + lp.exp().pow(2).mean() * 0.1
+
+tcase("train_tiny_lm", TinyLM(), torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12)))
+tcase("train_tiny_resnet", TinyRes(), r(4, 3, 16, 16), torch.randint(0, 5, (4,)))
+tcase("train_llama_mlp", TinyLlamaMLP(), r(3, 7, 24), r(3, 7, 24))
+tcase("train_misc", TinyMisc(), torch.randint(0, 20, (2, 5)), torch.randint(0, 6, (2, 5)), torch.rand(2, 5, 5) > 0.7)
+
 def ops_of(ep):
     return sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})
 
@@ -141,3 +209,50 @@ for name, mod, inputs, dyn in CASES:
         print("ok", name, flush=True)
     except Exception as e:
         print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
+
+for name, mod, inputs in TRAIN:
+    if ONLY and name not in ONLY: continue
+    try:
+        mod = mod.train()
+        m32, m64 = copy.deepcopy(mod), copy.deepcopy(mod).to(torch.float64)
+        loss = m32(*inputs); loss.backward()
+        in64 = [t.double() if t.is_floating_point() else t for t in inputs]
+        loss64 = m64(*in64); loss64.backward()
+        ep = torch.export.export(copy.deepcopy(mod), inputs)
+        io = {f"in.{i}": t for i, t in enumerate(inputs)}
+        io["out.0"], io["ref64.out.0"] = loss.detach(), loss64.detach()
+        for (k, p), (_, p64) in zip(m32.named_parameters(), m64.named_parameters()):
+            io[f"grad.{k}"], io[f"ref64.grad.{k}"] = p.grad, p64.grad
+        for k, b in m32.named_buffers(): io[f"buffer_after.{k}"] = b
+        for group, prog in (("extra", ep), ("extra_aten", ep.run_decompositions())):
+            d = os.path.join(OUT, group, name)
+            os.makedirs(d, exist_ok=True)
+            torch.export.save(prog, os.path.join(d, "model.pt2"))
+            save_st(os.path.join(d, "io.safetensors"), io)
+            json.dump({"name": name, "group": group, "kind": "train", "ops": ops_of(prog), "torch_version": torch.__version__},
+                      open(os.path.join(d, "case.json"), "w"), indent=1)
+        print("ok", name, flush=True)
+    except Exception as e:
+        traceback.print_exc()
+        print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
+
+# the training benchmarks: graphs only (bench/train/<name>/model.json); make_weights.py makes weights
+if not ONLY or "bench" in ONLY:
+    import zipfile
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from train_models import MODELS
+    for name, (M, mk) in MODELS.items():
+        try:
+            ep = torch.export.export(M().train(), mk())
+            d = os.path.join(OUT, "bench_train", name)
+            os.makedirs(d, exist_ok=True)
+            torch.export.save(ep, os.path.join(d, "model.pt2"))
+            z = zipfile.ZipFile(os.path.join(d, "model.pt2"))
+            js = [n for n in z.namelist() if n.endswith("models/model.json")][0]
+            open(os.path.join(d, "model.json"), "wb").write(z.read(js))
+            os.remove(os.path.join(d, "model.pt2"))
+            json.dump({"name": name, "kind": "train", "ops": ops_of(ep), "torch_version": torch.__version__}, open(os.path.join(d, "case.json"), "w"), indent=1)
+            print("ok bench", name, flush=True)
+        except Exception as e:
+            traceback.print_exc()
+            print("FAILED bench", name, type(e).__name__, str(e)[:300], flush=True)
