@@ -199,6 +199,7 @@ static int unary(Ad *a, Node *n) {
     Value *sech2 = t ? CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, t, t)), "other", FL(1)) : NULL;
     d = mul(a, g, binop(a, "add.Tensor", t, mul(a, mul(a, x, sech2), unop(a, "sigmoid", x))));
   } else if (!strcmp(op, "flip")) d = CALL(&a->r, NULL, "flip", "self", T(g), "dims", rw_arg(n, "dims")[0]);
+  else if (!strcmp(op, "movedim.int")) d = CALL(&a->r, NULL, "movedim.int", "self", T(g), "source", rw_arg(n, "destination")[0], "destination", rw_arg(n, "source")[0]);
   else if (!strcmp(op, "erfinv")) d = mul(a, g, mulf(a, unop(a, "exp", mul(a, y, y)), sqrt(M_PI) / 2));
   else if (!strcmp(op, "celu")) {   /* x > 0: g; else g e^(x/alpha) = g (y/alpha + 1) */
     double al = rw_farg(n, "alpha", 1);
@@ -368,7 +369,16 @@ static int embedding_rule(Ad *a, Node *n) {
 static int reduce_rule(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *y = n->outs[0];
   const char *op = n->op->name;
-  bool all = !strcmp(op, "sum") || !strcmp(op, "mean");
+  bool all = !strcmp(op, "sum") || !strcmp(op, "mean") || !strcmp(op, "max") || !strcmp(op, "min");
+  if (!strcmp(op, "max.dim") || !strcmp(op, "min.dim")) {   /* the gradient goes to the index each row picked */
+    const Arg *da = rw_arg(n, "dim"), *kda = rw_arg(n, "keepdim");
+    Value *gv = g, *ix = n->outs[1];
+    if (!kda->u.b) {
+      gv = CALL(&a->r, NULL, "unsqueeze", "self", T(g), "dim", *da);
+      ix = CALL(&a->r, NULL, "unsqueeze", "self", T(ix), "dim", *da);
+    }
+    return acc(a, x, gv && ix ? CALL(&a->r, NULL, "scatter.src", "self", T(zeros_like(a, x)), "dim", *da, "index", T(ix), "src", T(gv)) : NULL);
+  }
   const Arg *kd = rw_arg(n, "keepdim");
   bool reduced[GG_MAX_RANK], keepdim = kd && kd->k == AK_BOOL && kd->u.b;
   reduced_dims(all ? NULL : rw_arg(n, "dim"), x->rank, reduced);
@@ -381,6 +391,16 @@ static int reduce_rule(Ad *a, Node *n) {
     return acc(a, x, unreduce(a, mulf(a, g, 1.0 / (double)c), x, reduced, keepdim));
   }
   Value *yk = unreduce(a, y, x, reduced, keepdim), *gk = unreduce(a, g, x, reduced, keepdim);
+  if (!strcmp(op, "linalg_vector_norm")) {   /* g sign(x) |x|^(p-1) / y^(p-1) */
+    double p = rw_farg(n, "ord", 2);
+    if (!(p > 0) || isinf(p)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a %g-norm is not supported", a->g->path, gg_quote(a->g->ctx, n->name), p);
+    if (p == 1) return acc(a, x, mul(a, gk, unop(a, "sign", x)));
+    if (p == 2) return acc(a, x, binop(a, "div.Tensor", mul(a, gk, x), yk));
+    Value *ax = unop(a, "abs", x);
+    Value *num = mul(a, unop(a, "sign", x), ax ? CALL(&a->r, NULL, "pow.Tensor_Scalar", "self", T(ax), "exponent", FL(p - 1)) : NULL);
+    Value *den = yk ? CALL(&a->r, NULL, "pow.Tensor_Scalar", "self", T(yk), "exponent", FL(p - 1)) : NULL;
+    return acc(a, x, mul(a, gk, binop(a, "div.Tensor", num, den)));
+  }
   if (!strcmp(op, "logsumexp")) return acc(a, x, mul(a, gk, unop(a, "exp", binop(a, "sub.Tensor", x, yk))));
   /* amax / amin: the gradient goes to the extreme elements, shared among ties */
   Value *m = as_float(a, binop(a, "eq.Tensor", x, yk), x->dtype);
@@ -730,13 +750,14 @@ static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
   {"cat", cat_rule}, {"stack", cat_rule}, {"split.Tensor", split_rule}, {"split_with_sizes", split_rule}, {"chunk", split_rule},
   {"unbind.int", split_rule}, {"gather", gather_rule}, {"embedding", embedding_rule},
   {"sum", reduce_rule}, {"sum.dim_IntList", reduce_rule}, {"mean", reduce_rule}, {"mean.dim", reduce_rule}, {"amax", reduce_rule},
-  {"amin", reduce_rule}, {"logsumexp", reduce_rule},
+  {"amin", reduce_rule}, {"logsumexp", reduce_rule}, {"max", reduce_rule}, {"min", reduce_rule}, {"max.dim", reduce_rule},
+  {"min.dim", reduce_rule}, {"linalg_vector_norm", reduce_rule},
   {"softmax.int", softmax_rule}, {"_softmax", softmax_rule}, {"log_softmax.int", softmax_rule}, {"_log_softmax", softmax_rule},
   {"linear", matmul_rule}, {"addmm", matmul_rule}, {"mm", matmul_rule}, {"bmm", matmul_rule}, {"matmul", matmul_rule},
   {"conv1d", conv_rule}, {"conv2d", conv_rule}, {"conv3d", conv_rule}, {"convolution", conv_rule},
   {"max_pool2d_with_indices", max_pool_rule},
   {"frac", unary}, {"sinh", unary}, {"cosh", unary}, {"tan", unary}, {"atan", unary}, {"asin", unary}, {"log2", unary},
-  {"log10", unary}, {"exp2", unary}, {"log_sigmoid", unary}, {"selu", unary}, {"mish", unary}, {"flip", unary},
+  {"log10", unary}, {"exp2", unary}, {"log_sigmoid", unary}, {"selu", unary}, {"mish", unary}, {"flip", unary}, {"movedim.int", unary},
   {"conv_transpose1d", conv_rule}, {"conv_transpose2d.input", conv_rule}, {"conv_transpose3d.input", conv_rule},
   {"avg_pool2d", avg_pool_rule}, {"adaptive_avg_pool2d", avg_pool_rule}, {"_adaptive_avg_pool2d", avg_pool_rule},
   {"upsample_nearest2d.vec", upsample_rule}, {"upsample_nearest2d", upsample_rule}, {"clamp.Tensor", clamp_tensor},

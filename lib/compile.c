@@ -355,8 +355,9 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   int n = 0;
   argv[n++] = (char *)(o->cc ? o->cc : "cc");
   n += split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", argv + n, 40);
+  /* -z nodelete: dlclose must not unload the model (and libgomp) under OpenMP's idle worker threads */
   const char *fixed[] = {"-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu",
-                         "-Wl,--build-id=none", "-o", "model.so", "model.c", "gg_rt.c", NULL};
+                         "-Wl,--build-id=none", "-Wl,-z,nodelete", "-o", "model.so", "model.c", "gg_rt.c", NULL};
   for (const char **f = fixed; *f; f++) argv[n++] = (char *)*f;
   /* OpenBLAS built on OpenMP shares the kernels' thread pool: link it by path when it is installed */
   static const char omp_blas[] = "/usr/lib/x86_64-linux-gnu/openblas-openmp";

@@ -269,7 +269,7 @@ static int mse_loss(Rw *r, Node *n) {
 static int cross_entropy(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight");
-  bool nll = !strcmp(n->op->name, "nll_loss_forward");
+  bool nll = !strncmp(n->op->name, "nll_loss", 8);
   if (dtype_is_float(t->dtype)) return gg_error(c, "%s: node %s: cross entropy with probability targets is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
   int64_t red = (int64_t)rw_farg(n, "reduction", 1), ignore = (int64_t)rw_farg(n, "ignore_index", -100), C = 0;
   double eps = rw_farg(n, "label_smoothing", 0);
@@ -368,7 +368,7 @@ static int norm_primitives(Rw *r, Node *n) {
     Value *ve = ms ? CALL(r, NULL, "add.Tensor", "self", T(ms), "other", FL(eps)) : NULL;
     Value *rs = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
     Value *y = rs ? CALL(r, w ? NULL : n->outs[0], "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
-    return y && affine(r, y, w, NULL, n->outs[0]) ? 0 : -1;
+    return y && (!w || affine(r, y, w, NULL, n->outs[0])) ? 0 : -1;
   }
   bool native = n->nouts == 3;
   Value *y = normalize(r, x, ns->n, dims, rw_farg(n, "eps", 1e-5), NULL, NULL, native ? n->outs[1] : NULL, native ? n->outs[2] : NULL);
@@ -405,7 +405,7 @@ static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
   {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
   {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"cross_entropy_loss", cross_entropy},
-  {"nll_loss_forward", cross_entropy}, {"roll", roll},
+  {"nll_loss_forward", cross_entropy}, {"nll_loss_nd", cross_entropy}, {"nll_loss", cross_entropy}, {"roll", roll},
 };
 
 bool decompose_has_rule(const char *op) {

@@ -1028,7 +1028,7 @@ int eval_loss(E *e) {
     else { double v = red == 1 ? s / (double)n : s; write_f64(out, &v); }
     return 0;
   }
-  bool is_nll = !strcmp(name, "nll_loss_forward");
+  bool is_nll = !strncmp(name, "nll_loss", 8);
   Tensor *wt = T(e, "weight");
   int64_t ignore = I64(e, "ignore_index", -100);
   double eps = F64(e, "label_smoothing", 0);

@@ -1,12 +1,16 @@
 #!/bin/sh
 # compile_case.sh CASE_DIR WORK_DIR: compile a case, run the .so on its inputs, compare with PyTorch.
+# Training cases (case.json kind "train") compile with --train and compare the loss, every
+# gradient and every updated buffer.
 # Prints "ok CASE" or "FAIL CASE: why". Cases listed in tests/compile_refused.txt must instead be
 # refused with exit status 1 and the message given there.
 case=$1 work=$2
 BUILD=${BUILD:-build}
 name=$(echo "$case" | tr / _)
 expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
-"$BUILD/gcc-graph" compile "$case/model.pt2" -o "$work/$name.so" >"$work/$name.err" 2>&1
+train=
+grep -q '"kind": "train"' "$case/case.json" 2>/dev/null && train=--train
+"$BUILD/gcc-graph" compile "$case/model.pt2" $train -o "$work/$name.so" >"$work/$name.err" 2>&1
 rc=$?
 if [ -n "$expect" ]; then
   if [ $rc = 1 ] && grep -qF -- "$expect" "$work/$name.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$work/$name.err")"; fi

@@ -64,6 +64,43 @@ pass=$((pass + $(grep -c '^ok' "$TMP/compiled")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/compiled")))
 grep '^FAIL' "$TMP/compiled"
 
+M=tests/corpus/models
+echo "== training: autograd and both partitions under the interpreter, every derivative rule against finite differences"
+TR=$(ls -d tests/corpus/train*/* tests/extra/train_* tests/extra_aten/train_*)
+"$BUILD/test-golden" --train $TR >"$TMP/train" 2>&1
+tally "$TMP/train" train
+"$BUILD/test-golden" --gradcheck tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/gradcheck" 2>&1
+tally "$TMP/gradcheck" gradcheck
+grep "derivative rules checked" "$TMP/gradcheck"
+T=tests/corpus/train/mlp_train
+# the optimizers against their formulas, through the training entry points
+expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer sgd --lr 0.1 --momentum 0.9 --weight-decay 0.01 -o "$TMP/sgd.so"
+expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/sgd.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_sgd"
+expect 0 "0 failed" -- "$TMP/train_sgd" $T/io.safetensors sgd 0.1 0.9 0.01
+expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer adam --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.001 -o "$TMP/adam.so"
+expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/adam.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_adam"
+expect 0 "0 failed" -- "$TMP/train_adam" $T/io.safetensors adam 0.01 0.8 0.99 1e-6 0.001
+# the default partition compiles and agrees too; explain reports both
+C=tests/corpus/train/cnn_train
+expect 0 "" -- "$GG" compile $C/model.pt2 --train --partition default -o "$TMP/cnn_default.so"
+expect 0 "" -- "$GG" run "$TMP/cnn_default.so" --inputs $C/io.safetensors -o "$TMP/cnn_default.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cnn_default.st" $C/io.safetensors
+expect 0 "saved for the backward: min-cut 6 tensors" -- "$GG" explain $C/model.pt2 --train
+expect 0 "partition default: saves 10 tensors" -- "$GG" explain "$TMP/cnn_default.so"
+# run --train under the interpreter writes the gradients
+expect 0 "" -- "$GG" run $C/model.pt2 --train --inputs $C/io.safetensors -o "$TMP/cnn_interp.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cnn_interp.st" $C/io.safetensors
+# a training .so also runs as a plain model (gg_run: the forward alone)
+expect 0 "" -- ${CC:-cc} -Iinclude samples/run_model.c -ldl -o "$TMP/run_model_t"
+expect 0 "out.0: []" -- "$TMP/run_model_t" "$TMP/cnn_default.so"
+expect 0 "training steps (forward + backward)" -- "$GG" bench "$TMP/cnn_default.so" --inputs $C/io.safetensors --iters 3
+# usage and refusals
+expect 2 "go with --train" -- "$GG" compile $T/model.pt2 --optimizer sgd -o "$TMP/x.so"
+expect 2 "bad value 'fast'" -- "$GG" compile $T/model.pt2 --train --optimizer fast -o "$TMP/x.so"
+expect 2 "bad value '-1'" -- "$GG" compile $T/model.pt2 --train --lr -1 -o "$TMP/x.so"
+expect 1 "no output 3 to use as the loss" -- "$GG" compile $T/model.pt2 --train --loss 3 -o "$TMP/x.so"
+expect 1 "is not a scalar: the loss must have one element" -- "$GG" compile $M/mlp/model.pt2 --train -o "$TMP/x.so"
+
 echo "== command line"
 M=tests/corpus/models
 expect 0 "gcc-graph 0" -- "$GG" --version
@@ -208,6 +245,8 @@ grep -v '^#' tests/bad/expect.txt | while read -r file cmd msg; do
   if [ "$cmd" = run ]; then
     mk_st "$TMP/in.st" in.0 F32 2,3 24
     set -- "$GG" run "tests/bad/$file" --inputs "$TMP/in.st" -o "$TMP/o.st"
+  elif [ "$cmd" = train ]; then
+    set -- "$GG" run "tests/bad/$file" --train --inputs "$TMP/in.st" -o "$TMP/o.st"
   else
     set -- "$GG" explain "tests/bad/$file"
   fi

@@ -102,3 +102,18 @@ with zipfile.ZipFile(os.path.join(here, "legacy.pt2"), "w", zipfile.ZIP_STORED) 
     zo.writestr("legacy/serialized_exported_program.json", "{}")
     zo.writestr("legacy/serialized_state_dict.pt", b"\x80\x02")
 open(os.path.join(here, "not_a_model.bin"), "wb").write(b"\x00\x01\x02garbage" * 10)
+
+# training: an op with no derivative rule on the gradient path, and nothing that requires grad
+def scalar_tm(): return tm([])
+m = base()
+g(m)["tensor_values"]["x"]["requires_grad"] = True
+g(m)["nodes"] = [node("torch.ops.aten.cumprod.default", [("self", {"as_tensor": {"name": "x"}}), ("dim", {"as_int": 0})], [{"as_tensor": {"name": "cp"}}], "cp"),
+                 node("torch.ops.aten.sum.default", [("self", {"as_tensor": {"name": "cp"}})], [{"as_tensor": {"name": "add"}}], "add")]
+g(m)["tensor_values"]["cp"] = tm([2, 3]); g(m)["tensor_values"]["add"] = scalar_tm()
+write("no_derivative.json", m)
+m = base()
+g(m)["nodes"].append(node("torch.ops.aten.sum.default", [("self", {"as_tensor": {"name": "add"}})], [{"as_tensor": {"name": "s"}}], "s"))
+g(m)["tensor_values"]["s"] = scalar_tm()
+g(m)["outputs"] = [{"as_tensor": {"name": "s"}}]
+m["graph_module"]["signature"]["output_specs"] = [{"user_output": {"arg": {"as_tensor": {"name": "s"}}}}]
+write("nothing_requires_grad.json", m)
