@@ -236,12 +236,14 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
   fputs(") */\n", e->k);
 }
 
-/* Loops over a shape, with an OpenMP parallel outer loop when the shape is big enough. The loop
- * variables are i0..i{rank-1}; returns the number of braces to close. */
-static int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) {
+/* Loops over a shape, with an OpenMP parallel outer loop when there is enough work: the shape's
+ * elements times `inner`, the work of one iteration (a row's length for row kernels, the reduced
+ * count for reductions; NULL: 1). The loop variables are i0..i{rank-1}; returns the number of braces
+ * to close. */
+static int open_loops_work(Em *e, int rank, const Expr *const *sizes, bool parallel, const Expr *inner) {
   FILE *f = e->k;
   if (rank == 0) { fputs("  {\n", f); return 1; }
-  const Expr *n = C(e, 1);
+  const Expr *n = inner ? inner : C(e, 1);
   for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
   if (parallel) {
     fprintf(f, "  #pragma omp parallel for schedule(static)%s if(%s > 32768)\n",
@@ -251,6 +253,8 @@ static int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) 
     fprintf(f, "%*sfor (int64_t i%d = 0; i%d < %s; i%d++)%s\n", 2 + 2 * d, "", d, d, cx(e, sizes[d]), d, d == rank - 1 ? " {" : "");
   return 1;
 }
+
+static int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) { return open_loops_work(e, rank, sizes, parallel, NULL); }
 
 static void close_loops(Em *e, int n) { while (n--) fputs("  }\n", e->k); }
 
@@ -760,6 +764,38 @@ int emit_reduce(Em *e, Node *n) {
   if (oi >= 0) { const Arg *a = &n->args[oi]; int64_t v; ord = a->k == AK_FLOAT ? a->u.f : expr_is_const(a->u.i, &v) ? (double)v : 2; }
   FILE *f = e->k;
   int id = e->nk++;
+  /* sums over outer dims of a contiguous inner dim (bias gradients, batch sums): blocks of columns
+   * per thread, each row added with unit stride */
+  int64_t one;
+  bool plain = (!strncmp(name, "sum", 3) || !strncmp(name, "mean", 4)) && dtype_is_float(out->dt) && !out2;
+  if (plain && nkept >= 1 && nred >= 1 && expr_is_const(x->strides[kept[nkept - 1]], &one) && one == 1 && red[nred - 1] < kept[nkept - 1]) {
+    kernel_begin(e, n, "column reduction");
+    fprintf(f, "static void k%d(%s *restrict y, void *y2, const %s *x, const int64_t *s) {\n  (void)s; (void)y2;\n", id, ctype(out->dt), ctype(x->dt));
+    const Expr *cnt = C(e, 1), *outer = C(e, 1);
+    for (int i = 0; i < nred; i++) cnt = MUL(e, cnt, x->sizes[red[i]]);
+    for (int i = 0; i < nkept - 1; i++) outer = MUL(e, outer, x->sizes[kept[i]]);
+    const char *Cc = cx(e, x->sizes[kept[nkept - 1]]);
+    fprintf(f, "  const int64_t Cn = %s, NB = (Cn + 255) / 256;\n", Cc);
+    fprintf(f, "  #pragma omp parallel for schedule(static) if(%s * %s > 32768)\n", cx(e, MUL(e, outer, cnt)), Cc);
+    fprintf(f, "  for (int64_t ob = 0; ob < %s * NB; ob++) {\n    int64_t o = ob / NB, cb = (ob %% NB) * 256, w = Cn - cb < 256 ? Cn - cb : 256;\n", cx(e, outer));
+    /* the outer kept indices from o */
+    fputs("    int64_t rest = o;\n", f);
+    for (int i = nkept - 2; i >= 0; i--) fprintf(f, "    const int64_t i%d = rest %% %s; rest /= %s;\n", i, cx(e, x->sizes[kept[i]]), cx(e, x->sizes[kept[i]]));
+    fputs("    (void)rest;\n    double acc[256] = {0};\n", f);
+    for (int i = 0; i < nred; i++) fprintf(f, "%*sfor (int64_t r%d = 0; r%d < %s; r%d++)%s\n", 4 + 2 * i, "", i, i, cx(e, x->sizes[red[i]]), i, i == nred - 1 ? " {" : "");
+    fprintf(f, "      const %s *row = x + %s", ctype(x->dt), cx(e, x->offset));
+    for (int i = 0; i < nkept - 1; i++) fprintf(f, " + i%d * %s", i, cx(e, x->strides[kept[i]]));
+    for (int i = 0; i < nred; i++) fprintf(f, " + r%d * %s", i, cx(e, x->strides[red[i]]));
+    fputs(" + cb;\n      for (int64_t j = 0; j < w; j++) acc[j] += ", f);
+    load_f(f, x->dt, "row", "j");
+    fputs(";\n    }\n", f);
+    const char *res = !strncmp(name, "mean", 4) ? arena_printf(e->a, "acc[j] / (double)(%s)", cx(e, cnt)) : "acc[j]";
+    fputs("    for (int64_t j = 0; j < w; j++) ", f);
+    store(f, out->dt, true, "y", "o * Cn + cb + j", res);
+    fputs("  }\n}\n", f);
+    fprintf(e->r, "  k%d(%s, NULL, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+    return 0;
+  }
   kernel_begin(e, n, "reduction");
   fprintf(f, "static void k%d(%s *restrict y, %s%s *restrict y2, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt),
           out2 ? "" : "void", out2 ? ctype(out2->dt) : "", ctype(x->dt));
@@ -767,7 +803,7 @@ int emit_reduce(Em *e, Node *n) {
   const Expr *ksz[R] = {0}, *rn = C(e, 1);
   for (int i = 0; i < nkept; i++) ksz[i] = x->sizes[kept[i]];
   for (int i = 0; i < nred; i++) rn = MUL(e, rn, x->sizes[red[i]]);
-  int cl = open_loops(e, nkept, ksz, true);
+  int cl = open_loops_work(e, nkept, ksz, true, rn);
   /* output index: kept dims in order (keepdim only adds size-1 dims, which do not move data) */
   const char *oidx = linear_index(e, ksz, nkept, 0);
   const char *acc = ints ? "int64_t" : "double";
@@ -857,7 +893,7 @@ int emit_scan(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, cum ? "scan" : "softmax");
   fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
-  int cl = open_loops(e, k, osz, true);
+  int cl = open_loops_work(e, k, osz, true, x->rank ? x->sizes[d] : NULL);
   char *xb = NULL, *yb = NULL;
   size_t l1 = 0, l2 = 0;
   FILE *xf = open_memstream(&xb, &l1), *yf = open_memstream(&yb, &l2);
@@ -884,6 +920,13 @@ int emit_scan(Em *e, Node *n) {
     fputs("    double m = -INFINITY, z = 0;\n    for (int64_t j = 0; j < L; j++) { double v = ", f);
     load_f(f, x->dt, "x", xi);
     fputs("; if (v > m || isnan(v)) m = v; }\n    if (isinf(m) && m < 0) m = 0;\n", f);
+    if (!logsm) {   /* rows that fit: each exponential once, kept in double */
+      fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) { ex[j] = exp(", f);
+      load_f(f, x->dt, "x", xi);
+      fputs(" - m); z += ex[j]; }\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
+      store(f, out->dt, true, "y", yi, "ex[j] * rz");
+      fputs("      continue;\n    }\n", f);
+    }
     fputs("    for (int64_t j = 0; j < L; j++) z += exp(", f);
     load_f(f, x->dt, "x", xi);
     fputs(logsm ? " - m);\n    const double lz = log(z);\n    for (int64_t j = 0; j < L; j++) {\n      double v = " : " - m);\n    for (int64_t j = 0; j < L; j++) {\n      double v = ", f);
@@ -1802,6 +1845,7 @@ typedef struct Prog {
   Value **mut_vals; int *mut_w; int *mut_of; int nmut; /* buffer updates: value, weight index, and by weight */
   int nweights, nk, nfused, nnodes;
   int64_t planned, naive;
+  int nprof;                        /* nodes with a profile slot */
 } Prog;
 
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
@@ -1851,10 +1895,21 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   }
   for (int i = 0; i < g->noutputs; i++) e->uses[g->outputs[i].v->id] += 2;
   int rc = 0;
+  /* GCC_GRAPH_PROFILE: a clock tick after each node that ran code gives that node's time */
+  const char **prof = arena_array(c->arena, (size_t)g->nnodes + 2, sizeof *prof);
+  int nprof = 0;
+  fputs("  GG_TICK(NULL);\n", e->r);
   for (int k = 0; k < g->nnodes && !rc; k++) {
     Node *n = g->nodes[k];
+    fflush(e->r);
+    long before = ftell(e->r);
     if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
     else rc = n->op->emit(e, n);
+    fflush(e->r);
+    if (!rc && ftell(e->r) != before) {
+      fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
+      prof[nprof++] = arena_printf(c->arena, "%s (%s)", n->name, n->op->name);
+    }
   }
   /* outputs (user outputs, then saved values or gradients) are copied out of their views at the end */
   Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
@@ -1896,11 +1951,17 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
     copy_kernel(e, &fake, &dst, &e->tv[o->v->id]);
     nmut++;
   }
+  fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
+  prof[nprof++] = "outputs and buffer updates (copies)";
   fclose(e->k);
   fclose(e->r);
   if (rc) { free(kbuf); free(rbuf); return -1; }
   int64_t planned = plan_memory(e);
-  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive};
+  fprintf(out, "\n/* GCC_GRAPH_PROFILE: the time of each node's kernels. */\nstatic double gg_%s_prof[%d];\nstatic const char *const gg_%s_prof_names[] = {\n", p, nprof, p);
+  for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
+  fputs("};\n", out);
+  P->nprof = nprof;
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof};
   fputs(kbuf, out);
   /* guard, shapes, scratch, run */
   FILE *save = e->k;
@@ -2038,7 +2099,8 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
   fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nuser_out, g->nsyms,
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
-  fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n};\n", out);
+  fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n};\n", F.nprof);
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {
@@ -2060,6 +2122,7 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
   Value *tan = bwd->inputs[bwd->ninputs - 1];
   fprintf(out, "const gg_train_desc gg__train = {\n  %d, %d, gg_grad_weight, gg_grad_names, gg_grad_dtypes, gg_grad_ndims,\n", F.nouts - nuser_out, B.nouts);
   fprintf(out, "  %s, %d, gg_b_output_shape, gg_b_scratch_bytes, gg_b_run,\n", dl_dtype(tan->dtype), tan->rank);
-  fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n};\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
+  fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
+  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n};\n", B.nprof);
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GG_EXPORT __attribute__((visibility("default")))
@@ -130,6 +131,39 @@ uint16_t gg_f2h(float f) {
   return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(m - 1024);
 }
 
+/* ---------------------------------------------------------------- profile */
+
+bool gg_rt_prof_on;
+static _Thread_local double prof_last;
+static int64_t prof_runs[2];
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+
+void gg_rt_tick(double *slot) {
+  double t = now_s();
+  if (slot) *slot += t - prof_last;   /* concurrent runs of one model blur the figures; they never crash */
+  prof_last = t;
+}
+
+/* The profile, on stderr: the nodes that took the most time, over every run since gg_open. */
+static void prof_report(const char *what, int n, const double *prof, const char *const *names, int64_t runs) {
+  if (!n || !runs) return;
+  int order[64], k = 0;
+  double total = 0;
+  for (int i = 0; i < n; i++) total += prof[i];
+  for (int i = 0; i < n; i++) {   /* the 20 largest, by insertion */
+    int j;
+    if (k < 20) j = k++;
+    else if (prof[i] <= prof[order[19]]) continue;
+    else j = 19;
+    while (j > 0 && prof[order[j - 1]] < prof[i]) { order[j] = order[j - 1]; j--; }
+    order[j] = i;
+  }
+  fprintf(stderr, "gcc-graph profile: %s, %lld runs, %.3f ms per run; the nodes that took the most:\n", what, (long long)runs, 1e3 * total / (double)runs);
+  for (int i = 0; i < k; i++)
+    fprintf(stderr, "  %9.3f ms %5.1f%%  %s\n", 1e3 * prof[order[i]] / (double)runs, total > 0 ? 100 * prof[order[i]] / total : 0, names[order[i]]);
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 GG_EXPORT const char *gg_metadata(void) { return gg__metadata; }
@@ -140,6 +174,10 @@ GG_EXPORT int gg_num_mutated_buffers(void) { return gg__desc.nmutable; }
 
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
+  if (gg_rt_prof_on) {
+    prof_report(gg__train.ngrads ? "forward" : "run", gg__desc.nprof, gg__desc.prof, gg__desc.prof_names, prof_runs[0]);
+    prof_report("backward", gg__train.nprof, gg__train.prof, gg__train.prof_names, prof_runs[1]);
+  }
   if (m->map) munmap(m->map, m->maplen);
   for (int i = 0; i < gg__desc.nmutable; i++) free(m->mut[i]);
   free(m->mut);
@@ -158,6 +196,8 @@ GG_EXPORT void gg_close(gg_model *m) {
 GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t errlen) {
   const gg_model_desc *d = &gg__desc;
   *out = NULL;
+  const char *pe = getenv("GCC_GRAPH_PROFILE");
+  gg_rt_prof_on = pe && *pe && strcmp(pe, "0");
   gg_model *m = calloc(1, sizeof *m);
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
@@ -251,6 +291,7 @@ static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *
   if (scratch) {
     if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
     why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
+    prof_runs[0]++;
     if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
     scratch_give(m, scratch, (size_t)bytes);
   }
@@ -471,6 +512,7 @@ GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_
   unsigned char *scratch = scratch_take(m, (size_t)bytes);
   if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
   const char *why = gg__train.run(m->w, m->mut, in, outs, scratch, st->sym);
+  prof_runs[1]++;
   scratch_give(m, scratch, (size_t)bytes);
   if (why) return gg_rt_fail(err, errlen, "%s", why);
   st->has_grads = true;

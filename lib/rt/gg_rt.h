@@ -38,6 +38,9 @@ typedef struct gg_model_desc {
   int64_t (*scratch_bytes)(const int64_t *sym);
   /* NULL on success, else why the run stopped (an index out of range) */
   const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
+  int nprof;                     /* GCC_GRAPH_PROFILE: per node, accumulated seconds and names */
+  double *prof;
+  const char *const *prof_names;
 } gg_model_desc;
 
 /* A training model (compile --train): the forward (gg__desc) also writes the values the backward
@@ -56,11 +59,20 @@ typedef struct gg_train_desc {
   const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
   int optimizer;                 /* 0 none, 1 SGD, 2 Adam */
   double lr, momentum, weight_decay, beta1, beta2, eps;
+  int nprof;
+  double *prof;
+  const char *const *prof_names;
 } gg_train_desc;
 
 extern const gg_model_desc gg__desc;
 extern const gg_train_desc gg__train;
 extern const char gg__metadata[];
+
+/* Profiling (GCC_GRAPH_PROFILE=1 in the environment when the model is opened): the run body ticks a
+ * clock after each node, adding the time since the last tick to the node's slot. */
+extern bool gg_rt_prof_on;
+void gg_rt_tick(double *slot);
+#define GG_TICK(slot) do { if (gg_rt_prof_on) gg_rt_tick(slot); } while (0)
 
 /* Guard messages. Returns 1. */
 int gg_rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
