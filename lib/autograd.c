@@ -518,12 +518,46 @@ static int conv_rule(Ad *a, Node *n) {
   }
   Value *gx = NULL, *gw = NULL;
   if (!tr) {
-    int64_t op[3];
-    for (int i = 0; i < nsp; i++) op[i] = (in[i] + 2 * pd[i] - dl[i] * (K[i] - 1) - 1) % st[i];
-    if (a->diff[x->id])
+    int64_t op[3], fpd[3];
+    bool unit = true;
+    for (int i = 0; i < nsp; i++) {
+      op[i] = (in[i] + 2 * pd[i] - dl[i] * (K[i] - 1) - 1) % st[i];
+      fpd[i] = dl[i] * (K[i] - 1) - pd[i];
+      unit &= st[i] == 1 && fpd[i] >= 0;
+    }
+    if (a->diff[x->id] && unit) {
+      /* stride 1: a plain convolution of g with the kernel flipped and its channels swapped (within
+       * each group), which runs on the forward's fast path */
+      Arena *ar = c->arena;
+      int64_t co, cig;
+      expr_is_const(w->sizes[0], &co);
+      expr_is_const(w->sizes[1], &cig);
+      const Expr *s5[6] = {expr_const(ar, groups), expr_const(ar, co / groups), w->sizes[1]}, *s4[5] = {expr_const(ar, groups * cig), expr_const(ar, co / groups)};
+      for (int i = 0; i < nsp; i++) s5[3 + i] = s4[2 + i] = w->sizes[2 + i];
+      int64_t perm[6] = {0, 2, 1, 3, 4, 5}, flip[3] = {2, 3, 4};
+      Value *w5 = reshape(a, w, 3 + nsp, s5);
+      Value *wp = w5 ? CALL(&a->r, NULL, "permute", "self", T(w5), "dims", INTS(&a->r, 3 + nsp, perm)) : NULL;
+      Value *w4 = reshape(a, wp, 2 + nsp, s4);
+      Value *wf = w4 ? CALL(&a->r, NULL, "flip", "self", T(w4), "dims", INTS(&a->r, nsp, flip)) : NULL;
+      gx = wf ? CALL(&a->r, NULL, "convolution", "input", T(gb), "weight", T(wf), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding",
+                     INTS(&a->r, nsp, fpd), "dilation", INTS(&a->r, nsp, dl), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero),
+                     "groups", INT(&a->r, groups)) : NULL;
+    } else if (a->diff[x->id])
       gx = CALL(&a->r, NULL, "convolution", "input", T(gb), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),
                 "dilation", INTS(&a->r, nsp, dl), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op), "groups", INT(&a->r, groups));
-    if (a->diff[w->id]) gw = conv_weight_grad(a, xb, gb, nsp, st, pd, dl, groups, K);
+    if (a->diff[w->id] || (b && a->diff[b->id])) {   /* weight and bias: one convolution_backward */
+      Arg mask = {.k = AK_BOOLS, .n = 3};
+      mask.u.bs = arena_array(c->arena, 4, sizeof *mask.u.bs);
+      mask.u.bs[1] = a->diff[w->id];
+      mask.u.bs[2] = b && a->diff[b->id];
+      Value *o = CALL(&a->r, NULL, "convolution_backward", "grad_output", T(gb), "input", T(xb), "weight", T(w), "stride", INTS(&a->r, nsp, st), "padding",
+                      INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, dl), "transposed", BO(false), "output_padding", INTS(&a->r, nsp, zero), "groups",
+                      INT(&a->r, groups), "output_mask", mask);
+      if (!o) return -1;
+      if (a->diff[w->id]) gw = o->def->outs[1];
+      if (mask.u.bs[2] && acc(a, b, o->def->outs[2])) return -1;
+      b = NULL;   /* done */
+    }
   } else {   /* y = conv_transpose(x, w): x's gradient is conv(g, w); w's is the plain rule with g as the input */
     if (a->diff[x->id])
       gx = CALL(&a->r, NULL, "convolution", "input", T(gb), "weight", T(w), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding", INTS(&a->r, nsp, pd),

@@ -1171,6 +1171,49 @@ int emit_conv(Em *e, Node *n) {
   return 0;
 }
 
+/* convolution_backward: the weight's and bias's gradients through the runtime (the input's gradient
+ * is a transposed convolution, which autograd writes as one) */
+int emit_conv_backward(Em *e, Node *n) {
+  const Arg *mask = &n->args[ops_arg_index(n->op, "output_mask")];
+  if (mask->u.bs[0]) return efail(e, n, "compiled code takes input gradients from transposed convolutions, not convolution_backward");
+  Value *gv = n->args[0].u.t, *xv = n->args[1].u.t, *wv = n->args[2].u.t;
+  if (gv->dtype != DT_F32 && gv->dtype != DT_F64) return efail(e, n, "convolution gradients in %s are not supported in compiled code", dtype_name(gv->dtype));
+  TV *gy = contiguous_of(e, n, gv), *x = contiguous_of(e, n, xv), *w = tv_of(e, n, wv);
+  if (!gy || !x || !w) return -1;
+  TV *dw = mask->u.bs[1] ? alloc_value(e, n->outs[1]) : NULL, *db = mask->u.bs[2] ? alloc_value(e, n->outs[2]) : NULL;
+  int nsp = x->rank - 2;
+  const Arg *sa = &n->args[ops_arg_index(n->op, "stride")], *pa = &n->args[ops_arg_index(n->op, "padding")], *da = &n->args[ops_arg_index(n->op, "dilation")];
+  const Expr *one = C(e, 1), *zero = C(e, 0);
+  const Expr *in[3] = {one, one, one}, *k[3] = {one, one, one}, *os[3] = {one, one, one}, *st[3] = {one, one, one}, *pd[3] = {zero, zero, zero}, *dl[3] = {one, one, one};
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    in[j] = x->sizes[2 + i];
+    k[j] = w->sizes[2 + i];
+    os[j] = gy->sizes[2 + i];
+    st[j] = list_at(sa, i);
+    pd[j] = list_at(pa, i);
+    dl[j] = list_at(da, i);
+  }
+  const Expr *groups = n->args[ops_arg_index(n->op, "groups")].u.i;
+  const Expr *icg = expr_bin(e->a, E_FLOORDIV, x->sizes[1], groups), *ocg = expr_bin(e->a, E_FLOORDIV, w->sizes[0], groups);
+  const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]), *osp = MUL(e, MUL(e, os[0], os[1]), os[2]);
+  int col = new_stor(e, S_SCRATCH, 0, gy->dt, MUL(e, MUL(e, icg, ksp), osp));
+  int tmp = new_stor(e, S_SCRATCH, 0, gy->dt, MUL(e, MUL(e, icg, ksp), ocg));
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "convolution weight gradient (im2col + GEMM)");
+  const char *T = ctype(gy->dt);
+  fprintf(f, "static void k%d(%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp, const int64_t *s) {\n  (void)s;\n", id, T, T, T, T, T, T);
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, false};\n",
+          cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, w->sizes[0]), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
+          cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
+          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]));
+  fprintf(f, "  gg_rt_conv_wgrad_%s(&c, x, dy, dw, db, col, tmp);\n}\n", gy->dt == DT_F32 ? "f32" : "f64");
+  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, %s, s);\n", id, dw ? sname(e, dw->stor) : "NULL", db ? sname(e, db->stor) : "NULL", sname(e, x->stor),
+          sname(e, gy->stor), sname(e, col), sname(e, tmp));
+  return 0;
+}
+
 static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const Expr *st[2], const Expr *pd[2], const Expr *dl[2], bool cip, int64_t divisor) {
   Value *xv = n->args[0].u.t, *y = n->outs[0];
   if (y->dtype != DT_F32 && y->dtype != DT_F64) return efail(e, n, "pooling in %s is not supported in compiled code", dtype_name(y->dtype));

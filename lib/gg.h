@@ -329,6 +329,7 @@ typedef struct RArg {      /* an evaluated argument */
   double f;
   double *fs;
   bool b;
+  bool *bs;
   const char *s;
   int code;
 } RArg;

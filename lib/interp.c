@@ -1077,6 +1077,63 @@ int eval_loss(E *e) {
   return 0;
 }
 
+/* The gradients of a plain convolution (as output_mask asks): every output element's gradient
+ * flows back along the same index arithmetic as eval_conv's sum. */
+int eval_conv_backward(E *e) {
+  Interp *I = e->I;
+  Tensor *gy = T(e, "grad_output"), *x = T(e, "input"), *w = T(e, "weight");
+  int nsp = w->rank - 2;
+  int64_t g = I64(e, "groups", 1);
+  int64_t st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, os[3] = {1, 1, 1};
+  RArg *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation"), *ma = A(e, "output_mask");
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    st[j] = sa->is[sa->n == 1 ? 0 : i];
+    pd[j] = pa->is[pa->n == 1 ? 0 : i];
+    dl[j] = da->is[da->n == 1 ? 0 : i];
+    in[j] = x->sizes[2 + i];
+    k[j] = w->sizes[2 + i];
+    os[j] = gy->sizes[2 + i];
+  }
+  int64_t Nb = x->sizes[0], Cin = x->sizes[1], Cout = w->sizes[0], Cin_g = Cin / g, Cout_g = Cout / g;
+  int64_t isp = in[0] * in[1] * in[2], ksp = k[0] * k[1] * k[2];
+  double *xv = read_f64(I, x), *wv = read_f64(I, w), *gv = read_f64(I, gy);
+  double *gx = arena_array(I->c->arena, (size_t)tensor_numel(x) + 1, sizeof *gx);
+  double *gw = arena_array(I->c->arena, (size_t)tensor_numel(w) + 1, sizeof *gw);
+  double *gb = arena_array(I->c->arena, (size_t)Cout + 1, sizeof *gb);
+  for (int64_t n = 0; n < Nb; n++)
+    for (int64_t oc = 0; oc < Cout; oc++) {
+      int64_t grp = oc / Cout_g;
+      for (int64_t o0 = 0; o0 < os[0]; o0++)
+        for (int64_t o1 = 0; o1 < os[1]; o1++)
+          for (int64_t o2 = 0; o2 < os[2]; o2++) {
+            double d = gv[((n * Cout + oc) * os[0] + o0) * os[1] * os[2] + o1 * os[2] + o2];
+            gb[oc] += d;
+            for (int64_t ic = 0; ic < Cin_g; ic++) {
+              int64_t xo = (n * Cin + grp * Cin_g + ic) * isp, wo = (oc * Cin_g + ic) * ksp;
+              for (int64_t k0 = 0; k0 < k[0]; k0++) {
+                int64_t i0 = o0 * st[0] - pd[0] + k0 * dl[0];
+                if (i0 < 0 || i0 >= in[0]) continue;
+                for (int64_t k1 = 0; k1 < k[1]; k1++) {
+                  int64_t i1 = o1 * st[1] - pd[1] + k1 * dl[1];
+                  if (i1 < 0 || i1 >= in[1]) continue;
+                  for (int64_t k2 = 0; k2 < k[2]; k2++) {
+                    int64_t i2 = o2 * st[2] - pd[2] + k2 * dl[2];
+                    if (i2 < 0 || i2 >= in[2]) continue;
+                    int64_t xi = xo + (i0 * in[1] + i1) * in[2] + i2, wi = wo + (k0 * k[1] + k1) * k[2] + k2;
+                    gx[xi] += d * wv[wi];
+                    gw[wi] += d * xv[xi];
+                  }
+                }
+              }
+            }
+          }
+    }
+  double *res[3] = {gx, gw, gb};
+  for (int i = 0; i < 3; i++) if (ma->n > i && ma->bs[i]) write_f64(e->outs[i], res[i]);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- views */
 
 /* PyTorch's computeStride: strides for viewing t as sizes without copying, or false. */
@@ -1831,6 +1888,7 @@ static int eval_args(Interp *I, Node *n, RArg *ra) {
     case AK_FLOAT: r->f = a->u.f; break;
     case AK_FLOATS: r->fs = a->u.fs; break;
     case AK_BOOL: r->b = a->u.b; break;
+    case AK_BOOLS: r->bs = a->u.bs; break;
     case AK_STR: case AK_DEVICE: r->s = a->u.s; break;
     default: r->code = a->u.code; break;
     }

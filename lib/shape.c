@@ -392,6 +392,17 @@ int shape_conv(S *s) {
   return 0;
 }
 
+/* the gradients of a plain convolution: the input's, the weight's and the bias's shapes */
+int shape_conv_backward(S *s) {
+  Value *gy = tensor(s, "grad_output"), *x = tensor(s, "input"), *w = tensor(s, "weight");
+  if (bool_arg(s, "transposed")) return fail(s, "%s", "gradients of a transposed convolution are not supported by this op");
+  if (x->rank != w->rank || gy->rank != x->rank) return fail(s, "%s", "grad_output, input and weight must have the same rank (batched)");
+  set_out(s, 0, gy->dtype, x->rank, x->sizes);
+  set_out(s, 1, gy->dtype, w->rank, w->sizes);
+  set_out(s, 2, gy->dtype, 1, w->sizes);
+  return 0;
+}
+
 static const Expr *pool_out(S *s, const Expr *in, int64_t k, int64_t st, int64_t pd, int64_t dl, bool ceil_mode) {
   int64_t iv;
   if (expr_is_const(in, &iv)) {

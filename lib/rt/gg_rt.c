@@ -685,7 +685,42 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
 DEPTHWISE(depthwise_f32, float)
 DEPTHWISE(depthwise_f64, double)
 
-/* im2col: col[(ic, k0, k1, k2), (o0, o1, o2)] = x[ic, o*stride - pad + k*dil] or 0 outside */
+/* im2col: col[(ic, k0, k1, k2), (o0, o1, o2)] = x[ic, o*stride - pad + k*dil] or 0 outside, for icg
+ * channels of one image (x points at the group's first channel) */
+#define IM2COL(T)                                                                                     \
+  static void im2col_##T(const gg_conv *c, const T *xg, int64_t icg, T *col) {                        \
+    int64_t osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];               \
+    _Pragma("omp parallel for collapse(2) schedule(static)")                                          \
+    for (int64_t ic = 0; ic < icg; ic++)                                                              \
+      for (int64_t kk = 0; kk < ksp; kk++) {                                                          \
+        int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];        \
+        T *row = col + (ic * ksp + kk) * osp;                                                         \
+        /* the o2 range whose input column o2*s + off lies inside the row: no test per element */     \
+        int64_t s2 = c->stride[2], off = k2 * c->dil[2] - c->pad[2];                                  \
+        int64_t lo = off >= 0 ? 0 : (-off + s2 - 1) / s2, hi = c->in[2] - 1 - off < 0 ? 0 : (c->in[2] - 1 - off) / s2 + 1;\
+        if (hi > c->out[2]) hi = c->out[2];                                                           \
+        if (lo > hi) lo = hi;                                                                         \
+        for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                                  \
+          int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                                \
+          for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                \
+            int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                              \
+            T *r = row + (o0 * c->out[1] + o1) * c->out[2];                                           \
+            if (i0 < 0 || i0 >= c->in[0] || i1 < 0 || i1 >= c->in[1]) {                               \
+              memset(r, 0, sizeof(T) * (size_t)c->out[2]);                                            \
+              continue;                                                                               \
+            }                                                                                         \
+            const T *xr = xg + (ic * c->in[0] * c->in[1] + i0 * c->in[1] + i1) * c->in[2] + off;      \
+            for (int64_t o2 = 0; o2 < lo; o2++) r[o2] = 0;                                            \
+            if (s2 == 1) memcpy(r + lo, xr + lo, sizeof(T) * (size_t)(hi - lo));                      \
+            else for (int64_t o2 = lo; o2 < hi; o2++) r[o2] = xr[o2 * s2];                            \
+            for (int64_t o2 = hi; o2 < c->out[2]; o2++) r[o2] = 0;                                    \
+          }                                                                                           \
+        }                                                                                             \
+      }                                                                                               \
+  }
+IM2COL(float)
+IM2COL(double)
+
 #define CONV(NAME, T, GEMMF, DW)                                                                      \
   void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {                 \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
@@ -697,33 +732,7 @@ DEPTHWISE(depthwise_f64, double)
         const T *xg = x + (n * c->Cin + g * icg) * isp;                                               \
         T *yg = y + (n * c->Cout + g * ocg) * osp;                                                    \
         if (!c->transposed) {                                                                         \
-          _Pragma("omp parallel for collapse(2) schedule(static)")                                    \
-          for (int64_t ic = 0; ic < icg; ic++)                                                        \
-            for (int64_t kk = 0; kk < ksp; kk++) {                                                    \
-              int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];  \
-              T *row = col + (ic * ksp + kk) * osp;                                                   \
-              /* the o2 range whose input column o2*s + off lies inside the row: no test per element */ \
-              int64_t s2 = c->stride[2], off = k2 * c->dil[2] - c->pad[2];                              \
-              int64_t lo = off >= 0 ? 0 : (-off + s2 - 1) / s2, hi = c->in[2] - 1 - off < 0 ? 0 : (c->in[2] - 1 - off) / s2 + 1; \
-              if (hi > c->out[2]) hi = c->out[2];                                                     \
-              if (lo > hi) lo = hi;                                                                   \
-              for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                            \
-                int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                          \
-                for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                          \
-                  int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                        \
-                  T *r = row + (o0 * c->out[1] + o1) * c->out[2];                                     \
-                  if (i0 < 0 || i0 >= c->in[0] || i1 < 0 || i1 >= c->in[1]) {                        \
-                    memset(r, 0, sizeof(T) * (size_t)c->out[2]);                                      \
-                    continue;                                                                         \
-                  }                                                                                   \
-                  const T *xr = xg + (ic * c->in[0] * c->in[1] + i0 * c->in[1] + i1) * c->in[2] + off; \
-                  for (int64_t o2 = 0; o2 < lo; o2++) r[o2] = 0;                                      \
-                  if (s2 == 1) memcpy(r + lo, xr + lo, sizeof(T) * (size_t)(hi - lo));                \
-                  else for (int64_t o2 = lo; o2 < hi; o2++) r[o2] = xr[o2 * s2];                      \
-                  for (int64_t o2 = hi; o2 < c->out[2]; o2++) r[o2] = 0;                              \
-                }                                                                                     \
-              }                                                                                       \
-            }                                                                                         \
+          im2col_##T(c, xg, icg, col);                                                                \
           /* y[oc, o] = w[oc, (ic,k)] @ col[(ic,k), o] */                                             \
           GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, col, osp, 1, yg);         \
         } else {                                                                                      \
@@ -757,6 +766,62 @@ DEPTHWISE(depthwise_f64, double)
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)
 CONV(gg_rt_conv_f64, double, gg_rt_dgemm, depthwise_f64)
+
+/* The weight's (and bias's) gradient of a plain convolution: per image and group, dw += dy (ocg x osp)
+ * @ col(x)^T (osp x icg*k), col the forward's im2col; depthwise convolutions sum directly. */
+#define CONV_WGRAD(NAME, T, GEMMF)                                                                    \
+  void NAME(const gg_conv *c, const T *x, const T *dy, T *dw, T *db, T *col, T *tmp) {               \
+    int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
+    int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups, icg = c->Cin / G, ocg = c->Cout / G;   \
+    if (db) {                                                                                         \
+      _Pragma("omp parallel for schedule(static)")                                                    \
+      for (int64_t oc = 0; oc < c->Cout; oc++) {                                                      \
+        double a = 0;                                                                                 \
+        for (int64_t n = 0; n < c->N; n++)                                                            \
+          for (int64_t o = 0; o < osp; o++) a += dy[(n * c->Cout + oc) * osp + o];                    \
+        db[oc] = (T)a;                                                                                \
+      }                                                                                               \
+    }                                                                                                 \
+    if (!dw) return;                                                                                  \
+    if (icg == 1 && ocg == 1 && G > 1) {                                                              \
+      _Pragma("omp parallel for schedule(static)")                                                    \
+      for (int64_t ch = 0; ch < c->Cout; ch++)                                                        \
+        for (int64_t kk = 0; kk < ksp; kk++) {                                                        \
+          int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];      \
+          double a = 0;                                                                               \
+          for (int64_t n = 0; n < c->N; n++) {                                                        \
+            const T *xp = x + (n * c->Cin + ch) * isp, *gp = dy + (n * c->Cout + ch) * osp;           \
+            for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                              \
+              int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                            \
+              if (i0 < 0 || i0 >= c->in[0]) continue;                                                 \
+              for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                            \
+                int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                          \
+                if (i1 < 0 || i1 >= c->in[1]) continue;                                               \
+                const T *xr = xp + (i0 * c->in[1] + i1) * c->in[2], *gr = gp + (o0 * c->out[1] + o1) * c->out[2]; \
+                for (int64_t o2 = 0; o2 < c->out[2]; o2++) {                                          \
+                  int64_t i2 = o2 * c->stride[2] - c->pad[2] + k2 * c->dil[2];                        \
+                  if (i2 >= 0 && i2 < c->in[2]) a += (double)gr[o2] * xr[i2];                         \
+                }                                                                                     \
+              }                                                                                       \
+            }                                                                                         \
+          }                                                                                           \
+          dw[ch * ksp + kk] = (T)a;                                                                   \
+        }                                                                                             \
+      return;                                                                                         \
+    }                                                                                                 \
+    int64_t wn = ocg * icg * ksp;                                                                     \
+    memset(dw, 0, sizeof(T) * (size_t)(c->Cout * icg * ksp));                                         \
+    for (int64_t n = 0; n < c->N; n++)                                                                \
+      for (int64_t g = 0; g < G; g++) {                                                               \
+        im2col_##T(c, x + (n * c->Cin + g * icg) * isp, icg, col);                                    \
+        GEMMF(ocg, icg * ksp, osp, dy + (n * c->Cout + g * ocg) * osp, osp, 1, col, 1, osp, tmp);     \
+        T *d = dw + g * wn;                                                                           \
+        _Pragma("omp parallel for schedule(static) if(wn > 32768)")                                   \
+        for (int64_t i = 0; i < wn; i++) d[i] += tmp[i];                                              \
+      }                                                                                               \
+  }
+CONV_WGRAD(gg_rt_conv_wgrad_f32, float, gg_rt_sgemm)
+CONV_WGRAD(gg_rt_conv_wgrad_f64, double, gg_rt_dgemm)
 
 /* ---------------------------------------------------------------- pooling */
 

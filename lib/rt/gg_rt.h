@@ -111,6 +111,10 @@ typedef struct gg_conv {
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch);
 /* col (the im2col buffer) holds (C/groups) * kernel * spatial elements: the emitter sizes it. */
+/* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
+ * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
+void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);
+void gg_rt_conv_wgrad_f64(const gg_conv *c, const double *x, const double *dy, double *dw, double *db, double *col, double *tmp);
 
 /* Pooling over the last two dims of contiguous planes (1-d pooling has H = 1). */
 typedef struct gg_pool {
