@@ -655,12 +655,15 @@ static int list_ops(FILE *f) {
              "Each row is PyTorch's own schema, which gives argument names, order and defaults. Every op runs\n"
              "under the interpreter (`gcc-graph run --interpret`). *Compiled as* says what `gcc-graph compile` does\n"
              "with it: a **kernel** of the core set (C/OpenMP, or BLAS), a **view** (strides only, no copy), or\n"
-             "**rewritten** into core-set ops first (`docs/decompositions.md`).\n\n"
-             "| op | what it computes | compiled as | schema |\n|---|---|---|---|\n", ops_count());
+             "**rewritten** into core-set ops first (`docs/decompositions.md`). *Gradient* says how `--train`\n"
+             "differentiates it (`docs/training.md`): by its own **rule** (checked against finite differences), as the\n"
+             "ops it is **rewritten** into, or **none** (no gradient flows through it: integer results, or no rule yet).\n\n"
+             "| op | what it computes | compiled as | gradient | schema |\n|---|---|---|---|---|\n", ops_count());
   for (int i = 0; i < ops_count(); i++) {
     const OpDef *op = ops_at(i);
     const char *how = decompose_has_rule(op->name) ? "rewritten" : op->view || !strcmp(op->name, "_unsafe_view") ? "view" : "kernel";
-    fprintf(f, "| `aten.%s` | %s | %s | `%s` |\n", op->name, op->doc, how, op->schema);
+    const char *grad = autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none";
+    fprintf(f, "| `aten.%s` | %s | %s | %s | `%s` |\n", op->name, op->doc, how, grad, op->schema);
   }
   return 0;
 }

@@ -179,7 +179,9 @@ static int unary(Ad *a, Node *n) {
            !strcmp(op, "native_dropout") || !strcmp(op, "detach"))
     d = g;   /* dropout reaches here only when it is the identity (eval, or p = 0) */
   else if (!strcmp(op, "rsub.Scalar")) d = mulf(a, g, -rw_farg(n, "alpha", 1));
-  else if (!strcmp(op, "frac")) d = g;
+  else if (!strcmp(op, "frac") || !strcmp(op, "remainder.Scalar") || !strcmp(op, "fmod.Scalar") || !strcmp(op, "type_as") || !strcmp(op, "to.device")) d = g;
+  else if (!strcmp(op, "sub.Scalar")) d = g;
+  else if (!strcmp(op, "div.Scalar")) d = mulf(a, g, 1 / rw_farg(n, "other", 1));
   else if (!strcmp(op, "sinh")) d = mul(a, g, unop(a, "cosh", x));
   else if (!strcmp(op, "cosh")) d = mul(a, g, unop(a, "sinh", x));
   else if (!strcmp(op, "tan")) d = mul(a, g, binf(a, "add.Tensor", mul(a, y, y), 1));
@@ -236,8 +238,8 @@ static int binary(Ad *a, Node *n) {
     return (a->diff[x->id] && acc(a, x, binop(a, "div.Tensor", g, o))) ||
            (a->diff[o->id] && acc(a, o, mulf(a, binop(a, "div.Tensor", mul(a, g, y), o), -1)));
   }
-  if (!strcmp(op, "maximum") || !strcmp(op, "minimum")) {   /* ties share the gradient, as in PyTorch */
-    Value *win = binop(a, !strcmp(op, "maximum") ? "gt.Tensor" : "lt.Tensor", x, o), *tie = binop(a, "eq.Tensor", x, o);
+  if (!strcmp(op, "maximum") || !strcmp(op, "minimum") || !strcmp(op, "max.other") || !strcmp(op, "min.other")) {   /* ties share the gradient, as in PyTorch */
+    Value *win = binop(a, !strncmp(op, "max", 3) ? "gt.Tensor" : "lt.Tensor", x, o), *tie = binop(a, "eq.Tensor", x, o);
     Value *half = mulf(a, keep(a, tie, g), 0.5);
     Value *lose = win ? unop(a, "logical_not", binop(a, "logical_or", win, tie)) : NULL;
     return (a->diff[x->id] && acc(a, x, binop(a, "add.Tensor", keep(a, win, g), half))) ||
@@ -256,6 +258,11 @@ static int atan2_rule(Ad *a, Node *n) {   /* d/dx = o / (x^2 + o^2), d/do = -x /
 static int where_rule(Ad *a, Node *n) {
   Value *c = rw_targ(n, "condition"), *g = G(a, n, 0);
   const char *op = n->op->name;
+  if (!strcmp(op, "masked_fill.Tensor")) {
+    Value *m = rw_targ(n, "mask"), *v = rw_targ(n, "value");
+    if (acc(a, rw_targ(n, "self"), CALL(&a->r, NULL, "where.ScalarSelf", "condition", T(m), "self", FL(0), "other", T(g)))) return -1;
+    return v && a->diff[v->id] ? acc(a, v, keep(a, m, g)) : 0;
+  }
   if (!strcmp(op, "masked_fill.Scalar"))
     return acc(a, rw_targ(n, "self"), CALL(&a->r, NULL, "where.ScalarSelf", "condition", T(rw_targ(n, "mask")), "self", FL(0), "other", T(g)));
   Value *x = rw_targ(n, "self"), *o = rw_targ(n, "other");
@@ -444,13 +451,15 @@ static int matmul_rule(Ad *a, Node *n) {
     }
     return b ? acc(a, b, g) : 0;
   }
-  if (!strcmp(op, "addmm")) {   /* y = beta self + alpha m1 m2 */
-    Value *s = rw_targ(n, "self"), *m1 = rw_targ(n, "mat1"), *m2 = rw_targ(n, "mat2");
+  if (!strcmp(op, "addmm") || !strcmp(op, "baddbmm")) {   /* y = beta self + alpha m1 m2 */
+    bool b3 = op[0] == 'b';
+    Value *s = rw_targ(n, "self"), *m1 = rw_targ(n, b3 ? "batch1" : "mat1"), *m2 = rw_targ(n, b3 ? "batch2" : "mat2");
     double beta = rw_farg(n, "beta", 1), alpha = rw_farg(n, "alpha", 1);
     Value *ga = mulf(a, g, alpha);
     if (s && acc(a, s, mulf(a, g, beta))) return -1;
-    if (a->diff[m1->id] && acc(a, m1, CALL(&a->r, NULL, "mm", "self", T(ga), "mat2", T(unop(a, "t", m2))))) return -1;
-    return a->diff[m2->id] ? acc(a, m2, CALL(&a->r, NULL, "mm", "self", T(unop(a, "t", m1)), "mat2", T(ga))) : 0;
+    const char *mmop = b3 ? "bmm" : "mm";
+    if (a->diff[m1->id] && acc(a, m1, CALL(&a->r, NULL, mmop, "self", T(ga), "mat2", T(mT(a, m2))))) return -1;
+    return a->diff[m2->id] ? acc(a, m2, CALL(&a->r, NULL, mmop, "self", T(mT(a, m1)), "mat2", T(ga))) : 0;
   }
   Value *x = n->args[0].u.t, *w = n->args[1].u.t;
   if (!strcmp(op, "mm")) {
@@ -653,6 +662,11 @@ static int max_pool_rule(Ad *a, Node *n) {
  * rules give zeros: floor, sign, ...; creation ops like full_like read only the shape) */
 static int no_gradient(Ad *a, Node *n) { (void)a; (void)n; return 0; }
 
+static int pow_scalar(Ad *a, Node *n) {   /* base ** e: d/de = y ln(base) */
+  double base = rw_farg(n, "self", 1);
+  return acc(a, rw_targ(n, "exponent"), mul(a, G(a, n, 0), mulf(a, n->outs[0], log(base))));
+}
+
 static int pow_tensor(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *e = rw_targ(n, "exponent"), *y = n->outs[0], *g = G(a, n, 0);
   if (a->diff[x->id]) {   /* g e x^(e-1) */
@@ -679,7 +693,14 @@ static int var_rule(Ad *a, Node *n) {
   double corr = co && co->k != AK_NONE ? rw_farg(n, "correction", 1) : ub && ub->k == AK_BOOL ? (ub->u.b ? 1 : 0) : 1;
   Value *m = CALL(&a->r, NULL, "mean.dim", "self", T(x), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true));
   Value *xc = binop(a, "sub.Tensor", x, m);
-  return acc(a, x, mul(a, unreduce(a, g, x, reduced, keepdim), mulf(a, xc, 2 / ((double)cnt - corr))));
+  bool std = !strncmp(n->op->name, "std", 3);
+  if (g) {   /* var: g 2 (x - mean) / (N - c); std = sqrt(var): g (x - mean) / ((N - c) std) */
+    Value *gv = std ? binop(a, "div.Tensor", mulf(a, g, 0.5), n->outs[0]) : g;
+    if (acc(a, x, mul(a, unreduce(a, gv, x, reduced, keepdim), mulf(a, xc, 2 / ((double)cnt - corr))))) return -1;
+  }
+  if (n->nouts == 2 && G(a, n, 1))   /* var_mean's mean */
+    return acc(a, x, mulf(a, unreduce(a, G(a, n, 1), x, reduced, keepdim), 1.0 / (double)cnt));
+  return 0;
 }
 
 /* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
@@ -800,6 +821,10 @@ static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
   {"constant_pad_nd", pad_rule}, {"pad", pad_rule},
   {"index_select", index_rule}, {"index.Tensor", index_rule}, {"index_put", index_rule}, {"scatter.src", index_rule},
   {"scatter.value", index_rule}, {"scatter_add", index_rule}, {"select_scatter", index_rule}, {"slice_scatter", index_rule},
+  {"sub.Scalar", unary}, {"div.Scalar", unary}, {"remainder.Scalar", unary}, {"fmod.Scalar", unary}, {"type_as", unary},
+  {"to.device", unary}, {"native_dropout", unary}, {"pow.Scalar", pow_scalar}, {"masked_fill.Tensor", where_rule},
+  {"std.dim", var_rule}, {"std.correction", var_rule}, {"var_mean.correction", var_rule}, {"baddbmm", matmul_rule},
+  {"max.other", binary}, {"min.other", binary}, {"div.Tensor_mode", no_gradient}, {"floor_divide", no_gradient},
   {"floor", no_gradient}, {"ceil", no_gradient}, {"round", no_gradient}, {"trunc", no_gradient}, {"sign", no_gradient},
   {"full_like", no_gradient}, {"zeros_like", no_gradient}, {"ones_like", no_gradient}, {"empty_like", no_gradient},
   {"new_zeros", no_gradient}, {"new_ones", no_gradient}, {"new_full", no_gradient}, {"new_empty", no_gradient},

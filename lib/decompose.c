@@ -408,6 +408,12 @@ static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"nll_loss_forward", cross_entropy}, {"nll_loss_nd", cross_entropy}, {"nll_loss", cross_entropy}, {"roll", roll},
 };
 
+bool decompose_has_training_rule(const char *op) {
+  for (size_t i = 0; i < sizeof training_rules / sizeof *training_rules; i++)
+    if (!strcmp(training_rules[i].op, op)) return true;
+  return false;
+}
+
 bool decompose_has_rule(const char *op) {
   for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
     if (!strcmp(rules[i].op, op)) return true;

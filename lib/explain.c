@@ -35,6 +35,14 @@ static double matrix_flops(const Graph *g, const Node *n) {
     const Value *a = n->args[!strcmp(name, "addmm") || !strcmp(name, "baddbmm") ? 1 : 0].u.t;
     return 2 * out * (double)expr_hint(g, a->sizes[a->rank - 1]);
   }
+  if (!strcmp(name, "convolution_backward")) {   /* each gradient it computes costs what the forward did */
+    const Value *gy = n->args[0].u.t, *w = n->args[2].u.t;
+    const Arg *mask = &n->args[ops_arg_index(n->op, "output_mask")];
+    double dy = 1, k = 1;
+    for (int d = 0; d < gy->rank; d++) dy *= (double)expr_hint(g, gy->sizes[d]);
+    for (int d = 1; d < w->rank; d++) k *= (double)expr_hint(g, w->sizes[d]);
+    return 2 * dy * k * (mask->u.bs[0] + mask->u.bs[1]);
+  }
   if (!strncmp(name, "conv", 4)) {
     const Value *x = n->args[0].u.t, *w = n->args[1].u.t;
     double k = 1;

@@ -395,7 +395,8 @@ int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
 int functionalize(Graph *g);
 int decompose(Graph *g, bool training);
-bool decompose_has_rule(const char *op);
+bool decompose_has_rule(const char *op);   /* rewritten into the core set before code generation */
+bool decompose_has_training_rule(const char *op); /* rewritten further with --train (into differentiable ops) */
 /* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters
  * that require grad (and every float user input when wrt_inputs): autograd.c. */
 int autograd(Graph *g, int loss, bool wrt_inputs);

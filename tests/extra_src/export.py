@@ -128,6 +128,14 @@ case("grad_pool", Fn(lambda s, x: (F.adaptive_avg_pool2d(x, 2), F.interpolate(x,
                                    x.flatten(2) @ s.w), ct=nn.ConvTranspose3d(3, 2, 2, stride=2)), r(2, 3, 8, 8))
 CASES[-1][1].w = nn.Parameter(torch.randn(64, 5))
 case("grad_matmul3d", Fn(lambda s, x: s.l(x) @ x.transpose(1, 2), l=nn.Linear(6, 6)), r(2, 5, 6))
+case("grad_reduce2", Fn(lambda s, x: (x.min(), *x.max(dim=1), *x.min(dim=0), x.norm(dim=-1), torch.linalg.vector_norm(x, 3, dim=0), x.std(dim=1),
+                                      x.std(), *torch.var_mean(x, dim=1, correction=0), x.flatten() @ s.w)), r(4, 5))
+CASES[-1][1].w = nn.Parameter(torch.randn(20, 3))
+case("grad_scalar_ops", Fn(lambda s, x, y, m: (x - 2.5, x / 4, torch.remainder(x, 1.5), torch.fmod(x, 1.5), x.type_as(y), 2 ** x, x.masked_fill(m, y.sum()),
+                                               torch.max(x, y), torch.min(x, y), torch.div(x, y.abs() + 3, rounding_mode="floor") * x, (x * 4) // 3 * x,
+                                               F.dropout(x, 0.0, True), torch.baddbmm(torch.ones(1, 4, 4), x[None], y.t()[None], beta=0.5, alpha=2),
+                                               x.new_empty(3).fill_(1.5) * x.sum(), F.interpolate(x[None, None], size=(8, 10), mode="nearest"))),
+     r(4, 5), r(4, 5), torch.rand(4, 5) > 0.5)
 
 # training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
 TRAIN = []
