@@ -69,7 +69,7 @@ echo "== training: autograd and both partitions under the interpreter, every der
 TR=$(ls -d tests/corpus/train*/* tests/extra/train_* tests/extra_aten/train_*)
 "$BUILD/test-golden" --train $TR >"$TMP/train" 2>&1
 tally "$TMP/train" train
-"$BUILD/test-golden" --gradcheck tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/gradcheck" 2>&1
+"$BUILD/test-golden" --gradcheck tests/corpus/*/* tests/extra/* tests/extra_aten/* tests/gradcheck/*/ >"$TMP/gradcheck" 2>&1
 tally "$TMP/gradcheck" gradcheck
 grep "derivative rules checked" "$TMP/gradcheck"
 T=tests/corpus/train/mlp_train

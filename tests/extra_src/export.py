@@ -133,7 +133,7 @@ case("grad_reduce2", Fn(lambda s, x: (x.min(), *x.max(dim=1), *x.min(dim=0), x.n
 CASES[-1][1].w = nn.Parameter(torch.randn(20, 3))
 case("grad_scalar_ops", Fn(lambda s, x, y, m: (x - 2.5, x / 4, torch.remainder(x, 1.5), torch.fmod(x, 1.5), x.type_as(y), 2 ** x, x.masked_fill(m, y.sum()),
                                                torch.max(x, y), torch.min(x, y), torch.div(x, y.abs() + 3, rounding_mode="floor") * x, (x * 4) // 3 * x,
-                                               F.dropout(x, 0.0, True), torch.baddbmm(torch.ones(1, 4, 4), x[None], y.t()[None], beta=0.5, alpha=2),
+                                               F.dropout(x, 0.0, True), torch.baddbmm(x.new_ones(1, 4, 4), x[None], y.t()[None], beta=0.5, alpha=2),
                                                x.new_empty(3).fill_(1.5) * x.sum(), F.interpolate(x[None, None], size=(8, 10), mode="nearest"))),
      r(4, 5), r(4, 5), torch.rand(4, 5) > 0.5)
 
