@@ -291,9 +291,9 @@ int compile_model(Ctx *c, const CompileOptions *o) {
     stage(&tm, "autograd");
     if (partition(g, o->tr.save_all, &bwd, &ps) || verify_graph(g) || verify_graph(bwd)) goto done;
     tm.g = bwd;
-    stage(&tm, "partition (backward)");
+    stage(&tm, "backward (partition)");
     tm.g = g;
-    dump_graph(&tm, "partition (forward)");
+    dump_graph(&tm, "forward (partition)");
   }
   /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
   int nw = 0;
@@ -346,6 +346,7 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   fclose(mf);
   if (erc) { free(src); goto done; }
   erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
+  if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/model.c", o->debug_dir), src, srclen);
   free(src);
   if (erc || write_sources(c, dir)) goto done;
   stage(&tm, "emit C");

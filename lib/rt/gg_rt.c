@@ -134,7 +134,7 @@ uint16_t gg_f2h(float f) {
 /* ---------------------------------------------------------------- profile */
 
 bool gg_rt_prof_on;
-static _Thread_local double prof_last;
+static _Thread_local double prof_last __attribute__((tls_model("initial-exec")));   /* no __tls_get_addr: the .so needs no ld.so symbols */
 static int64_t prof_runs[2];
 
 static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
