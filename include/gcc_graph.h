@@ -73,6 +73,8 @@ int gg_backward(gg_model *model, gg_train_state *state, const DLTensor *grad_los
 int gg_gradient(const gg_train_state *state, int i, const char **name, DLTensor *value);
 int gg_train_step(gg_model *model, gg_train_state *state, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs,
                   char *err, size_t errlen);
+/* Change the optimizer's learning rate (a schedule); 1 if the model has no optimizer. */
+int gg_set_learning_rate(gg_model *model, double lr);
 /* The model's weights (parameters, buffers, constants) as it holds them now: name and bytes. */
 int gg_num_weights(void);
 int gg_weight(const gg_model *model, int i, const char **name, const void **data, size_t *nbytes);

@@ -154,6 +154,18 @@ int main(int argc, char **argv) {
     }
   }
   check(exact, adam ? "one Adam step follows the formula" : "two SGD steps with momentum and weight decay follow the formula");
+  /* a learning rate of 0 leaves the weights where they are */
+  {
+    size_t n0, n1;
+    float *before = copy_weight(m, 0, &n0);
+    check(gg_set_learning_rate(m, 0) == 0, "set the learning rate");
+    gg_train_step(m, st, in, nin, &out, 1, err, sizeof err);
+    float *after = copy_weight(m, 0, &n1);
+    check(n0 == n1 && !memcmp(before, after, n0 * 4), "learning rate 0: no change");
+    free(before);
+    free(after);
+    gg_set_learning_rate(m, lr);
+  }
   /* training lowers the loss */
   check(!gg_forward(m, st, in, nin, &out, 1, err, sizeof err), "forward");
   float before = loss_value;

@@ -28,6 +28,7 @@ struct gg_model {
   void **own;               /* training: private copies of the parameters the optimizer updates */
   float **opt_m, **opt_v;   /* optimizer state per gradient: momentum / Adam moments */
   int64_t step;             /* optimizer steps taken */
+  double lr;                /* the learning rate now (--lr, or gg_set_learning_rate) */
   pthread_mutex_t lock;     /* serializes runs of models that mutate buffers */
   pthread_mutex_t pool_lock;/* scratch buffers kept between runs: fresh pages cost page faults */
   void *pool[8];
@@ -237,6 +238,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
       m->w[i] = p;
     }
   }
+  m->lr = gg__train.lr;
   /* training: the parameters with gradients get private copies, which the optimizer updates */
   for (int k = 0; k < gg__train.ngrads; k++) {
     int i = gg__train.grad_weight[k];
@@ -534,7 +536,7 @@ GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DL
 /* The optimizer's update of one float32 parameter, in one pass (PyTorch's SGD and Adam formulas). */
 static int update(gg_model *m, int k, float *p, const float *g, int64_t n) {
   const gg_train_desc *t = &gg__train;
-  float lr = (float)t->lr, wd = (float)t->weight_decay, mu = (float)t->momentum;
+  float lr = (float)m->lr, wd = (float)t->weight_decay, mu = (float)t->momentum;
   if (t->optimizer == 1 && mu == 0) {
     #pragma omp parallel for schedule(static) if(n > 32768)
     for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
@@ -582,6 +584,14 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
   }
   pthread_mutex_unlock(&m->lock);
   return rc;
+}
+
+GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
+  if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->lr = lr;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
 }
 
 GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
