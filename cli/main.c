@@ -33,6 +33,14 @@ static const char usage_main[] =
   "options:\n"
   "  -h, --help     show help (gcc-graph COMMAND --help for a command)\n"
   "  --version      show the version\n"
+  "  -fdiagnostics-color[=always|never|auto]\n"
+  "                 color \"error:\" (auto: on a terminal, unless NO_COLOR is set)\n"
+  "\n"
+  "environment:\n"
+  "  GCC_GRAPH_LOGS=CATEGORIES   log events on stderr, one line each: functionalize, decomp,\n"
+  "                 autograd, partition, fusion, schedule, memory, guards, output_code, cache, or all\n"
+  "  GCC_GRAPH_CACHE_DIR=DIR     reuse compiled models: an unchanged model rebuilds in milliseconds\n"
+  "  GCC_GRAPH_PROFILE=1         compiled models print the nodes that took the most time\n"
   "\n"
   "Exit status: 0 success, 1 bad input, 2 wrong usage.\n";
 
@@ -80,6 +88,10 @@ static const char usage_compile[] =
   "  --time-report        print the time and peak memory of each stage (like gcc -ftime-report)\n"
   "  --debug-dir DIR      write the graph after each stage (NN-stage.txt), the generated model.c\n"
   "                       and timings.txt into DIR\n"
+  "  -MD                  write a make rule naming the files OUT depends on to OUT.d (as gcc -MD -MP)\n"
+  "  -MF FILE             ... to FILE instead\n"
+  "  -j N                 C compiler processes at once (default: 2 on two or more CPUs)\n"
+  "With GCC_GRAPH_CACHE_DIR set, an unchanged model with unchanged options is copied from the cache.\n"
   "\n"
   "training (docs/training.md):\n"
   "  --train              also build the backward of the loss and compile both halves: the .so\n"
@@ -127,14 +139,24 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
   return 2;
 }
 
+/* -fdiagnostics-color=always|never|auto (as in gcc): "error:" in bold red on a terminal */
+static int diag_color = -1;   /* -1: auto */
+static bool use_color(void) {
+  if (diag_color >= 0) return diag_color;
+  const char *term = getenv("TERM");
+  return isatty(2) && term && strcmp(term, "dumb") && !getenv("NO_COLOR");
+}
+
 static int report(Ctx *c) {
-  fprintf(stderr, "%s: error: %s\n", prog, c->has_err ? c->err : "unknown failure");
+  bool col = use_color();
+  fprintf(stderr, "%s: %serror:%s %s\n", prog, col ? "\033[1;31m" : "", col ? "\033[0m" : "", c->has_err ? c->err : "unknown failure");
   return 1;
 }
 
 typedef struct Opts {
-  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir;
-  bool interpret, help, sources_only, keep, verbose, time_report;
+  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file;
+  bool interpret, help, sources_only, keep, verbose, time_report, deps;
+  long jobs;
   long iters, warmup;
   TrainOptions tr;
 } Opts;
@@ -196,6 +218,15 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "--keep") && usage == usage_compile) { o->keep = true; continue; }
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
     if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
+    if (!strcmp(a, "-MD") && usage == usage_compile) { o->deps = true; continue; }
+    if (usage == usage_compile && !strncmp(a, "-j", 2)) {   /* -j N or -jN */
+      const char *v = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
+      char *end;
+      long j = v ? strtol(v, &end, 10) : 0;
+      if (!v || *end || j < 1 || j > 256) return usage_error(usage, "bad job count in '%s'", a);
+      o->jobs = j;
+      continue;
+    }
     if (run || usage == usage_explain) {
       int t = train_opt(argc, argv, &i, o, usage, usage == usage_compile);
       if (t < 0) return 2;
@@ -216,6 +247,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (usage == usage_compile && !strcmp(a, "--cc")) slot = &o->cc;
     else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
     else if (usage == usage_compile && !strcmp(a, "--debug-dir")) slot = &o->debug_dir;
+    else if (usage == usage_compile && !strcmp(a, "-MF")) slot = &o->deps_file;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -320,7 +352,20 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
-  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr};
+  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0};
+  /* -MD: OUT.d beside the output (OUT's extension replaced, as gcc does); -MF names the file */
+  if (o.deps_file) co.deps_file = o.deps_file;
+  else if (o.deps) {
+    size_t len = strlen(o.output);
+    const char *dot = strrchr(o.output, '.'), *slash = strrchr(o.output, '/');
+    if (dot && (!slash || dot > slash)) len = (size_t)(dot - o.output);
+    static char dbuf[4096];
+    snprintf(dbuf, sizeof dbuf, "%.*s.d", (int)len, o.output);
+    co.deps_file = dbuf;
+  }
+  /* -j: the model and the runtime are compiled at once when there are two CPUs */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  co.jobs = o.jobs ? (int)o.jobs : ncpu >= 2 ? 2 : 1;
   if (!o.tr.on && (o.tr.optimizer || o.tr.loss || o.tr.save_all)) return usage_error(usage_compile, "%s", "--loss, --partition and --optimizer go with --train");
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
@@ -705,7 +750,20 @@ int main(int argc, char **argv) {
     else fputs(usage_main, stdout);
     return 0;
   }
+  /* options every command takes: colored diagnostics */
+  int n = 2;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-fdiagnostics-color") || !strcmp(a, "-fdiagnostics-color=always")) diag_color = 1;
+    else if (!strcmp(a, "-fno-diagnostics-color") || !strcmp(a, "-fdiagnostics-color=never")) diag_color = 0;
+    else if (!strcmp(a, "-fdiagnostics-color=auto")) diag_color = -1;
+    else if (!strncmp(a, "-fdiagnostics-color=", 20)) return usage_error(usage_main, "bad value in '%s' (always, never or auto)", a);
+    else argv[n++] = argv[i];
+  }
+  argc = n;
   Ctx *probe = ctx_new();
+  const char *logs = getenv("GCC_GRAPH_LOGS");
+  if (logs && gg_logs_parse(probe, logs)) { report(probe); ctx_free(probe); return 2; }
   int ok = ops_init(probe);
   if (ok) { report(probe); ctx_free(probe); return 1; }
   ctx_free(probe);

@@ -67,6 +67,8 @@ Ctx *ctx_new(void) {
   Ctx *c = calloc(1, sizeof *c);
   if (!c) { fputs("gcc-graph: out of memory\n", stderr); exit(1); }
   c->arena = arena_new();
+  const char *logs = getenv("GCC_GRAPH_LOGS");   /* checked once by the driver; here, unknown names are ignored */
+  if (logs && gg_logs_parse(c, logs)) { c->has_err = false; c->err[0] = 0; }
   return c;
 }
 
@@ -84,6 +86,47 @@ int gg_error(Ctx *c, const char *fmt, ...) {
   va_end(ap);
   c->has_err = true;
   return -1;
+}
+
+/* ---------------------------------------------------------------- logs */
+
+static const struct { const char *name; unsigned bit; } log_names[] = {
+  {"functionalize", LOG_FUNCTIONALIZE}, {"decomp", LOG_DECOMP}, {"autograd", LOG_AUTOGRAD}, {"partition", LOG_PARTITION},
+  {"fusion", LOG_FUSION}, {"schedule", LOG_SCHEDULE}, {"memory", LOG_MEMORY}, {"guards", LOG_GUARDS},
+  {"output_code", LOG_OUTPUT_CODE}, {"cache", LOG_CACHE},
+};
+
+int gg_logs_parse(Ctx *c, const char *spec) {
+  c->logs = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec ? spec : "");
+  for (char *t = strtok(buf, ", "); t; t = strtok(NULL, ", ")) {
+    if (*t == '+') t++;
+    if (!strcmp(t, "all")) { c->logs = ~0u; continue; }
+    unsigned bit = 0;
+    for (size_t i = 0; i < sizeof log_names / sizeof *log_names; i++)
+      if (!strcmp(log_names[i].name, t)) bit = log_names[i].bit;
+    if (!bit) {
+      char known[256] = "";
+      for (size_t i = 0; i < sizeof log_names / sizeof *log_names; i++) { strcat(known, log_names[i].name); strcat(known, ", "); }
+      return gg_error(c, "GCC_GRAPH_LOGS: unknown category '%s' (known: %sall)", t, known);
+    }
+    c->logs |= bit;
+  }
+  return 0;
+}
+
+void gg_log(Ctx *c, unsigned cat, const char *fmt, ...) {
+  if (!(c->logs & cat)) return;
+  const char *name = "log";
+  for (size_t i = 0; i < sizeof log_names / sizeof *log_names; i++)
+    if (log_names[i].bit == cat) name = log_names[i].name;
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[%s] %s\n", name, line);
 }
 
 const char *gg_quote(Ctx *c, const char *s) {

@@ -936,6 +936,7 @@ int autograd(Graph *g, int loss, bool wrt_inputs) {
       if (!c->has_err) gg_error(c, "%s: node %s: building the gradient of %s failed (internal error)", g->path, gg_quote(c, n->name), n->op->name);
       return -1;
     }
+    gg_log(c, LOG_AUTOGRAD, "node %s (%s): %d backward nodes", gg_quote(c, n->name), n->op->name, a->r.k);
   }
   /* outputs: one gradient per differentiated input (zeros when the loss does not depend on it) */
   OutputSpec *outs = arena_array(c->arena, (size_t)(g->noutputs + g->ninputs) + 1, sizeof *outs);

@@ -149,30 +149,34 @@ static int write_sources(Ctx *c, const char *dir) {
   return 0;
 }
 
-/* Run argv (no shell: model names never reach a command line) in dir; -1 with its output on failure. */
-static int run_tool(Ctx *c, const char *dir, char **argv, bool verbose) {
+/* Start argv (no shell: model names never reach a command line) in dir, its output into dir/log. */
+static pid_t start_tool(Ctx *c, const char *dir, char **argv, const char *log, bool verbose) {
   if (verbose) {
     fputs("gcc-graph:", stderr);
     for (char **a = argv; *a; a++) fprintf(stderr, " %s", *a);
     fputc('\n', stderr);
   }
-  char *log = arena_printf(c->arena, "%s/cc.log", dir);
   pid_t pid = fork();
-  if (pid < 0) return gg_error(c, "cannot start %s: %s", argv[0], strerror(errno));
+  if (pid < 0) { gg_error(c, "cannot start %s: %s", argv[0], strerror(errno)); return -1; }
   if (pid == 0) {
     if (chdir(dir)) _exit(127);
-    FILE *lf = freopen("cc.log", "w", stdout);
+    FILE *lf = freopen(log, "w", stdout);
     if (!lf || dup2(fileno(stdout), 2) < 0) _exit(127);
     execvp(argv[0], argv);
     _exit(127);
   }
+  return pid;
+}
+
+/* Wait for a started tool; -1 with its output on failure. */
+static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const char *log) {
   int st;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
   if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
   char buf[3000] = "";
-  FILE *f = fopen(log, "r");
+  FILE *f = fopen(arena_printf(c->arena, "%s/%s", dir, log), "r");
   if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0]) return gg_error(c, "cannot run the C compiler '%s' (give another with --cc)", argv[0]);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0]) return gg_error(c, "cannot run the C compiler '%s' (give another with --cc)", tool);
   return gg_error(c, "the C compiler failed on the generated code (internal error; please report it):\n%s", buf);
 }
 
@@ -199,7 +203,8 @@ static int copy_file(Ctx *c, const char *from, const char *to) {
 }
 
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "weights.bin", "gg_rt.c", "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "cc.log", NULL};
+  static const char *names[] = {"model.c", "weights.bin", "gg_rt.c", "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "model.o", "gg_rt.o",
+                                "cc.log", "cc_model.log", "cc_rt.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
   rmdir(dir);
@@ -210,6 +215,8 @@ static void remove_dir(const char *dir) {
 
 typedef struct Timer {
   bool on;                  /* --time-report */
+  bool tty;                 /* stderr is a terminal: progress lines once a compile takes over a second */
+  bool shown;               /* a progress line is on the screen */
   double t0, last;
   Ctx *c;
   const char *debug_dir;    /* --debug-dir: each stage's graph, numbered, and timings.txt */
@@ -235,7 +242,21 @@ static void dump_graph(Timer *t, const char *name) {
 /* One line per stage: its wall time and the process's peak memory so far (and of the C compiler,
  * a child, for the build stage), on stderr with --time-report and into DIR/timings.txt with
  * --debug-dir. name NULL: the total. */
+/* On a terminal, for compiles over a second: one line that says what runs now, rewritten in place. */
+static void progress(Timer *t, const char *what) {
+  if (!t->tty || t->on) return;
+  double now = seconds();
+  if (!what) { if (t->shown) fputs("\r\033[K", stderr); t->shown = false; return; }
+  bool cc = !strncmp(what, "building", 8);   /* the C compiler alone takes a second or more */
+  if (now - t->t0 < 1.0 && !cc) return;
+  fprintf(stderr, "\r\033[Kgcc-graph: %s (%.1f s)", what, now - t->t0);
+  t->shown = true;
+}
+
 static void stage(Timer *t, const char *name) {
+  if (name && !strcmp(name, "emit C")) progress(t, "building the .so with the C compiler");
+  else if (name && strncmp(name, "cc", 2)) progress(t, arena_printf(t->c->arena, "%s done", name));
+  else if (!name) progress(t, NULL);
   if (!t->on && !t->debug_dir) return;
   double now = seconds();
   struct rusage self, kids;
@@ -256,6 +277,64 @@ static void stage(Timer *t, const char *name) {
   t->last = now;
 }
 
+int compile_model_uncached(Ctx *c, const CompileOptions *o);
+
+/* ---------------------------------------------------------------- the cache and dependency files */
+
+static bool is_so_output(const CompileOptions *o) { return !o->sources_only; }
+
+/* The cache key: everything the output depends on. The compiler's version and every option that
+ * changes the generated code, then the model's bytes and the weights file's. */
+static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
+  Sha256 h;
+  sha256_init(&h);
+  char opts[1024];
+  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g",
+           GG_VERSION, o->cc ? o->cc : "cc", o->cflags ? o->cflags : "-O3 -fno-math-errno", o->external_weights, o->tr.on, o->tr.loss,
+           o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps);
+  sha256_update(&h, opts, strlen(opts) + 1);
+  const char *files[2] = {o->model, o->weights_file};
+  for (int i = 0; i < 2; i++) {
+    if (!files[i]) continue;
+    FILE *f = fopen(files[i], "rb");
+    if (!f) return gg_error(c, "%s: cannot open: %s", files[i], strerror(errno));
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&h, buf, n);
+    fclose(f);
+    sha256_update(&h, "|", 1);
+  }
+  sha256_hex(&h, hex);
+  return 0;
+}
+
+static int copy_file(Ctx *c, const char *from, const char *to);
+
+/* A make rule: OUT: MODEL [WEIGHTS], and an empty rule per dependency (as gcc -MP), so that a deleted
+ * model does not stop make. Spaces in names are escaped as make wants. */
+static int write_deps(Ctx *c, const CompileOptions *o) {
+  if (!o->deps_file) return 0;
+  char *tmp = arena_printf(c->arena, "%s.tmp%ld", o->deps_file, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return gg_error(c, "%s: cannot write: %s", o->deps_file, strerror(errno));
+  const char *names[3] = {o->output, o->model, o->weights_file};
+  for (int i = 0; i < 3; i++) {
+    if (!names[i]) continue;
+    if (i == 1) fputs(":", f);
+    if (i) fputc(' ', f);
+    for (const char *p = names[i]; *p; p++) { if (*p == ' ' || *p == '#') fputc('\\', f); if (*p == '$') fputc('$', f); fputc(*p, f); }
+  }
+  fputs("\n", f);
+  for (int i = 1; i < 3; i++) {
+    if (!names[i]) continue;
+    fputc('\n', f);
+    for (const char *p = names[i]; *p; p++) { if (*p == ' ' || *p == '#') fputc('\\', f); if (*p == '$') fputc('$', f); fputc(*p, f); }
+    fputs(":\n", f);
+  }
+  if (fclose(f) || rename(tmp, o->deps_file)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", o->deps_file, strerror(errno)); }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- the pipeline */
 
 int functionalize(Graph *g);
@@ -267,7 +346,34 @@ int training_graph(Graph *g, const TrainOptions *t) {
 }
 
 int compile_model(Ctx *c, const CompileOptions *o) {
-  Timer tm = {o->time_report, seconds(), seconds(), c, o->debug_dir, NULL, 0};
+  /* GCC_GRAPH_CACHE_DIR: an unchanged model with unchanged options is a copy of the .so built before */
+  const char *cache = getenv("GCC_GRAPH_CACHE_DIR");
+  char key[65] = "", *cached = NULL;
+  if (cache && *cache && is_so_output(o) && !o->keep && !o->debug_dir) {
+    if (cache_key(c, o, key)) return -1;
+    cached = arena_printf(c->arena, "%s/%s.so", cache, key);
+    if (access(cached, R_OK) == 0) {
+      gg_log(c, LOG_CACHE, "hit %s for %s", key, o->model);
+      if (o->verbose) fprintf(stderr, "gcc-graph: cache hit %s\n", cached);
+      return copy_file(c, cached, o->output) || write_deps(c, o) ? -1 : 0;
+    }
+    gg_log(c, LOG_CACHE, "miss %s for %s", key, o->model);
+  }
+  int rc0 = compile_model_uncached(c, o);
+  if (rc0) return rc0;
+  if (cached) {   /* best effort: a cache that cannot be written is no error */
+    if (mkdir(cache, 0777) && errno != EEXIST) gg_log(c, LOG_CACHE, "cannot create %s: %s", cache, strerror(errno));
+    else {
+      Ctx *quiet = ctx_new();
+      if (copy_file(quiet, o->output, cached)) gg_log(c, LOG_CACHE, "cannot store %s: %s", cached, quiet->err);
+      ctx_free(quiet);
+    }
+  }
+  return write_deps(c, o);
+}
+
+int compile_model_uncached(Ctx *c, const CompileOptions *o) {
+  Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
   /* read and check */
@@ -347,33 +453,65 @@ int compile_model(Ctx *c, const CompileOptions *o) {
   if (erc) { free(src); goto done; }
   erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
   if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/model.c", o->debug_dir), src, srclen);
+  if (!erc && GG_LOG_ON(c, LOG_OUTPUT_CODE)) {
+    gg_log(c, LOG_OUTPUT_CODE, "model.c, %zu bytes:", srclen);
+    fwrite(src, 1, srclen, stderr);
+  }
   free(src);
   if (erc || write_sources(c, dir)) goto done;
   stage(&tm, "emit C");
   if (o->sources_only) { rc = 0; stage(&tm, NULL); goto done; }
-  /* cc -shared: relative names only, so the output does not depend on the folder */
-  char *argv[96];
-  int n = 0;
-  argv[n++] = (char *)(o->cc ? o->cc : "cc");
-  n += split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", argv + n, 40);
+  /* cc: relative names only, so the output does not depend on the folder. With -j 2 or more the
+   * model and the runtime compile at once, then link; else one cc does all. */
+  char *cflags[48];
+  int nf = split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", cflags, 40);
+  const char *compile_flags[] = {"-std=gnu11", "-fPIC", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu", NULL};
   /* -z nodelete: dlclose must not unload the model (and libgomp) under OpenMP's idle worker threads */
-  const char *fixed[] = {"-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu",
-                         "-Wl,--build-id=none", "-Wl,-z,nodelete", "-o", "model.so", "model.c", "gg_rt.c", NULL};
-  for (const char **f = fixed; *f; f++) argv[n++] = (char *)*f;
+  const char *link_flags[] = {"-shared", "-Wl,--build-id=none", "-Wl,-z,nodelete", "-o", "model.so", NULL};
+  char *libs[8];
+  int nl = 0;
   /* OpenBLAS built on OpenMP shares the kernels' thread pool: link it by path when it is installed */
   static const char omp_blas[] = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
   if (access(arena_printf(c->arena, "%s/libopenblas.so.0", omp_blas), R_OK) == 0) {
-    argv[n++] = arena_printf(c->arena, "-L%s", omp_blas);
-    argv[n++] = arena_printf(c->arena, "-Wl,-rpath,%s", omp_blas);
+    libs[nl++] = arena_printf(c->arena, "-L%s", omp_blas);
+    libs[nl++] = arena_printf(c->arena, "-Wl,-rpath,%s", omp_blas);
   }
-  argv[n++] = "-lopenblas";
-  argv[n++] = "-lm";
-  argv[n] = NULL;
-  if (run_tool(c, dir, argv, o->verbose)) goto done;
+  libs[nl++] = "-lopenblas";
+  libs[nl++] = "-lm";
+  const char *cc = o->cc ? o->cc : "cc";
+  char *argv[3][96];
+  bool split = o->jobs >= 2;
+  /* argv[0]: the model (or everything); argv[1]: the runtime; argv[2]: the link */
+  for (int k = 0; k < (split ? 3 : 1); k++) {
+    char **a = argv[k];
+    int n = 0;
+    a[n++] = (char *)cc;
+    for (int i = 0; i < nf; i++) a[n++] = cflags[i];
+    if (k < 2) for (const char **f = compile_flags; *f; f++) a[n++] = (char *)*f;
+    if (split && k < 2) { a[n++] = "-c"; a[n++] = k ? "gg_rt.c" : "model.c"; a[n++] = "-o"; a[n++] = k ? "gg_rt.o" : "model.o"; }
+    else {
+      for (const char **f = link_flags; *f; f++) a[n++] = (char *)*f;
+      if (split) { a[n++] = "-fopenmp"; a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
+      else { a[n++] = "model.c"; a[n++] = "gg_rt.c"; }
+      for (int i = 0; i < nl; i++) a[n++] = libs[i];
+    }
+    a[n] = NULL;
+  }
+  if (split) {
+    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = p0 < 0 ? -1 : start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
+    int e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, cc, "cc_model.log"), e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, cc, "cc_rt.log");
+    if (e0 || e1) goto done;
+    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
+    if (p2 < 0 || wait_tool(c, dir, p2, cc, "cc.log")) goto done;
+  } else {
+    pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
+    if (p < 0 || wait_tool(c, dir, p, cc, "cc.log")) goto done;
+  }
   stage(&tm, "cc (build the .so)");
   rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
   stage(&tm, NULL);
 done:
+  progress(&tm, NULL);
   if (dir && !o->sources_only && !o->keep) remove_dir(dir);
   else if (dir && o->keep && !o->sources_only) fprintf(stderr, "gcc-graph: sources kept in %s\n", dir);
   graph_release(g);

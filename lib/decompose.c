@@ -432,10 +432,12 @@ int decompose(Graph *g, bool training) {
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;
+    int before = r.n;
     if (rule(&r, n)) {
       if (!g->ctx->has_err) GG_INTERNAL(g->ctx);
       return -1;
     }
+    gg_log(g->ctx, LOG_DECOMP, "node %s: %s -> %d nodes", gg_quote(g->ctx, n->name), n->op->name, r.n - before);
   }
   g->nodes = r.nodes;
   g->nnodes = r.n;

@@ -229,6 +229,7 @@ static TV *tv_of(Em *e, Node *n, Value *v) {
 typedef struct Operand { bool is_tensor; TV t; double f; int64_t i; bool none; } Operand;
 
 static void kernel_begin(Em *e, Node *n, const char *what) {
+  gg_log(e->c, LOG_SCHEDULE, "k%d %s: node %s (%s)", e->nk - 1, what, gg_quote(e->c, n->name), n->target);
   fprintf(e->k, "\n/* %s: node ", what);
   comment(e->k, n->name);
   fputs(" (", e->k);
@@ -497,6 +498,9 @@ int emit_pointwise(Em *e, Node *n) {
     t->dt = n->outs[0]->dtype;
     t->rank = n->outs[0]->rank;
     e->nfused++;
+    Node *u = e->user[n->outs[0]->id];
+    gg_log(e->c, LOG_FUSION, "node %s (%s) computed inside the loop of its only reader %s (%s)", gg_quote(e->c, n->name), n->op->name,
+           gg_quote(e->c, u ? u->name : "?"), u && u->op ? u->op->name : "?");
     return 0;
   }
   if (n->nouts == 1) {
@@ -1810,6 +1814,11 @@ static void emit_guard(Em *e, Value **users, int nusers) {
   for (int i = 0; i < nusers; i++) {
     Value *v = users[i];
     fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank);
+    if (GG_LOG_ON(e->c, LOG_GUARDS)) {
+      char sz[512] = "";
+      for (int d = 0; d < v->rank; d++) snprintf(sz + strlen(sz), sizeof sz - strlen(sz), "%s%s", d ? ", " : "", expr_str(e->a, g, v->sizes[d]));
+      gg_log(e->c, LOG_GUARDS, "input %d %s: %s, rank %d, sizes [%s], row-major, cpu", i, gg_quote(e->c, v->name), dtype_name(v->dtype), v->rank, sz);
+    }
   }
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < nusers; i++) {
@@ -1879,6 +1888,8 @@ static int64_t plan_memory(Em *e) {
   }
   e->scratch_naive = naive;
   e->scratch_planned = total;
+  gg_log(e->c, LOG_MEMORY, "%d intermediate tensors: %lld bytes one after another, %lld bytes when those whose lifetimes do not overlap share memory", n,
+         (long long)naive, (long long)total);
   return total;
 }
 

@@ -186,6 +186,7 @@ int functionalize(Graph *g) {
       const OpDef *twin = functional_twin(n->op);
       if (!twin) return gg_error(c, "%s: node %s: no functional form of %s", g->path, gg_quote(c, n->name), gg_quote(c, n->op->name));
       n->args = remap_args(g, n->op, n->args, twin);
+      gg_log(c, LOG_FUNCTIONALIZE, "node %s: %s -> %s, writing %s", gg_quote(c, n->name), n->op->name, twin->name, gg_quote(c, self->name));
       n->op = twin;
       rw_push(&f.r, n);
       /* the node's output is the new value of self, and reads as a view of the same base */

@@ -26,16 +26,27 @@ char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* One compilation: its arena, the file being read, and the first error. Nothing global is mutable. */
+/* Log categories (GCC_GRAPH_LOGS=decomp,autograd,... or +all): one line per event on stderr. */
+enum {
+  LOG_FUNCTIONALIZE = 1 << 0, LOG_DECOMP = 1 << 1, LOG_AUTOGRAD = 1 << 2, LOG_PARTITION = 1 << 3, LOG_FUSION = 1 << 4,
+  LOG_SCHEDULE = 1 << 5, LOG_MEMORY = 1 << 6, LOG_GUARDS = 1 << 7, LOG_OUTPUT_CODE = 1 << 8, LOG_CACHE = 1 << 9,
+};
+
 typedef struct Ctx {
   Arena *arena;
   const char *file;      /* the file being read, named in messages */
   char err[4096];        /* first error, without the "error: " prefix */
   bool has_err;
+  unsigned logs;         /* LOG_* categories on */
 } Ctx;
 
 Ctx *ctx_new(void);
 void ctx_free(Ctx *c);
 int gg_error(Ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* returns -1 */
+/* GCC_GRAPH_LOGS: parse the list (unknown names: a message, -1), and log one line of a category */
+int gg_logs_parse(Ctx *c, const char *spec);
+void gg_log(Ctx *c, unsigned cat, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define GG_LOG_ON(c, cat) (((c)->logs & (cat)) != 0)
 #define GG_INTERNAL(c) gg_error((c), "internal error at %s:%d", __FILE__, __LINE__)
 /* A string from a model, made printable for a message: quotes and control characters escaped. */
 const char *gg_quote(Ctx *c, const char *s);
@@ -370,6 +381,12 @@ int64_t tensor_numel(const Tensor *t);
 bool tensor_is_contiguous(const Tensor *t);
 void *tensor_contiguous_bytes(Interp *I, Tensor *t, size_t *nbytes);
 
+/* ---------------------------------------------------------------- SHA-256 (sha256.c), for the compile cache */
+typedef struct Sha256 { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; } Sha256;
+void sha256_init(Sha256 *s);
+void sha256_update(Sha256 *s, const void *data, size_t len);
+void sha256_hex(Sha256 *s, char out[65]);
+
 /* ---------------------------------------------------------------- compile (compile.c) */
 
 typedef struct TrainOptions {
@@ -390,6 +407,8 @@ typedef struct CompileOptions {
   bool time_report;          /* time and peak memory of each stage, on stderr */
   const char *debug_dir;     /* --debug-dir: the graph after each stage, the code, the timings */
   TrainOptions tr;           /* --train and its options */
+  const char *deps_file;     /* -MD / -MF: a make rule naming the files the output depends on */
+  int jobs;                  /* -j N: C compiler processes at once */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */

@@ -296,6 +296,14 @@ int partition(Graph *g, bool save_all, Graph **bwd_out, PartitionStats *stats) {
   g->outputs = fo;
   g->noutputs = nfo;
   if (stats) *stats = (PartitionStats){nsaved, saved_bytes, default_count, default_bytes, nrecompute, b->nnodes, nf};
+  if (GG_LOG_ON(c, LOG_PARTITION)) {
+    for (int i = 0; i < g->noutputs; i++)
+      if (g->outputs[i].kind == OUT_SAVED) gg_log(c, LOG_PARTITION, "save %s (%lld bytes)", gg_quote(c, g->outputs[i].v->name), (long long)bytes_of(g, g->outputs[i].v));
+    for (int k = 0; k < b->nnodes; k++)
+      if (b->nodes[k]->name && !strstr(b->nodes[k]->name, ".grad")) gg_log(c, LOG_PARTITION, "recompute %s (%s) in the backward", gg_quote(c, b->nodes[k]->name), b->nodes[k]->op->name);
+    gg_log(c, LOG_PARTITION, "%s: forward %d nodes, backward %d nodes; saved %d tensors, %lld bytes (saving everything read: %d, %lld)", save_all ? "default" : "min-cut",
+           nf, b->nnodes, nsaved, (long long)saved_bytes, default_count, (long long)default_bytes);
+  }
   *bwd_out = b;
   return 0;
 }
