@@ -430,6 +430,37 @@ typedef struct PartitionStats {
  * backward (inputs: weights, saved, cotangents; outputs: OUT_GRAD). partition.c */
 int partition(Graph *g, bool save_all, Graph **bwd, PartitionStats *stats);   /* rewritten into the core set before code generation */
 
+/* ---------------------------------------------------------------- compiled models (solib.c) */
+#include "../include/gcc_graph.h"
+typedef struct Lib {
+  void *h;
+  const char *(*metadata)(void);
+  int (*num_inputs)(void), (*num_outputs)(void), (*num_mut)(void);
+  int (*open)(gg_model **, const char *, char *, size_t);
+  void (*close)(gg_model *);
+  int (*run_alloc)(gg_model *, const DLTensor *, int, DLManagedTensor **, int, char *, size_t);
+  int (*mutated)(const gg_model *, int, const char **, DLTensor *);
+  /* training models */
+  int (*num_grads)(void);
+  int (*output_shape)(const gg_model *, const DLTensor *, int, int, int *, int64_t *, DLDataType *, char *, size_t);
+  int (*state_new)(const gg_model *, gg_train_state **, char *, size_t);
+  void (*state_free)(gg_train_state *);
+  int (*forward)(gg_model *, gg_train_state *, const DLTensor *, int, DLTensor *, int, char *, size_t);
+  int (*backward)(gg_model *, gg_train_state *, const DLTensor *, char *, size_t);
+  int (*gradient)(const gg_train_state *, int, const char **, DLTensor *);
+} Lib;
+int load_lib(Ctx *c, const char *path, Lib *l);
+bool so_is_training(const Lib *l);
+/* the model's inputs from a safetensors file (in.N or the inputs' names), and outputs to fill */
+int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor **out, int *n);
+int so_alloc_outputs(Ctx *c, Lib *l, gg_model *m, const DLTensor *ts, int ni, DLTensor **out);
+DLDataType to_dl(DType d);
+DType from_dl(DLDataType t);
+STensor st_of(Ctx *c, const char *name, const DLTensor *t);
+/* Run a compiled model on the tensors of the safetensors file `inputs`; write out.N, buffer_after.*
+ * (and grad.* for a training model) to `output`. weights: the .pt2 of an external-weights model. */
+int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, const char *output);
+
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);

@@ -1,0 +1,161 @@
+/* solib.c: load a compiled model (.so) and run it, for the driver (run, bench, explain) and for
+ * check and minify. Requires: a .so built by compile_model. Guarantees: tensors in and out as
+ * safetensors records; a training model runs forward then backward (d loss = 1) and also returns
+ * grad.<name>. */
+#include "gg.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+
+int load_lib(Ctx *c, const char *path, Lib *l) {
+  char *p = strchr(path, '/') ? (char *)path : arena_printf(c->arena, "./%s", path);
+  l->h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  if (!l->h) return gg_error(c, "%s: cannot load: %s", path, dlerror());
+#define SYM(field, name) if (!(*(void **)&l->field = dlsym(l->h, name))) return gg_error(c, "%s: not a gcc-graph model (no %s)", path, name)
+  SYM(metadata, "gg_metadata");
+  SYM(num_inputs, "gg_num_inputs");
+  SYM(num_outputs, "gg_num_outputs");
+  SYM(num_mut, "gg_num_mutated_buffers");
+  SYM(open, "gg_open");
+  SYM(close, "gg_close");
+  SYM(run_alloc, "gg_run_alloc");
+  SYM(mutated, "gg_mutated_buffer");
+  SYM(output_shape, "gg_output_shape");
+#undef SYM
+  *(void **)&l->num_grads = dlsym(l->h, "gg_num_gradients");   /* optional: older models have none */
+  *(void **)&l->state_new = dlsym(l->h, "gg_train_state_new");
+  *(void **)&l->state_free = dlsym(l->h, "gg_train_state_free");
+  *(void **)&l->forward = dlsym(l->h, "gg_forward");
+  *(void **)&l->backward = dlsym(l->h, "gg_backward");
+  *(void **)&l->gradient = dlsym(l->h, "gg_gradient");
+  return 0;
+}
+
+DLDataType to_dl(DType d) {
+  DLDataType t = {kDLFloat, (uint8_t)(dtype_info(d)->size * 8), 1};
+  if (d == DT_BF16) t.code = kDLBfloat;
+  else if (d == DT_BOOL) t.code = 6;
+  else if (d == DT_U8) t.code = kDLUInt;
+  else if (!dtype_is_float(d)) t.code = kDLInt;
+  return t;
+}
+
+DType from_dl(DLDataType t) {
+  for (int code = 0; code < 14; code++) {
+    const DTypeInfo *i = dtype_info(code);
+    if (i && !memcmp(&(DLDataType){to_dl((DType)code).code, to_dl((DType)code).bits, 1}, &t, sizeof t)) return (DType)code;
+  }
+  return DT_UNKNOWN;
+}
+
+/* Inputs for a compiled model: in.N, or by the names its metadata lists. */
+int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor **out, int *n) {
+  int ni = l->num_inputs();
+  DLTensor *ts = arena_array(c->arena, (size_t)ni + 1, sizeof *ts);
+  const char *meta = l->metadata();
+  for (int i = 0; i < ni; i++) {
+    const STensor *s = st_find(st, arena_printf(c->arena, "in.%d", i));
+    if (!s) {
+      /* the input's own name, from the metadata's inputs list */
+      const char *p = strstr(meta, "\"inputs\":[");
+      for (int k = 0; p && k <= i; k++) p = strstr(p + 1, "{\"name\":\"");
+      if (p) {
+        p += 9;
+        const char *q = strchr(p, '"');
+        if (q) s = st_find(st, arena_printf(c->arena, "%.*s", (int)(q - p), p));
+      }
+    }
+    if (!s) return gg_error(c, "%s: no tensor for input %d: name it in.%d", path, i, i);
+    ts[i].data = (void *)s->data;
+    ts[i].device.device_type = kDLCPU;
+    ts[i].ndim = s->rank;
+    ts[i].dtype = to_dl(s->dtype);
+    ts[i].shape = (int64_t *)s->sizes;
+  }
+  for (int k = 0; k < st->n; k++) {
+    int idx;
+    char tail;
+    if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= ni))
+      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", ni, gg_quote(c, st->t[k].name));
+  }
+  *out = ts;
+  *n = ni;
+  return 0;
+}
+
+STensor st_of(Ctx *c, const char *name, const DLTensor *t) {
+  STensor s = {name, from_dl(t->dtype), t->ndim, {0}, t->data, 0};
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) { s.sizes[d] = t->shape[d]; n *= t->shape[d]; }
+  s.nbytes = (size_t)n * (size_t)dtype_info(s.dtype)->size;
+  (void)c;
+  return s;
+}
+
+bool so_is_training(const Lib *l) { return l->num_grads && l->state_new && l->forward && l->backward && l->gradient && l->num_grads() > 0; }
+
+/* Outputs for these inputs, in the arena (gg_forward takes caller outputs). */
+int so_alloc_outputs(Ctx *c, Lib *l, gg_model *m, const DLTensor *ts, int ni, DLTensor **out) {
+  int no = l->num_outputs();
+  char err[1024];
+  DLTensor *ot = arena_array(c->arena, (size_t)no + 1, sizeof *ot);
+  for (int i = 0; i < no; i++) {
+    int64_t *shape = arena_array(c->arena, 16, sizeof *shape), n = 1;
+    if (l->output_shape(m, ts, ni, i, &ot[i].ndim, shape, &ot[i].dtype, err, sizeof err)) return gg_error(c, "%s", err);
+    for (int d = 0; d < ot[i].ndim; d++) n *= shape[d];
+    ot[i].shape = shape;
+    ot[i].device.device_type = kDLCPU;
+    ot[i].data = arena_array(c->arena, (size_t)(n * (ot[i].dtype.bits / 8)) + 1, 1);
+  }
+  *out = ot;
+  return 0;
+}
+
+int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, const char *output) {
+  Lib l;
+  Graph dummy = {.ctx = c};
+  SafeTensors in;
+  DLTensor *ts;
+  int ni, rc = -1;
+  gg_model *m = NULL;
+  gg_train_state *state = NULL;
+  char err[1024] = "";
+  if (load_lib(c, model, &l) || st_read(c, &dummy, inputs, &in) || so_inputs(c, &l, &in, inputs, &ts, &ni)) goto out;
+  if (l.open(&m, weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  int no = l.num_outputs(), nm = l.num_mut(), ng = so_is_training(&l) ? l.num_grads() : 0;
+  DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
+  STensor *st = arena_array(c->arena, (size_t)(no + nm + ng) + 1, sizeof *st);
+  if (ng) {   /* a training model: forward, then backward with d loss = 1 */
+    DLTensor *ot;
+    if (so_alloc_outputs(c, &l, m, ts, ni, &ot)) goto out;
+    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &ot[i]);
+    if (l.state_new(m, &state, err, sizeof err) || l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) {
+      gg_error(c, "%s", err);
+      goto out;
+    }
+    for (int i = 0; i < ng; i++) {
+      const char *name;
+      DLTensor v;
+      l.gradient(state, i, &name, &v);
+      st[no + nm + i] = st_of(c, arena_printf(c->arena, "grad.%s", name), &v);
+    }
+  } else {
+    if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &outs[i]->dl_tensor);
+  }
+  for (int i = 0; i < nm; i++) {
+    const char *name;
+    DLTensor v;
+    l.mutated(m, i, &name, &v);
+    st[no + i] = st_of(c, arena_printf(c->arena, "buffer_after.%s", name), &v);
+  }
+  rc = st_write(c, output, st, no + nm + ng);
+  if (!ng)
+    for (int i = 0; i < no; i++) outs[i]->deleter(outs[i]);
+out:
+  if (state) l.state_free(state);
+  if (m) l.close(m);
+  graph_release(&dummy);
+  return rc;
+}
