@@ -156,6 +156,7 @@ static pid_t start_tool(Ctx *c, const char *dir, char **argv, const char *log, b
     for (char **a = argv; *a; a++) fprintf(stderr, " %s", *a);
     fputc('\n', stderr);
   }
+  fflush(NULL);   /* the child must not write out what the parent has buffered */
   pid_t pid = fork();
   if (pid < 0) { gg_error(c, "cannot start %s: %s", argv[0], strerror(errno)); return -1; }
   if (pid == 0) {
@@ -293,6 +294,8 @@ static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
            GG_VERSION, o->cc ? o->cc : "cc", o->cflags ? o->cflags : "-O3 -fno-math-errno", o->external_weights, o->tr.on, o->tr.loss,
            o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps);
   sha256_update(&h, opts, strlen(opts) + 1);
+  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* a test-only switch that changes the code */
+  if (bug) sha256_update(&h, bug, strlen(bug) + 1);
   const char *files[2] = {o->model, o->weights_file};
   for (int i = 0; i < 2; i++) {
     if (!files[i]) continue;

@@ -394,6 +394,18 @@ static int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
 
 /* ---------------------------------------------------------------- fusion of pointwise chains */
 
+/* The scalar.h function a pointwise node computes with. GCC_GRAPH_TEST_MISCOMPILE=OP (tests only,
+ * as Inductor's inject_relu_bug_TESTING_ONLY) makes every OP node compute wrongly, so that the
+ * minifier can be shown to find it. */
+static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
+  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");
+  if (bug && plan->use_float && !strcmp(bug, n->op->name)) {
+    gg_log(e->c, LOG_OUTPUT_CODE, "node %s: miscompiled on purpose (GCC_GRAPH_TEST_MISCOMPILE)", gg_quote(e->c, n->name));
+    return "f_test_miscompile";
+  }
+  return plan->use_float ? plan->fname : plan->iname;
+}
+
 int emit_pointwise(Em *e, Node *n);
 int emit_gelu(Em *e, Node *n);
 int emit_div_mode(Em *e, Node *n);
@@ -474,7 +486,7 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
   fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
   for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
   fputs(nops ? "};\n" : "0};\n", f);
-  const char *fn = plan.use_float ? plan.fname : plan.iname;
+  const char *fn = scalar_fn(e, n, &plan);
   DType dt = n->outs[0]->dtype;
   /* round as storing and reloading a tensor of dt would */
   const char *val = arena_printf(e->a, "%s(a%d)", fn, id);
@@ -537,7 +549,7 @@ int emit_pointwise(Em *e, Node *n) {
   int nops;
   if (operands_of(e, n, ops, &nops)) return -1;
   TV *out = alloc_value(e, n->outs[0]);
-  pointwise_kernel(e, n, "pointwise", out, ops, nops, plan.use_float ? plan.fname : plan.iname, plan.use_float, plan.comp);
+  pointwise_kernel(e, n, "pointwise", out, ops, nops, scalar_fn(e, n, &plan), plan.use_float, plan.comp);
   if (n->nouts == 2) {   /* native_dropout's mask: all true in evaluation */
     TV *m = alloc_value(e, n->outs[1]);
     Operand one = {.f = 1, .i = 1};

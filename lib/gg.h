@@ -461,6 +461,17 @@ STensor st_of(Ctx *c, const char *name, const DLTensor *t);
  * (and grad.* for a training model) to `output`. weights: the .pt2 of an external-weights model. */
 int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, const char *output);
 
+/* ---------------------------------------------------------------- check and minify (check.c) */
+typedef struct CheckOptions {
+  const char *model, *weights, *inputs;   /* inputs NULL: random, seeded */
+  double tol;                             /* relative L2 error allowed (integers: exact) */
+  TrainOptions tr;
+} CheckOptions;
+/* 0: every stage agrees; 1: a stage departs (reported on out); -1: error */
+int check_model(Ctx *c, const CheckOptions *o, FILE *out);
+/* 1: reduced to a repro in outdir (reported on out); 0: nothing fails; -1: error */
+int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out);
+
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);

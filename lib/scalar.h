@@ -36,6 +36,7 @@ static inline double f_trunc(const double *x) { return trunc(x[0]); }
 static inline double f_not(const double *x) { return x[0] == 0; }
 static inline double f_isnan(const double *x) { return isnan(x[0]); }
 static inline double f_ident(const double *x) { return x[0]; }
+static inline double f_test_miscompile(const double *x) { return x[0] + 1.0; }   /* GCC_GRAPH_TEST_MISCOMPILE */
 static inline double f_asin(const double *x) { return asin(x[0]); }
 static inline double f_atan(const double *x) { return atan(x[0]); }
 static inline double f_tan(const double *x) { return tan(x[0]); }

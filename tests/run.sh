@@ -249,6 +249,19 @@ expect 0 "[functionalize] node" -- env GCC_GRAPH_LOGS=functionalize "$GG" compil
 if command -v script >/dev/null; then   # on a terminal: a progress line, cleared at the end
   expect 0 "building the .so with the C compiler" -- script -qec "$GG compile $M/mlp/model.pt2 -o $TMP/pg.so" /dev/null
 fi
+# check: every stage agrees on healthy models; a miscompiled op is caught at the compiled stage
+expect 0 "every stage agrees with the loaded graph" -- "$GG" check $M/cnn_small/model.pt2 --inputs $M/cnn_small/io.safetensors
+expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
+expect 1 "compiled                               DEPARTS: out.0" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" check $M/cnn_small/model.pt2
+expect 2 "missing -o DIR" -- "$GG" minify $M/cnn_small/model.pt2
+# minify: the test-only miscompiled relu is found in a real model, reduced to one node, written as a
+# standalone repro whose correct compilation gives the interpreter's answers
+expect 1 "reduced to 1 node" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" minify $M/cnn_small/model.pt2 -o "$TMP/repro"
+expect 0 "'relu' = relu" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" minify $M/cnn_small/model.pt2 -o "$TMP/repro"
+expect 0 "" -- "$GG" compile "$TMP/repro/model.json" -o "$TMP/repro.so"
+expect 0 "" -- "$GG" run "$TMP/repro.so" --inputs "$TMP/repro/inputs.safetensors" -o "$TMP/repro.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/repro.st" "$TMP/repro/expected.safetensors"
+expect 0 "nothing to minify" -- "$GG" minify $M/mlp/model.pt2 -o "$TMP/repro2"
 # GCC_GRAPH_PROFILE: the nodes that took the most time, when the model is closed
 expect 0 "gcc-graph profile: run" -- env GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 2
 expect 0 "linear (linear)" -- env GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 2
