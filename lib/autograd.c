@@ -867,11 +867,7 @@ int autograd(Graph *g, int loss, bool wrt_inputs) {
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     bool any = false;
-    for (int i = 0; n->op && i < n->op->nargs; i++) {
-      const Arg *ar = &n->args[i];
-      if (ar->k == AK_TENSOR) any |= a->diff[ar->u.t->id];
-      for (int j = 0; ar->k == AK_TENSORS && j < ar->n; j++) any |= ar->u.ts[j] && a->diff[ar->u.ts[j]->id];
-    }
+    FOR_TENSOR_ARGS(n, v, any |= a->diff[v->id])
     for (int i = 0; i < n->nouts; i++) a->diff[n->outs[i]->id] = any && is_float_tensor(n->outs[i]);
   }
   /* seeds: a cotangent input for the loss (or for every float user output) */
@@ -919,11 +915,7 @@ int autograd(Graph *g, int loss, bool wrt_inputs) {
     Node *n = g->nodes[k];
     bool has = false, needs = false;
     for (int i = 0; i < n->nouts; i++) has |= a->grad[n->outs[i]->id] != NULL;
-    for (int i = 0; n->op && i < n->op->nargs; i++) {
-      const Arg *ar = &n->args[i];
-      if (ar->k == AK_TENSOR) needs |= a->diff[ar->u.t->id];
-      for (int j = 0; ar->k == AK_TENSORS && j < ar->n; j++) needs |= ar->u.ts[j] && a->diff[ar->u.ts[j]->id];
-    }
+    FOR_TENSOR_ARGS(n, v, needs |= a->diff[v->id])
     if (!has || !needs) continue;
     int (*rule)(Ad *, Node *) = NULL;
     for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)

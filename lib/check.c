@@ -330,16 +330,10 @@ static void window_of(Ctx *c, Graph *g, int lo, int hi, Window *w) {
   w->nin = w->nout = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    for (int i = 0; n->op && i < n->op->nargs; i++) {
-      const Arg *a = &n->args[i];
-      int cnt = a->k == AK_TENSOR ? 1 : a->k == AK_TENSORS ? a->n : 0;
-      for (int j = 0; j < cnt; j++) {
-        Value *v = a->k == AK_TENSOR ? a->u.t : a->u.ts[j];
-        if (!v) continue;
-        if (k >= hi) used_after[v->id] = true;
-        else if (k >= lo && !def[v->id] && !seen[v->id]) { seen[v->id] = true; w->in[w->nin++] = v->id; }
-      }
-    }
+    FOR_TENSOR_ARGS(n, v, {
+      if (k >= hi) used_after[v->id] = true;
+      else if (k >= lo && !def[v->id] && !seen[v->id]) { seen[v->id] = true; w->in[w->nin++] = v->id; }
+    })
     for (int i = 0; k >= lo && k < hi && i < n->nouts; i++) def[n->outs[i]->id] = true;
   }
   for (int i = 0; i < g->noutputs; i++) used_after[g->outputs[i].v->id] = true;

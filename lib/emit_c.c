@@ -1948,16 +1948,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   e->user = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->user);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    for (int i = 0; n->op && i < n->op->nargs; i++) {
-      const Arg *a = &n->args[i];
-      int cnt = a->k == AK_TENSOR ? 1 : a->k == AK_TENSORS ? a->n : 0;
-      for (int j = 0; j < cnt; j++) {
-        Value *v = a->k == AK_TENSOR ? a->u.t : a->u.ts[j];
-        if (!v) continue;
-        e->uses[v->id]++;
-        e->user[v->id] = n;
-      }
-    }
+    FOR_TENSOR_ARGS(n, v, { e->uses[v->id]++; e->user[v->id] = n; })
   }
   for (int i = 0; i < g->noutputs; i++) e->uses[g->outputs[i].v->id] += 2;
   int rc = 0;

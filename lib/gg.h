@@ -184,6 +184,16 @@ const OpDef *ops_find(const char *target); /* by full target "torch.ops.aten.add
 int ops_count(void);
 const OpDef *ops_at(int i);
 int ops_arg_index(const OpDef *op, const char *name);
+/* body runs with VAR bound to each tensor argument of node NODE (in lists too; None skipped) */
+#define FOR_TENSOR_ARGS(NODE, VAR, body)                                                     \
+  for (int ai_ = 0; (NODE)->op && ai_ < (NODE)->op->nargs; ai_++) {                          \
+    const Arg *a_ = &(NODE)->args[ai_];                                                      \
+    int cnt_ = a_->k == AK_TENSOR ? 1 : a_->k == AK_TENSORS ? a_->n : 0;                     \
+    for (int j_ = 0; j_ < cnt_; j_++) {                                                      \
+      Value *VAR = a_->k == AK_TENSOR ? a_->u.t : a_->u.ts[j_];                              \
+      if (VAR) { body; }                                                                     \
+    }                                                                                        \
+  }
 
 /* How a pointwise node computes: in float64 or int64, with which scalar.h functions. Settles the
  * choices an argument makes (gelu's approximation, division's rounding mode) for the interpreter

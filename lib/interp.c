@@ -608,24 +608,32 @@ int eval_matmul(E *e) {
 
 /* ---------------------------------------------------------------- convolution */
 
+/* Every convolution as a 3-d one (missing spatial dims have size 1): strides, padding, dilation,
+ * and the input's, kernel's and output's spatial sizes. */
+typedef struct ConvGeom { int64_t st[3], pd[3], dl[3], in[3], k[3], os[3]; } ConvGeom;
+static void conv_geom(E *e, const Tensor *x, const Tensor *w, const Tensor *y, int nsp, ConvGeom *g) {
+  RArg *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
+  for (int j = 0; j < 3; j++) g->st[j] = g->dl[j] = g->in[j] = g->k[j] = g->os[j] = 1, g->pd[j] = 0;
+  for (int i = 0; i < nsp; i++) {
+    int j = 3 - nsp + i;
+    g->st[j] = sa->is[sa->n == 1 ? 0 : i];
+    g->pd[j] = pa->is[pa->n == 1 ? 0 : i];
+    g->dl[j] = da->is[da->n == 1 ? 0 : i];
+    g->in[j] = x->sizes[x->rank - nsp + i];
+    g->k[j] = w->sizes[2 + i];
+    g->os[j] = y->sizes[y->rank - nsp + i];
+  }
+}
+
 int eval_conv(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "input"), *w = T(e, "weight"), *bias = T(e, "bias"), *out = out0(e);
   int nsp = w->rank - 2;
   bool batched = x->rank == nsp + 2, tr = B(e, "transposed") || !strncmp(e->n->op->name, "conv_transpose", 14);
   int64_t g = I64(e, "groups", 1);
-  /* every convolution as a 3-d one: missing spatial dims have size 1 */
-  int64_t st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, os[3] = {1, 1, 1};
-  RArg *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
-  for (int i = 0; i < nsp; i++) {
-    int j = 3 - nsp + i;
-    st[j] = sa->is[sa->n == 1 ? 0 : i];
-    pd[j] = pa->is[pa->n == 1 ? 0 : i];
-    dl[j] = da->is[da->n == 1 ? 0 : i];
-    in[j] = x->sizes[x->rank - nsp + i];
-    k[j] = w->sizes[2 + i];
-    os[j] = out->sizes[out->rank - nsp + i];
-  }
+  ConvGeom cg;
+  conv_geom(e, x, w, out, nsp, &cg);
+  int64_t *st = cg.st, *pd = cg.pd, *dl = cg.dl, *in = cg.in, *k = cg.k, *os = cg.os;
   int64_t Nb = batched ? x->sizes[0] : 1, Cin = x->sizes[batched ? 1 : 0], Cout = out->sizes[batched ? 1 : 0];
   int64_t Cin_g = Cin / g, Cout_g = Cout / g;
   double *xv = read_f64(I, x), *wv = read_f64(I, w), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
@@ -1084,17 +1092,10 @@ int eval_conv_backward(E *e) {
   Tensor *gy = T(e, "grad_output"), *x = T(e, "input"), *w = T(e, "weight");
   int nsp = w->rank - 2;
   int64_t g = I64(e, "groups", 1);
-  int64_t st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, os[3] = {1, 1, 1};
-  RArg *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation"), *ma = A(e, "output_mask");
-  for (int i = 0; i < nsp; i++) {
-    int j = 3 - nsp + i;
-    st[j] = sa->is[sa->n == 1 ? 0 : i];
-    pd[j] = pa->is[pa->n == 1 ? 0 : i];
-    dl[j] = da->is[da->n == 1 ? 0 : i];
-    in[j] = x->sizes[2 + i];
-    k[j] = w->sizes[2 + i];
-    os[j] = gy->sizes[2 + i];
-  }
+  RArg *ma = A(e, "output_mask");
+  ConvGeom cg;
+  conv_geom(e, x, w, gy, nsp, &cg);
+  int64_t *st = cg.st, *pd = cg.pd, *dl = cg.dl, *in = cg.in, *k = cg.k, *os = cg.os;
   int64_t Nb = x->sizes[0], Cin = x->sizes[1], Cout = w->sizes[0], Cin_g = Cin / g, Cout_g = Cout / g;
   int64_t isp = in[0] * in[1] * in[2], ksp = k[0] * k[1] * k[2];
   double *xv = read_f64(I, x), *wv = read_f64(I, w), *gv = read_f64(I, gy);

@@ -36,17 +36,6 @@ static int64_t bytes_of(const Graph *g, const Value *v) {
   return n;
 }
 
-/* body runs with VAR bound to each tensor argument of node NODE */
-#define FOR_TENSOR_ARGS(NODE, VAR, body)                                                     \
-  for (int ai_ = 0; (NODE)->op && ai_ < (NODE)->op->nargs; ai_++) {                          \
-    const Arg *a_ = &(NODE)->args[ai_];                                                      \
-    int cnt_ = a_->k == AK_TENSOR ? 1 : a_->k == AK_TENSORS ? a_->n : 0;                     \
-    for (int j_ = 0; j_ < cnt_; j_++) {                                                      \
-      Value *VAR = a_->k == AK_TENSOR ? a_->u.t : a_->u.ts[j_];                              \
-      if (VAR) { body; }                                                                     \
-    }                                                                                        \
-  }
-
 /* ---------------------------------------------------------------- max flow (Dinic) */
 
 typedef struct Edge { int to, next; int64_t cap; } Edge;

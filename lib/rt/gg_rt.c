@@ -301,13 +301,9 @@ static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *
   return why ? gg_rt_fail(err, errlen, "%s", why) : 0;
 }
 
-GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
-  int64_t sym[64], shape[GG_RT_MAX_RANK];
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
+  int64_t shape[GG_RT_MAX_RANK];
   if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  if (gg__desc.guard(in, sym, err, errlen)) return 1;
-  void *outs[64];
   for (int i = 0; i < nout; i++) {
     char name[32];
     snprintf(name, sizeof name, "out.%d", i);
@@ -318,6 +314,17 @@ GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, in
         return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
     outs[i] = (char *)out[i].data + out[i].byte_offset;
   }
+  return 0;
+}
+
+GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  int64_t sym[64];
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (gg__desc.guard(in, sym, err, errlen)) return 1;
+  void *outs[256];
+  if (nout > 256 || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
   return run_checked(m, in, false, outs, sym, err, errlen);
 }
 
@@ -430,22 +437,6 @@ static int ensure(void **p, size_t *have, const int64_t *shape, int ndim, DLData
   *p = NULL;
   if (posix_memalign(p, GG_RT_ALIGN, bytes)) { *p = NULL; return -1; }
   *have = bytes;
-  return 0;
-}
-
-static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
-  int64_t shape[GG_RT_MAX_RANK];
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  for (int i = 0; i < nout; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "out.%d", i);
-    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], err, errlen)) return 1;
-    gg__desc.output_shape(i, sym, shape);
-    for (int d = 0; d < out[i].ndim; d++)
-      if (out[i].shape[d] != shape[d])
-        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
-    outs[i] = (char *)out[i].data + out[i].byte_offset;
-  }
   return 0;
 }
 
