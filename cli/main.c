@@ -127,13 +127,17 @@ static const char usage_explain[] =
   "Print what gcc-graph sees in MODEL: user inputs and outputs with dtypes and (symbolic) sizes,\n"
   "parameters and buffers, symbols and their ranges, ops by kind with counts, the FLOPs of its\n"
   "matrix products, and every node gcc-graph cannot handle with its ATen target and the user's\n"
-  "stack trace. With --train: the gradients, forward and backward sizes, and the tensors saved for\n"
+  "stack trace; when it compiles, the schedule: every kernel of the generated code with the nodes it\n"
+  "fuses, and the intermediate memory with and without planning. With --train: the gradients,\n"
+  "forward and backward sizes, and the tensors saved for\n"
   "the backward under the min-cut and the default partitions. For a compiled .so: what its\n"
   "embedded metadata says (inputs, outputs, symbols, weights, mutated buffers, training, guards).\n"
   "\n"
   "options:\n"
   "  --weights FILE    parameters and buffers for a bare .json (safetensors)\n"
   "  --train           also show what --train builds (--loss N: the output differentiated)\n"
+  "  --json            print the same as JSON (schemas/explain.schema.json; for a .so, its metadata,\n"
+  "                    schemas/metadata.schema.json)\n"
   "  -h, --help        show this help\n";
 
 static const char usage_check[] =
@@ -295,32 +299,71 @@ static Graph *load_verified(Ctx *c, const Opts *o) {
 
 static int explain_so(Ctx *c, const char *path);
 
+/* explain --json of a compiled model: its embedded metadata (schemas/metadata.schema.json) */
+static int explain_so_json(Ctx *c, const char *path) {
+  Lib l;
+  if (load_lib(c, path, &l)) return -1;
+  cJSON *m = cJSON_Parse(l.metadata());
+  if (!m) return gg_error(c, "%s: its metadata is not JSON", path);
+  char *text = cJSON_Print(m);
+  puts(text);
+  free(text);
+  cJSON_Delete(m);
+  return 0;
+}
+
 static int cmd_explain(int argc, char **argv) {
   Opts o = {0};
-  if (parse_opts(argc, argv, &o, usage_explain, false)) return 2;
+  bool json = false;
+  int n = 0;
+  for (int i = 0; i < argc; i++) { if (!strcmp(argv[i], "--json")) json = true; else argv[n++] = argv[i]; }
+  if (parse_opts(n, argv, &o, usage_explain, false)) return 2;
   if (o.help) { fputs(usage_explain, stdout); return 0; }
   if (!o.model) return usage_error(usage_explain, "%s", "missing MODEL");
   Ctx *c = ctx_new();
   c->file = o.model;
   size_t ml = strlen(o.model);
   if (ml > 3 && !strcmp(o.model + ml - 3, ".so")) {
-    int rc = explain_so(c, o.model) ? report(c) : 0;
+    int rc = (json ? explain_so_json(c, o.model) : explain_so(c, o.model)) ? report(c) : 0;
     ctx_free(c);
     return rc;
   }
   Graph *g = graph_load(c, o.model, o.weights);
   if (!g) { int rc = report(c); ctx_free(c); return rc; }
   int rc = verify_graph(g);
-  explain_graph(g, stdout);
-  if (rc) { fprintf(stdout, "\nverification failed: %s\n", c->err); rc = report(c); }
-  if (!rc && o.tr.on) {   /* the backward and both partitions */
-    Graph *bwd = NULL, *g2 = graph_load(c, o.model, o.weights), *b2 = NULL;
-    PartitionStats ps, pd;
-    if (!g2 || verify_graph(g2) || training_graph(g, &o.tr) || partition(g, false, &bwd, &ps) || training_graph(g2, &o.tr) || partition(g2, true, &b2, &pd)) rc = report(c);
-    else explain_training(g, bwd, &ps, stdout);
-    graph_release(g2);
+  if (!json) explain_graph(g, stdout);
+  if (rc) {
+    if (!json) fprintf(stdout, "\nverification failed: %s\n", c->err);
+    rc = report(c);
   }
-  graph_release(g);
+  /* the schedule of the compiled code, when the model compiles: a quiet second pass on a copy */
+  bool scheduled = false;
+  if (!rc && !g->nunsupported) {
+    Ctx *sc = c;
+    Graph *gs = graph_load(sc, o.model, o.weights);
+    scheduled = gs && !verify_graph(gs) && !functionalize(gs) && !verify_graph(gs) && !decompose(gs, false) && !verify_graph(gs) && !compile_schedule(sc, gs);
+    if (!scheduled) { c->has_err = false; c->err[0] = 0; c->nkernels = 0; }
+    else if (!json) explain_schedule(c, stdout);
+    graph_release(gs);
+  }
+  Graph *g0 = g, *bwd = NULL, *g2 = NULL, *b2 = NULL;
+  PartitionStats ps, pd;
+  bool trained = false;
+  if (!rc && o.tr.on) {   /* the backward and both partitions */
+    g = graph_load(c, o.model, o.weights);
+    g2 = graph_load(c, o.model, o.weights);
+    if (!g || !g2 || verify_graph(g) || verify_graph(g2) || training_graph(g, &o.tr) || partition(g, false, &bwd, &ps) || training_graph(g2, &o.tr) || partition(g2, true, &b2, &pd)) rc = report(c);
+    else trained = true;
+    if (trained && !json) explain_training(g, bwd, &ps, stdout);
+  }
+  if (json && !rc) {
+    char *text = explain_json(g0, trained ? g : NULL, trained ? bwd : NULL, trained ? &ps : NULL, scheduled);
+    puts(text);
+    free(text);
+  }
+  if (g != g0) graph_release(g);
+  graph_release(g2);
+  graph_release(g0);
   ctx_free(c);
   return rc;
 }

@@ -348,6 +348,22 @@ int training_graph(Graph *g, const TrainOptions *t) {
   return functionalize(g) || verify_graph(g) || decompose(g, true) || verify_graph(g) || autograd(g, t->loss, false) || verify_graph(g) ? -1 : 0;
 }
 
+int compile_schedule(Ctx *c, Graph *g) {
+  int nw = 0;
+  for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
+  int64_t *offsets = arena_array(c->arena, (size_t)nw + 1, sizeof *offsets);
+  char *src = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&src, &len);
+  TrainOptions none = {0};
+  c->record = true;
+  int rc = emit_model(c, g, NULL, &none, f, "{}", offsets, 0, false, 0);
+  c->record = false;
+  fclose(f);
+  free(src);
+  return rc;
+}
+
 int compile_model(Ctx *c, const CompileOptions *o) {
   /* GCC_GRAPH_CACHE_DIR: an unchanged model with unchanged options is a copy of the .so built before */
   const char *cache = getenv("GCC_GRAPH_CACHE_DIR");

@@ -48,6 +48,7 @@ typedef struct Em {
   Node **user;              /* by value id: its only reader, when it has one */
   int nfused;               /* nodes computed inside another's loop */
   int64_t scratch_naive, scratch_planned; /* bytes without and with reuse */
+  Node **fused_into;        /* by node id: the node a fused node is computed inside (schedule records) */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -230,6 +231,16 @@ typedef struct Operand { bool is_tensor; TV t; double f; int64_t i; bool none; }
 
 static void kernel_begin(Em *e, Node *n, const char *what) {
   gg_log(e->c, LOG_SCHEDULE, "k%d %s: node %s (%s)", e->nk - 1, what, gg_quote(e->c, n->name), n->target);
+  Ctx *c = e->c;
+  if (c->record) {
+    if (c->nkernels == c->cap_kernels) {
+      c->cap_kernels = c->cap_kernels ? 2 * c->cap_kernels : 64;
+      KernelRec *k = arena_array(c->arena, (size_t)c->cap_kernels, sizeof *k);
+      if (c->nkernels) memcpy(k, c->kernels, sizeof *k * (size_t)c->nkernels);
+      c->kernels = k;
+    }
+    c->kernels[c->nkernels++] = (KernelRec){e->nk - 1, what, n->name, n->target, NULL};
+  }
   fprintf(e->k, "\n/* %s: node ", what);
   comment(e->k, n->name);
   fputs(" (", e->k);
@@ -511,6 +522,10 @@ int emit_pointwise(Em *e, Node *n) {
     t->rank = n->outs[0]->rank;
     e->nfused++;
     Node *u = e->user[n->outs[0]->id];
+    if (e->c->record && u) {   /* noted against the reader; the kernel that computes the reader claims it */
+      if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
+      e->fused_into[n->id] = u;
+    }
     gg_log(e->c, LOG_FUSION, "node %s (%s) computed inside the loop of its only reader %s (%s)", gg_quote(e->c, n->name), n->op->name,
            gg_quote(e->c, u ? u->name : "?"), u && u->op ? u->op->name : "?");
     return 0;
@@ -2014,6 +2029,19 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   fclose(e->r);
   if (rc) { free(kbuf); free(rbuf); return -1; }
   int64_t planned = plan_memory(e);
+  if (c->record) {   /* the schedule: each fused node under the kernel of the node it feeds (transitively) */
+    c->scratch_naive += e->scratch_naive;
+    c->scratch_planned += e->scratch_planned;
+    for (int k = 0; e->fused_into && k < g->nnodes; k++) {
+      Node *n = g->nodes[k], *u = e->fused_into[n->id];
+      while (u && e->fused_into[u->id]) u = e->fused_into[u->id];
+      for (int r = 0; u && r < c->nkernels; r++)
+        if (c->kernels[r].node == u->name) {
+          c->kernels[r].fused = c->kernels[r].fused ? arena_printf(c->arena, "%s, %s", c->kernels[r].fused, n->name) : n->name;
+          break;
+        }
+    }
+  }
   fprintf(out, "\n/* GCC_GRAPH_PROFILE: the time of each node's kernels. */\nstatic double gg_%s_prof[%d];\nstatic const char *const gg_%s_prof_names[] = {\n", p, nprof, p);
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
   fputs("};\n", out);

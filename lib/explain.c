@@ -4,6 +4,7 @@
  * user's stack trace: what PyTorch calls a graph break. Model strings are printed escaped. */
 #include "gg.h"
 
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,4 +251,147 @@ void graph_print(Graph *g, FILE *f) {
     if (o->target_name) fprintf(f, " -> %s", gg_quote(c, o->target_name));
     fputc('\n', f);
   }
+}
+
+/* ---------------------------------------------------------------- the schedule */
+
+void explain_schedule(Ctx *c, FILE *f) {
+  int fused = 0;
+  for (int k = 0; k < c->nkernels; k++)
+    for (const char *p = c->kernels[k].fused; p; p = strstr(p + 1, ", ")) fused++;
+  fprintf(f, "\nschedule (the compiled code): %d kernels, %d nodes computed inside another kernel's loops\n", c->nkernels, fused);
+  fprintf(f, "intermediate memory: %.1f KiB planned (lifetimes that do not overlap share), %.1f KiB one after another\n",
+          (double)c->scratch_planned / 1024, (double)c->scratch_naive / 1024);
+  for (int k = 0; k < c->nkernels && k < 400; k++) {
+    KernelRec *r = &c->kernels[k];
+    fprintf(f, "  k%-4d %-44s %s", r->id, r->what, gg_quote(c, r->node));
+    if (r->fused) fprintf(f, "  + %s", r->fused);
+    fputc('\n', f);
+  }
+  if (c->nkernels > 400) fprintf(f, "  ... and %d more\n", c->nkernels - 400);
+}
+
+/* ---------------------------------------------------------------- explain --json */
+
+static cJSON *value_json(const Graph *g, const Value *v) {
+  cJSON *o = cJSON_CreateObject(), *sz = cJSON_AddArrayToObject(o, "shape");
+  cJSON_AddStringToObject(o, "name", v->name);
+  cJSON_AddStringToObject(o, "dtype", dtype_name(v->dtype));
+  for (int d = 0; d < v->rank; d++) {
+    int64_t x;
+    if (expr_is_const(v->sizes[d], &x)) cJSON_AddItemToArray(sz, cJSON_CreateNumber((double)x));
+    else cJSON_AddItemToArray(sz, cJSON_CreateString(expr_str(g->ctx->arena, g, v->sizes[d])));
+  }
+  return o;
+}
+
+char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled) {
+  Ctx *c = g->ctx;
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "format", "gcc-graph explain");
+  cJSON_AddStringToObject(m, "model", g->path);
+  cJSON_AddStringToObject(m, "torch_version", g->torch_version ? g->torch_version : "");
+  cJSON_AddStringToObject(m, "ir", g->ir ? g->ir : "");
+  cJSON *ins = cJSON_AddArrayToObject(m, "inputs"), *outs = cJSON_AddArrayToObject(m, "outputs"), *ws = cJSON_AddArrayToObject(m, "weights");
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    cJSON *o = value_json(g, v);
+    if (v->input == IN_USER) { cJSON_AddItemToArray(ins, o); continue; }
+    cJSON_AddStringToObject(o, "kind", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant");
+    if (v->fqn) cJSON_AddStringToObject(o, "fqn", v->fqn);
+    cJSON_AddNumberToObject(o, "bytes", (double)value_bytes(g, v));
+    cJSON_AddItemToArray(ws, o);
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    OutputSpec *os = &g->outputs[i];
+    if (os->kind != OUT_USER && os->kind != OUT_BUFFER_MUTATION) continue;
+    cJSON *o = value_json(g, os->v);
+    cJSON_AddStringToObject(o, "kind", os->kind == OUT_USER ? "output" : "buffer update");
+    if (os->target_name) cJSON_AddStringToObject(o, "target", os->target_name);
+    cJSON_AddItemToArray(outs, o);
+  }
+  cJSON *syms = cJSON_AddArrayToObject(m, "symbols");
+  for (int i = 0; i < g->nsyms; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", g->syms[i].name);
+    cJSON_AddNumberToObject(o, "min", (double)g->syms[i].min);
+    if (g->syms[i].max == INT64_MAX) cJSON_AddNullToObject(o, "max"); else cJSON_AddNumberToObject(o, "max", (double)g->syms[i].max);
+    cJSON_AddNumberToObject(o, "example", (double)g->syms[i].hint);
+    cJSON_AddItemToArray(syms, o);
+  }
+  cJSON *ops = cJSON_AddArrayToObject(m, "ops"), *unsup = cJSON_AddArrayToObject(m, "unsupported"), *dec = cJSON_AddArrayToObject(m, "decompositions");
+  OpCount *counts = calloc((size_t)g->nnodes + 1, sizeof *counts);
+  int nk = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    const char *t = g->nodes[k]->target;
+    int j = 0;
+    while (j < nk && strcmp(counts[j].target, t)) j++;
+    if (j == nk) counts[nk++].target = t;
+    counts[j].count++;
+  }
+  qsort(counts, (size_t)nk, sizeof *counts, cmp_count);
+  for (int j = 0; j < nk; j++) {
+    const OpDef *op = ops_find(counts[j].target);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "target", counts[j].target);
+    cJSON_AddNumberToObject(o, "count", counts[j].count);
+    cJSON_AddBoolToObject(o, "supported", op != NULL);
+    if (op) {
+      cJSON_AddStringToObject(o, "compiled_as", decompose_has_rule(op->name) ? "rewritten" : op->view ? "view" : "kernel");
+      cJSON_AddStringToObject(o, "gradient", autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none");
+      if (decompose_has_rule(op->name)) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "op", op->name);
+        cJSON_AddNumberToObject(d, "count", counts[j].count);
+        cJSON_AddItemToArray(dec, d);
+      }
+    }
+    cJSON_AddItemToArray(ops, o);
+  }
+  free(counts);
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    if (n->op) continue;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "node", n->name);
+    cJSON_AddStringToObject(o, "target", n->target);
+    if (n->stack_trace) cJSON_AddStringToObject(o, "stack_trace", n->stack_trace); else cJSON_AddNullToObject(o, "stack_trace");
+    cJSON_AddItemToArray(unsup, o);
+  }
+  cJSON_AddNumberToObject(m, "matrix_flops", graph_matrix_flops(g));
+  if (scheduled) {
+    cJSON *s = cJSON_AddObjectToObject(m, "schedule"), *ks = cJSON_AddArrayToObject(s, "kernels");
+    cJSON_AddNumberToObject(s, "scratch_bytes_planned", (double)c->scratch_planned);
+    cJSON_AddNumberToObject(s, "scratch_bytes_unplanned", (double)c->scratch_naive);
+    for (int k = 0; k < c->nkernels; k++) {
+      KernelRec *r = &c->kernels[k];
+      cJSON *o = cJSON_CreateObject(), *fl = cJSON_AddArrayToObject(o, "fused");
+      cJSON_AddNumberToObject(o, "id", r->id);
+      cJSON_AddStringToObject(o, "kind", r->what);
+      cJSON_AddStringToObject(o, "node", r->node);
+      cJSON_AddStringToObject(o, "target", r->target);
+      if (r->fused) {
+        char *copy = arena_strdup(c->arena, r->fused);
+        for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) { while (*t == ' ') t++; cJSON_AddItemToArray(fl, cJSON_CreateString(t)); }
+      }
+      cJSON_AddItemToArray(ks, o);
+    }
+  }
+  if (fwd && bwd && st) {
+    cJSON *t = cJSON_AddObjectToObject(m, "training"), *gr = cJSON_AddArrayToObject(t, "gradients"), *sv = cJSON_AddArrayToObject(t, "saved");
+    for (int i = 0; i < bwd->noutputs; i++) cJSON_AddItemToArray(gr, cJSON_CreateString(bwd->outputs[i].target_name));
+    for (int i = 0; i < fwd->noutputs; i++) if (fwd->outputs[i].kind == OUT_SAVED) cJSON_AddItemToArray(sv, value_json(fwd, fwd->outputs[i].v));
+    cJSON_AddNumberToObject(t, "forward_nodes", st->forward_nodes);
+    cJSON_AddNumberToObject(t, "backward_nodes", st->backward_nodes);
+    cJSON_AddNumberToObject(t, "recomputed_nodes", st->recomputed);
+    cJSON_AddNumberToObject(t, "saved_tensors", st->saved);
+    cJSON_AddNumberToObject(t, "saved_bytes", (double)st->saved_bytes);
+    cJSON_AddNumberToObject(t, "saved_tensors_default", st->saved_default);
+    cJSON_AddNumberToObject(t, "saved_bytes_default", (double)st->default_bytes);
+    cJSON_AddNumberToObject(t, "matrix_flops_forward", graph_matrix_flops(fwd));
+    cJSON_AddNumberToObject(t, "matrix_flops_backward", graph_matrix_flops(bwd));
+  }
+  char *text = cJSON_Print(m);
+  cJSON_Delete(m);
+  return text;
 }

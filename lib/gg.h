@@ -32,12 +32,23 @@ enum {
   LOG_SCHEDULE = 1 << 5, LOG_MEMORY = 1 << 6, LOG_GUARDS = 1 << 7, LOG_OUTPUT_CODE = 1 << 8, LOG_CACHE = 1 << 9,
 };
 
+/* A kernel of the generated code, as explain reports the schedule. */
+typedef struct KernelRec {
+  int id;
+  const char *what, *node, *target;   /* its kind, and the node it computes */
+  const char *fused;                  /* nodes computed inside its loops, comma-separated, or NULL */
+} KernelRec;
+
 typedef struct Ctx {
   Arena *arena;
   const char *file;      /* the file being read, named in messages */
   char err[4096];        /* first error, without the "error: " prefix */
   bool has_err;
   unsigned logs;         /* LOG_* categories on */
+  /* the schedule, recorded when `record` is set (explain) */
+  bool record;
+  KernelRec *kernels; int nkernels, cap_kernels;
+  int64_t scratch_naive, scratch_planned;
 } Ctx;
 
 Ctx *ctx_new(void);
@@ -422,6 +433,8 @@ typedef struct CompileOptions {
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
+/* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
+int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
 int decompose(Graph *g, bool training);
 bool decompose_has_rule(const char *op);   /* rewritten into the core set before code generation */
@@ -486,6 +499,10 @@ int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out);
 int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);
 double graph_matrix_flops(const Graph *g);
-void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f);   /* one line per input, node and output */
+void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f);
+void explain_schedule(Ctx *c, FILE *f);       /* the kernels compile_schedule recorded */
+/* explain --json: the same facts as JSON (schemas/explain.schema.json); fwd/bwd/st for --train, or
+ * NULL; scheduled: whether c holds a schedule. Returns a malloc'd string. */
+char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled);   /* one line per input, node and output */
 
 #endif

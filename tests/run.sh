@@ -249,6 +249,14 @@ expect 0 "[functionalize] node" -- env GCC_GRAPH_LOGS=functionalize "$GG" compil
 if command -v script >/dev/null; then   # on a terminal: a progress line, cleared at the end
   expect 0 "building the .so with the C compiler" -- script -qec "$GG compile $M/mlp/model.pt2 -o $TMP/pg.so" /dev/null
 fi
+# explain: the schedule in text, everything as JSON (schemas/explain.schema.json)
+expect 0 "schedule (the compiled code):" -- "$GG" explain $M/bert_tiny/model.pt2
+expect 0 "intermediate memory:" -- "$GG" explain $M/bert_tiny/model.pt2
+"$GG" explain $M/bert_tiny/model.pt2 --json >"$TMP/ex.json" 2>"$TMP/err" || no "explain --json: $(cat "$TMP/err")"
+expect 0 "ok" -- sh -c "python3 tests/explain_json.py <'$TMP/ex.json'"
+"$GG" explain tests/corpus/train/mlp_train/model.pt2 --json --train >"$TMP/ext.json" 2>"$TMP/err" || no "explain --json --train: $(cat "$TMP/err")"
+expect 0 "ok" -- sh -c "python3 tests/explain_json.py training <'$TMP/ext.json'"
+expect 0 '"format":	"gcc-graph model"' -- "$GG" explain "$TMP/mlp.so" --json
 # check: every stage agrees on healthy models; a miscompiled op is caught at the compiled stage
 expect 0 "every stage agrees with the loaded graph" -- "$GG" check $M/cnn_small/model.pt2 --inputs $M/cnn_small/io.safetensors
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
