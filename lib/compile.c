@@ -467,8 +467,14 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   char *src = NULL;
   size_t srclen = 0;
   FILE *mf = open_memstream(&src, &srclen);
+  c->record = o->debug_dir != NULL;   /* --debug-dir: the schedule (kernels after fusion) too */
   int erc = emit_model(c, g, bwd, &o->tr, mf, meta, offsets, blob, external, file_size);
+  c->record = false;
   fclose(mf);
+  if (!erc && o->debug_dir) {
+    FILE *sf = fopen(arena_printf(c->arena, "%s/schedule.txt", o->debug_dir), "w");
+    if (sf) { explain_schedule(c, sf); fclose(sf); }
+  }
   if (erc) { free(src); goto done; }
   erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
   if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/model.c", o->debug_dir), src, srclen);
