@@ -179,7 +179,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     if (!o->tr.on && (s == ST_AUTOGRAD || s == ST_PARTITIONED)) continue;
     STensor *got = NULL;
     int ngot = 0;
-    Interp *I = NULL;
+    Interp *I = NULL, *Jb = NULL, *Jf = NULL;   /* the partitioned stage's forward and backward runs */
     Graph *g = NULL, *b = NULL;
     if (s == ST_COMPILED) {
       CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2};
@@ -203,20 +203,20 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
       if (!g) { fprintf(out, "  %-38s FAILS: %s\n", stage_names[s], c->err); verdict = s; break; }
       if (interp_results(c, g, &in, &got, &ngot, &I)) { fprintf(out, "  %-38s FAILS to run: %s\n", stage_names[s], c->err); verdict = s; break; }
       if (b) {   /* partitioned: the backward on the saved values, then the cotangent */
-        Interp *J = interp_new(c, b);
+        Interp *J = Jb = interp_new(c, b);
         Value **users;
-        int nu = graph_user_inputs(b, &users), ns = 0;
+        int nu = graph_user_inputs(b, &users);
         Tensor **ts = arena_array(c->arena, (size_t)nu + 1, sizeof *ts);
         RunResult rf, rb;
         /* the forward's saved values come back through a second run that keeps the RunResult */
-        Interp *If = interp_new(c, g);
+        Interp *If = Jf = interp_new(c, g);
         Value **fu;
         int nfu = graph_user_inputs(g, &fu);
         Tensor **fin = arena_array(c->arena, (size_t)nfu + 1, sizeof *fin);
         for (int i = 0; i < nfu; i++) fin[i] = tensor_from_st(If, st_find(&in, arena_printf(c->arena, "in.%d", i)));
         if (interp_run(If, fin, nfu, in.t, in.n, &rf)) goto done;
         for (int i = 0; i < nu; i++) {
-          if (i < rf.nsaved) { ts[i] = rf.saved[i]; ns++; continue; }
+          if (i < rf.nsaved) { ts[i] = rf.saved[i]; continue; }
           int64_t one[GG_MAX_RANK];
           for (int d = 0; d < users[i]->rank; d++) one[d] = 1;
           ts[i] = tensor_new(J, users[i]->dtype, users[i]->rank, one);
@@ -227,7 +227,6 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
         memcpy(all, got, sizeof *all * (size_t)ngot);
         for (int i = 0; i < rb.ngrads; i++) all[ngot++] = st_from(J, arena_printf(c->arena, "grad.%s", rb.grad_names[i]), rb.grads[i]);
         got = all;
-        (void)ns;
       }
     }
     if (s == ST_AUTOGRAD) { gref = got; ngref = ngot; Ig = I; I = NULL; }   /* the gradients' reference (its interpreter holds the data) */
@@ -244,6 +243,8 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
       verdict = s;
     } else fprintf(out, "  %-38s agrees (worst relative error %.3g)\n", stage_names[s], e);
     if (I) interp_free(I);
+    if (Jb) interp_free(Jb);
+    if (Jf) interp_free(Jf);
   }
   if (!verdict) fputs("every stage agrees with the loaded graph\n", out);
   rc = verdict ? 1 : 0;
