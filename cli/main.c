@@ -695,6 +695,11 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2, false);
   if (!strcmp(cmd, "minify")) return cmd_check(argc - 2, argv + 2, true);
   if (!strcmp(cmd, "ops")) {
+    if (argc > 2 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) {
+      puts("usage: gcc-graph ops\n\nPrint the op table as markdown (docs/ops.md): every supported ATen overload, what it computes,\n"
+           "how it compiles and how it is differentiated, and its PyTorch schema.");
+      return 0;
+    }
     if (argc > 2) return usage_error(usage_main, "unexpected argument '%s'", argv[2]);
     return list_ops(stdout);
   }
