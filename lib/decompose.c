@@ -264,6 +264,46 @@ static int mse_loss(Rw *r, Node *n) {
   return sq && reduce_loss(r, sq, NULL, (int64_t)rw_farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
 }
 
+/* l1, smooth l1, huber and binary cross entropy: the per-element loss from pointwise ops, weighted,
+ * then reduced (PyTorch's formulas: smooth_l1 = 0.5 d^2 / beta below beta, d - beta/2 above; BCE
+ * clamps its logs at -100; BCE on logits is (1 - t) x + (1 + (pw - 1) t) (log1p(e^-|x|) + max(-x, 0))). */
+static Value *pw1(Rw *r, const char *op, Value *x) { return x ? CALL(r, NULL, op, "self", T(x)) : NULL; }
+static Value *pw2(Rw *r, const char *op, Value *x, Value *y) { return x && y ? CALL(r, NULL, op, "self", T(x), "other", T(y)) : NULL; }
+static Value *pwf(Rw *r, const char *op, Value *x, double f) { return x ? CALL(r, NULL, op, "self", T(x), "other", FL(f)) : NULL; }
+static Value *cmin(Rw *r, Value *x, double lo) { return x ? CALL(r, NULL, "clamp_min", "self", T(x), "min", FL(lo)) : NULL; }
+static Value *pick(Rw *r, Value *cond, Value *a, Value *b) {
+  return cond && a && b ? CALL(r, NULL, "where.self", "condition", T(cond), "self", T(a), "other", T(b)) : NULL;
+}
+
+static int elementwise_loss(Rw *r, Node *n) {
+  const char *op = n->op->name;
+  Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight"), *l;
+  if (!strcmp(op, "l1_loss")) l = pw1(r, "abs", pw2(r, "sub.Tensor", x, t));
+  else if (!strcmp(op, "smooth_l1_loss") || !strcmp(op, "huber_loss")) {
+    bool huber = op[0] == 'h';
+    double b = huber ? rw_farg(n, "delta", 1) : rw_farg(n, "beta", 1);
+    Value *d = pw1(r, "abs", pw2(r, "sub.Tensor", x, t));
+    if (b == 0) l = d;
+    else {
+      Value *sq = pwf(r, "mul.Tensor", pw2(r, "mul.Tensor", d, d), huber ? 0.5 : 0.5 / b);
+      Value *lin = huber ? pwf(r, "mul.Tensor", pwf(r, "sub.Tensor", d, 0.5 * b), b) : pwf(r, "sub.Tensor", d, 0.5 * b);
+      l = pick(r, pwf(r, "lt.Scalar", d, b), sq, lin);
+    }
+  } else if (!strcmp(op, "binary_cross_entropy")) {   /* -(t log x + (1 - t) log(1 - x)) */
+    Value *lx = cmin(r, pw1(r, "log", x), -100), *l1x = cmin(r, pw1(r, "log1p", pw1(r, "neg", x)), -100);
+    Value *omt = t ? CALL(r, NULL, "rsub.Scalar", "self", T(t), "other", FL(1)) : NULL;
+    l = pw1(r, "neg", pw2(r, "add.Tensor", pw2(r, "mul.Tensor", t, lx), pw2(r, "mul.Tensor", omt, l1x)));
+  } else {   /* with logits */
+    Value *pw = rw_targ(n, "pos_weight");
+    Value *omt = t ? CALL(r, NULL, "rsub.Scalar", "self", T(t), "other", FL(1)) : NULL;
+    Value *sp = pw2(r, "add.Tensor", pw1(r, "log1p", pw1(r, "exp", pw1(r, "neg", pw1(r, "abs", x)))), cmin(r, pw1(r, "neg", x), 0));
+    Value *coef = pw ? pwf(r, "add.Tensor", pw2(r, "mul.Tensor", pwf(r, "sub.Tensor", pw, 1), t), 1) : NULL;
+    l = pw2(r, "add.Tensor", pw2(r, "mul.Tensor", omt, x), coef ? pw2(r, "mul.Tensor", coef, sp) : sp);
+  }
+  if (w) l = pw2(r, "mul.Tensor", l, w);
+  return l && reduce_loss(r, l, NULL, (int64_t)rw_farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
+}
+
 /* cross entropy (and nll on log-probabilities) with class-index targets: the picked log-probability,
  * weighted, ignoring ignore_index, smoothed; the mean divides by the weights of the kept targets. */
 static int cross_entropy(Rw *r, Node *n) {
@@ -404,7 +444,8 @@ static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
   {"batch_norm", batch_norm}, {"_native_batch_norm_legit_no_training", batch_norm},
   {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
   {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
-  {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"cross_entropy_loss", cross_entropy},
+  {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"l1_loss", elementwise_loss}, {"smooth_l1_loss", elementwise_loss},
+  {"huber_loss", elementwise_loss}, {"binary_cross_entropy", elementwise_loss}, {"binary_cross_entropy_with_logits", elementwise_loss}, {"cross_entropy_loss", cross_entropy},
   {"nll_loss_forward", cross_entropy}, {"nll_loss_nd", cross_entropy}, {"nll_loss", cross_entropy}, {"roll", roll},
 };
 

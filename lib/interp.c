@@ -1020,7 +1020,7 @@ int eval_loss(E *e) {
   const char *name = e->n->op->name;
   Tensor *x = T(e, "self"), *t = T(e, "target"), *out = out0(e);
   int64_t red = I64(e, "reduction", 1);
-  if (!strcmp(name, "mse_loss")) {
+  if (loss_is_elementwise(name)) {
     int64_t n = 1, sizes[GG_MAX_RANK] = {0};
     int r = x->rank > t->rank ? x->rank : t->rank;
     for (int d = 0; d < r; d++) {
@@ -1030,8 +1030,22 @@ int eval_loss(E *e) {
       n *= sizes[d];
     }
     double *xv = read_f64(I, expand_to(I, x, r, sizes)), *tv = read_f64(I, expand_to(I, t, r, sizes));
+    Tensor *wt = ops_arg_index(e->n->op, "weight") >= 0 ? T(e, "weight") : NULL, *pw = ops_arg_index(e->n->op, "pos_weight") >= 0 ? T(e, "pos_weight") : NULL;
+    double *wv = wt ? read_f64(I, expand_to(I, wt, r, sizes)) : NULL, *pv = pw ? read_f64(I, expand_to(I, pw, r, sizes)) : NULL;
+    double beta = !strcmp(name, "smooth_l1_loss") ? F64(e, "beta", 1) : F64(e, "delta", 1);
     double s = 0;
-    for (int64_t i = 0; i < n; i++) { xv[i] = (xv[i] - tv[i]) * (xv[i] - tv[i]); s += xv[i]; }
+    for (int64_t i = 0; i < n; i++) {
+      double a = xv[i], y = tv[i], d = fabs(a - y), l;
+      if (!strcmp(name, "mse_loss")) l = (a - y) * (a - y);
+      else if (!strcmp(name, "l1_loss")) l = d;
+      else if (!strcmp(name, "smooth_l1_loss")) l = d < beta ? 0.5 * d * d / beta : d - 0.5 * beta;
+      else if (!strcmp(name, "huber_loss")) l = d < beta ? 0.5 * d * d : beta * (d - 0.5 * beta);
+      else if (!strcmp(name, "binary_cross_entropy")) l = -(y * fmax(log(a), -100.0) + (1 - y) * fmax(log1p(-a), -100.0));
+      else l = (1 - y) * a + (1 + ((pv ? pv[i] : 1) - 1) * y) * (log1p(exp(-fabs(a))) + fmax(-a, 0.0));
+      if (wv) l *= wv[i];
+      xv[i] = l;
+      s += l;
+    }
     if (red == 0) write_f64(out, xv);
     else { double v = red == 1 ? s / (double)n : s; write_f64(out, &v); }
     return 0;

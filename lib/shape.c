@@ -526,6 +526,12 @@ int shape_sdpa(S *s) {
   return 0;
 }
 
+bool loss_is_elementwise(const char *name) {
+  static const char *const names[] = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", NULL};
+  for (const char *const *n = names; *n; n++) if (!strcmp(*n, name)) return true;
+  return false;
+}
+
 int shape_loss(S *s) {
   const char *name = s->n->op->name;
   Value *x = tensor(s, "self"), *t = tensor(s, "target");
@@ -534,7 +540,7 @@ int shape_loss(S *s) {
   if (red < 0 || red > 2) return fail(s, "%s", "reduction must be 0 (none), 1 (mean) or 2 (sum)");
   const Expr *sizes[GG_MAX_RANK];
   int r = 0;
-  if (!strcmp(name, "mse_loss")) {
+  if (loss_is_elementwise(name)) {
     if (red == 0) {
       memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
       r = x->rank;

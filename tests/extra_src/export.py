@@ -137,6 +137,10 @@ case("grad_scalar_ops", Fn(lambda s, x, y, m: (x - 2.5, x / 4, torch.remainder(x
                                                x.new_empty(3).fill_(1.5) * x.sum(), F.interpolate(x[None, None], size=(8, 10), mode="nearest"))),
      r(4, 5), r(4, 5), torch.rand(4, 5) > 0.5)
 
+case("losses", Fn(lambda s, x, y, t, w: (F.l1_loss(x, y, reduction="none"), F.smooth_l1_loss(x, y, beta=0.5, reduction="sum"),
+                                          F.huber_loss(x, y, delta=0.7), F.binary_cross_entropy(torch.sigmoid(x), t, weight=w, reduction="none"),
+                                          F.binary_cross_entropy_with_logits(x, t, pos_weight=w[0], reduction="sum"), F.binary_cross_entropy_with_logits(x, t))),
+     r(4, 6), r(4, 6), torch.rand(4, 6), torch.rand(4, 6) + 0.5)
 # training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
 TRAIN = []
 def tcase(name, mod, *inputs): TRAIN.append((name, mod, inputs))
@@ -186,6 +190,16 @@ class TinyMisc(nn.Module):   # losses and odd ends: NLL with ignore_index, log_s
         lp = F.log_softmax(s.l(att + torch.tanh(x)), -1)
         return F.nll_loss(lp.reshape(-1, 6), y.reshape(-1), ignore_index=2) + lp.exp().pow(2).mean() * 0.1
 
+class LossMix(nn.Module):   # the elementwise losses on one small MLP's outputs
+    def __init__(s):
+        super().__init__(); s.net = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 10)); s.register_buffer("pw", torch.rand(2) + 0.5)
+    def forward(s, x, y, t):
+        o = s.net(x)
+        return (F.l1_loss(o[:, :2], y[:, :2]) + F.smooth_l1_loss(o[:, 2:4], y[:, 2:4], beta=0.5) + F.huber_loss(o[:, 4:6], y[:, 4:6], delta=0.7)
+                + F.binary_cross_entropy(torch.sigmoid(o[:, 6:8]), t[:, :2], weight=t[:, 2:4] + 0.5)
+                + F.binary_cross_entropy_with_logits(o[:, 8:10], t[:, :2], pos_weight=s.pw))
+
+tcase("train_losses", LossMix(), r(8, 5), r(8, 6), torch.rand(8, 4))
 tcase("train_tiny_lm", TinyLM(), torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12)))
 tcase("train_tiny_resnet", TinyRes(), r(4, 3, 16, 16), torch.randint(0, 5, (4,)))
 tcase("train_llama_mlp", TinyLlamaMLP(), r(3, 7, 24), r(3, 7, 24))
@@ -231,7 +245,9 @@ for name, mod, inputs in TRAIN:
         io["out.0"], io["ref64.out.0"] = loss.detach(), loss64.detach()
         for (k, p), (_, p64) in zip(m32.named_parameters(), m64.named_parameters()):
             io[f"grad.{k}"], io[f"ref64.grad.{k}"] = p.grad, p64.grad
-        for k, b in m32.named_buffers(): io[f"buffer_after.{k}"] = b
+        before = dict(mod.named_buffers())
+        for k, b in m32.named_buffers():   # the buffers the step changed (running statistics), as the corpus does
+            if not torch.equal(b, before[k]): io[f"buffer_after.{k}"] = b
         for group, prog in (("extra", ep), ("extra_aten", ep.run_decompositions())):
             d = os.path.join(OUT, group, name)
             os.makedirs(d, exist_ok=True)
