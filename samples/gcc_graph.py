@@ -5,6 +5,11 @@
     print(m.metadata["inputs"])
     y, = m(x)                             # x: NumPy arrays or torch tensors (CPU, row-major)
 
+    t = Model("train.so")                 # compiled with --train (--optimizer sgd|adam for train_step)
+    loss, = t.forward(x, y)               # keeps what the backward needs
+    grads = t.backward()                  # {parameter name: gradient}, of the loss (d loss = 1)
+    loss, = t.train_step(x, y)            # forward, backward and the optimizer's update
+
 Inputs may be NumPy arrays or anything with __dlpack__ (torch, JAX, CuPy host arrays): the model
 reads them in place, without a copy. Outputs come back as NumPy arrays that own their memory.
 Needs only the standard library and NumPy."""
@@ -57,6 +62,41 @@ class Model:
             raise RuntimeError(err.value.decode())
 
     def __call__(self, *inputs):
+        return self._run(inputs, "gg_run")
+
+    # ---- training models (gcc-graph compile --train)
+    def _state(self):
+        if not getattr(self, "state", None):
+            self.state = ctypes.c_void_p()
+            err = ctypes.create_string_buffer(1024)
+            if self.lib.gg_train_state_new(self.handle, ctypes.byref(self.state), err, len(err)):
+                self.state = None
+                raise RuntimeError(err.value.decode())
+        return self.state
+
+    def forward(self, *inputs):
+        """The forward of a training model; keeps the values the backward needs."""
+        return self._run(inputs, "gg_forward")
+
+    def backward(self):
+        """The gradient of the loss (after forward) for every parameter: {name: NumPy array}."""
+        err = ctypes.create_string_buffer(1024)
+        if self.lib.gg_backward(self.handle, self._state(), None, err, len(err)):
+            raise RuntimeError(err.value.decode())
+        grads, name, t = {}, ctypes.c_char_p(), DLTensor()
+        for i in range(self.lib.gg_num_gradients()):
+            self.lib.gg_gradient(self.state, i, ctypes.byref(name), ctypes.byref(t))
+            shape = tuple(t.shape[d] for d in range(t.ndim))
+            n = int(np.prod(shape)) if shape else 1
+            buf = (ctypes.c_float * n).from_address(t.data) if t.dtype.bits == 32 else (ctypes.c_double * n).from_address(t.data)
+            grads[name.value.decode()] = np.array(buf, copy=True).reshape(shape)
+        return grads
+
+    def train_step(self, *inputs):
+        """Forward, backward and the optimizer's update of the weights the model holds."""
+        return self._run(inputs, "gg_train_step")
+
+    def _run(self, inputs, entry):
         arrays = [_as_array(x) for x in inputs]
         n_in, n_out = self.lib.gg_num_inputs(), self.lib.gg_num_outputs()
         if len(arrays) != n_in:
@@ -85,11 +125,16 @@ class Model:
             keep.append(s)
             t.data, t.device, t.ndim, t.shape = a.ctypes.data, DLDevice(1, 0), a.ndim, s
             t.dtype = DLDataType(_CODES[a.dtype.kind], a.dtype.itemsize * 8, 1)
-        if self.lib.gg_run(self.handle, dl_in, n_in, dl_out, n_out, err, len(err)):
+        call = getattr(self.lib, entry)
+        args = (self.handle, dl_in, n_in, dl_out, n_out, err, len(err)) if entry == "gg_run" else (self.handle, self._state(), dl_in, n_in, dl_out, n_out, err, len(err))
+        if call(*args):
             raise RuntimeError(err.value.decode())
         return outs
 
     def __del__(self):
+        if getattr(self, "state", None):
+            self.lib.gg_train_state_free(self.state)
+            self.state = None
         if getattr(self, "handle", None):
             self.lib.gg_close(self.handle)
             self.handle = None

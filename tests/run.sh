@@ -294,6 +294,7 @@ PY=${PYTHON:-python3}
 if "$PY" -c "import numpy" 2>/dev/null; then
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/mlp.so" $M/mlp/io.safetensors
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/dyn.so" $M/mlp_dynamic_batch/io.safetensors
+  expect 0 "python training ok" -- "$PY" tests/python_train.py "$TMP/sgd.so" tests/corpus/train/mlp_train/io.safetensors
 else
   no "python3 with NumPy is needed to test samples/gcc_graph.py"
 fi
