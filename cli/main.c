@@ -648,9 +648,7 @@ static int list_ops(FILE *f) {
              "| op | what it computes | compiled as | gradient | schema |\n|---|---|---|---|---|\n", ops_count());
   for (int i = 0; i < ops_count(); i++) {
     const OpDef *op = ops_at(i);
-    const char *how = decompose_has_rule(op->name) ? "rewritten" : op->view || !strcmp(op->name, "_unsafe_view") ? "view" : "kernel";
-    const char *grad = autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none";
-    fprintf(f, "| `aten.%s` | %s | %s | %s | `%s` |\n", op->name, op->doc, how, grad, op->schema);
+    fprintf(f, "| `aten.%s` | %s | %s | %s | `%s` |\n", op->name, op->doc, op_compiled_as(op), op_gradient(op), op->schema);
   }
   return 0;
 }

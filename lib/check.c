@@ -78,7 +78,7 @@ static int make_inputs(Ctx *c, Graph *g, const char *path, const char *save_to, 
 }
 
 /* Run g under the interpreter; its results as records named like `gcc-graph run` names them. */
-static int interp_results(Ctx *c, Graph *g, const SafeTensors *in, STensor **res, int *nres, Interp **keep) {
+static int interp_results(Ctx *c, Graph *g, const SafeTensors *in, STensor **res, int *nres, Interp **keep, RunResult *raw) {
   Interp *I = interp_new(c, g);
   Value **users;
   int nu = graph_user_inputs(g, &users);
@@ -105,6 +105,7 @@ static int interp_results(Ctx *c, Graph *g, const SafeTensors *in, STensor **res
   for (int i = 0; i < r.ngrads; i++) out[k++] = st_from(I, arena_printf(c->arena, "grad.%s", r.grad_names[i]), r.grads[i]);
   *res = out;
   *nres = k;
+  if (raw) *raw = r;   /* the saved values of a partitioned forward, which live in I */
   if (keep) *keep = I; else interp_free(I);
   return 0;
 }
@@ -171,7 +172,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
   int nref = 0, ngref = 0;
   Interp *I0 = NULL, *Ig = NULL;
   if (!g0 || make_inputs(c, g0, o->inputs, in_path, &in) || (o->inputs && st_write(c, in_path, in.t, in.n)) ||
-      interp_results(c, g0, &in, &ref, &nref, &I0))
+      interp_results(c, g0, &in, &ref, &nref, &I0, NULL))
     goto done;
   fprintf(out, "check %s: %d results, tolerance %.3g (relative L2; integers exact)\n", gg_quote(c, o->model), nref, o->tol);
   fprintf(out, "  %-38s reference\n", stage_names[ST_LOADED]);
@@ -179,7 +180,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     if (!o->tr.on && (s == ST_AUTOGRAD || s == ST_PARTITIONED)) continue;
     STensor *got = NULL;
     int ngot = 0;
-    Interp *I = NULL, *Jb = NULL, *Jf = NULL;   /* the partitioned stage's forward and backward runs */
+    Interp *I = NULL, *Jb = NULL;   /* Jb: the partitioned stage's backward run */
     Graph *g = NULL, *b = NULL;
     if (s == ST_COMPILED) {
       CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2};
@@ -201,20 +202,14 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     } else {
       g = graph_at(c, o, s, &b);
       if (!g) { fprintf(out, "  %-38s FAILS: %s\n", stage_names[s], c->err); verdict = s; break; }
-      if (interp_results(c, g, &in, &got, &ngot, &I)) { fprintf(out, "  %-38s FAILS to run: %s\n", stage_names[s], c->err); verdict = s; break; }
-      if (b) {   /* partitioned: the backward on the saved values, then the cotangent */
+      RunResult rf;
+      if (interp_results(c, g, &in, &got, &ngot, &I, &rf)) { fprintf(out, "  %-38s FAILS to run: %s\n", stage_names[s], c->err); verdict = s; break; }
+      if (b) {   /* partitioned: the backward on the forward's saved values, then the cotangent */
         Interp *J = Jb = interp_new(c, b);
         Value **users;
         int nu = graph_user_inputs(b, &users);
         Tensor **ts = arena_array(c->arena, (size_t)nu + 1, sizeof *ts);
-        RunResult rf, rb;
-        /* the forward's saved values come back through a second run that keeps the RunResult */
-        Interp *If = Jf = interp_new(c, g);
-        Value **fu;
-        int nfu = graph_user_inputs(g, &fu);
-        Tensor **fin = arena_array(c->arena, (size_t)nfu + 1, sizeof *fin);
-        for (int i = 0; i < nfu; i++) fin[i] = tensor_from_st(If, st_find(&in, arena_printf(c->arena, "in.%d", i)));
-        if (interp_run(If, fin, nfu, in.t, in.n, &rf)) goto done;
+        RunResult rb;
         for (int i = 0; i < nu; i++) {
           if (i < rf.nsaved) { ts[i] = rf.saved[i]; continue; }
           int64_t one[GG_MAX_RANK];
@@ -244,7 +239,6 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     } else fprintf(out, "  %-38s agrees (worst relative error %.3g)\n", stage_names[s], e);
     if (I) interp_free(I);
     if (Jb) interp_free(Jb);
-    if (Jf) interp_free(Jf);
   }
   if (!verdict) fputs("every stage agrees with the loaded graph\n", out);
   rc = verdict ? 1 : 0;
@@ -453,7 +447,7 @@ int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out) {
   STensor *ref;
   int nref;
   Interp *I = NULL;
-  if (make_inputs(c, g, o->inputs, NULL, &in) || interp_results(c, g, &in, &ref, &nref, &I)) { graph_release(g); return -1; }
+  if (make_inputs(c, g, o->inputs, NULL, &in) || interp_results(c, g, &in, &ref, &nref, &I, NULL)) { graph_release(g); return -1; }
   if (mkdir(outdir, 0777) && errno != EEXIST) { interp_free(I); graph_release(g); return gg_error(c, "%s: cannot create: %s", outdir, strerror(errno)); }
   char work[] = "/tmp/gcc-graph-minify-XXXXXX";
   if (!mkdtemp(work)) { interp_free(I); graph_release(g); return gg_error(c, "cannot create a folder: %s", strerror(errno)); }

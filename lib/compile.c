@@ -23,16 +23,6 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
 
 /* ---------------------------------------------------------------- metadata */
 
-static cJSON *shape_json(const Graph *g, const Value *v) {
-  cJSON *a = cJSON_CreateArray();
-  for (int d = 0; d < v->rank; d++) {
-    int64_t c;
-    if (expr_is_const(v->sizes[d], &c)) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c));
-    else cJSON_AddItemToArray(a, cJSON_CreateString(expr_str(g->ctx->arena, g, v->sizes[d])));
-  }
-  return a;
-}
-
 static const char *base_name(const char *p) {
   const char *s = strrchr(p, '/');
   return s ? s + 1 : p;
@@ -74,15 +64,7 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
     cJSON_AddItemToObject(o, "shape", shape_json(g, g->outputs[i].v));
     cJSON_AddItemToArray(outs, o);
   }
-  cJSON *syms = cJSON_AddArrayToObject(m, "symbols");
-  for (int i = 0; i < g->nsyms; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", g->syms[i].name);
-    cJSON_AddNumberToObject(o, "min", (double)g->syms[i].min);
-    if (g->syms[i].max == INT64_MAX) cJSON_AddNullToObject(o, "max");
-    else cJSON_AddNumberToObject(o, "max", (double)g->syms[i].max);
-    cJSON_AddItemToArray(syms, o);
-  }
+  cJSON_AddItemToObject(m, "symbols", symbols_json(g, false));
   cJSON *w = cJSON_AddObjectToObject(m, "weights");
   cJSON_AddStringToObject(w, "storage", external ? "external" : "embedded");
   if (external) cJSON_AddStringToObject(w, "file", base_name(g->path));

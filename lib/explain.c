@@ -73,6 +73,32 @@ static int cmp_count(const void *a, const void *b) {
   return strcmp(x->target, y->target);
 }
 
+/* the graph's targets with their node counts, most used first (free the result) */
+static OpCount *count_ops(const Graph *g, int *n) {
+  OpCount *counts = calloc((size_t)g->nnodes + 1, sizeof *counts);
+  int nk = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    const char *t = g->nodes[k]->target;
+    int j = 0;
+    while (j < nk && strcmp(counts[j].target, t)) j++;
+    if (j == nk) counts[nk++].target = t;
+    counts[j].count++;
+  }
+  qsort(counts, (size_t)nk, sizeof *counts, cmp_count);
+  *n = nk;
+  return counts;
+}
+
+/* How the compiler treats an op: compiled as a kernel, a view, or rewritten first; differentiated by
+ * its own rule, through what it is rewritten into (or its functional twin), or not at all. */
+const char *op_compiled_as(const OpDef *op) {
+  return decompose_has_rule(op->name) ? "rewritten" : op->view || !strcmp(op->name, "_unsafe_view") ? "view" : "kernel";
+}
+
+const char *op_gradient(const OpDef *op) {
+  return autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none";
+}
+
 /* A trace from the export: print its last frame (the user's line) indented, escaped. */
 static void print_trace(FILE *f, Ctx *c, const char *trace) {
   if (!trace || !*trace) { fputs("      (no stack trace in the export)\n", f); return; }
@@ -133,16 +159,8 @@ int explain_graph(Graph *g, FILE *f) {
       fprintf(f, "], example %lld\n", (long long)s->hint);
     }
   }
-  OpCount *counts = calloc((size_t)g->nnodes + 1, sizeof *counts);
-  int nk = 0;
-  for (int k = 0; k < g->nnodes; k++) {
-    const char *t = g->nodes[k]->target;
-    int j = 0;
-    while (j < nk && strcmp(counts[j].target, t)) j++;
-    if (j == nk) counts[nk++].target = t;
-    counts[j].count++;
-  }
-  qsort(counts, (size_t)nk, sizeof *counts, cmp_count);
+  int nk;
+  OpCount *counts = count_ops(g, &nk);
   fprintf(f, "\nops: %d nodes, %d kinds\n", g->nnodes, nk);
   for (int j = 0; j < nk; j++) {
     const OpDef *op = ops_find(counts[j].target);
@@ -273,15 +291,34 @@ void explain_schedule(Ctx *c, FILE *f) {
 
 /* ---------------------------------------------------------------- explain --json */
 
-static cJSON *value_json(const Graph *g, const Value *v) {
-  cJSON *o = cJSON_CreateObject(), *sz = cJSON_AddArrayToObject(o, "shape");
-  cJSON_AddStringToObject(o, "name", v->name);
-  cJSON_AddStringToObject(o, "dtype", dtype_name(v->dtype));
+cJSON *shape_json(const Graph *g, const Value *v) {
+  cJSON *a = cJSON_CreateArray();
   for (int d = 0; d < v->rank; d++) {
     int64_t x;
-    if (expr_is_const(v->sizes[d], &x)) cJSON_AddItemToArray(sz, cJSON_CreateNumber((double)x));
-    else cJSON_AddItemToArray(sz, cJSON_CreateString(expr_str(g->ctx->arena, g, v->sizes[d])));
+    if (expr_is_const(v->sizes[d], &x)) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)x));
+    else cJSON_AddItemToArray(a, cJSON_CreateString(expr_str(g->ctx->arena, g, v->sizes[d])));
   }
+  return a;
+}
+
+cJSON *symbols_json(const Graph *g, bool examples) {
+  cJSON *syms = cJSON_CreateArray();
+  for (int i = 0; i < g->nsyms; i++) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", g->syms[i].name);
+    cJSON_AddNumberToObject(o, "min", (double)g->syms[i].min);
+    if (g->syms[i].max == INT64_MAX) cJSON_AddNullToObject(o, "max"); else cJSON_AddNumberToObject(o, "max", (double)g->syms[i].max);
+    if (examples) cJSON_AddNumberToObject(o, "example", (double)g->syms[i].hint);
+    cJSON_AddItemToArray(syms, o);
+  }
+  return syms;
+}
+
+static cJSON *value_json(const Graph *g, const Value *v) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", v->name);
+  cJSON_AddStringToObject(o, "dtype", dtype_name(v->dtype));
+  cJSON_AddItemToObject(o, "shape", shape_json(g, v));
   return o;
 }
 
@@ -310,26 +347,10 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     if (os->target_name) cJSON_AddStringToObject(o, "target", os->target_name);
     cJSON_AddItemToArray(outs, o);
   }
-  cJSON *syms = cJSON_AddArrayToObject(m, "symbols");
-  for (int i = 0; i < g->nsyms; i++) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", g->syms[i].name);
-    cJSON_AddNumberToObject(o, "min", (double)g->syms[i].min);
-    if (g->syms[i].max == INT64_MAX) cJSON_AddNullToObject(o, "max"); else cJSON_AddNumberToObject(o, "max", (double)g->syms[i].max);
-    cJSON_AddNumberToObject(o, "example", (double)g->syms[i].hint);
-    cJSON_AddItemToArray(syms, o);
-  }
+  cJSON_AddItemToObject(m, "symbols", symbols_json(g, true));
   cJSON *ops = cJSON_AddArrayToObject(m, "ops"), *unsup = cJSON_AddArrayToObject(m, "unsupported"), *dec = cJSON_AddArrayToObject(m, "decompositions");
-  OpCount *counts = calloc((size_t)g->nnodes + 1, sizeof *counts);
-  int nk = 0;
-  for (int k = 0; k < g->nnodes; k++) {
-    const char *t = g->nodes[k]->target;
-    int j = 0;
-    while (j < nk && strcmp(counts[j].target, t)) j++;
-    if (j == nk) counts[nk++].target = t;
-    counts[j].count++;
-  }
-  qsort(counts, (size_t)nk, sizeof *counts, cmp_count);
+  int nk;
+  OpCount *counts = count_ops(g, &nk);
   for (int j = 0; j < nk; j++) {
     const OpDef *op = ops_find(counts[j].target);
     cJSON *o = cJSON_CreateObject();
@@ -337,8 +358,8 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     cJSON_AddNumberToObject(o, "count", counts[j].count);
     cJSON_AddBoolToObject(o, "supported", op != NULL);
     if (op) {
-      cJSON_AddStringToObject(o, "compiled_as", decompose_has_rule(op->name) ? "rewritten" : op->view ? "view" : "kernel");
-      cJSON_AddStringToObject(o, "gradient", autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none");
+      cJSON_AddStringToObject(o, "compiled_as", op_compiled_as(op));
+      cJSON_AddStringToObject(o, "gradient", op_gradient(op));
       if (decompose_has_rule(op->name)) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "op", op->name);

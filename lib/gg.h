@@ -501,7 +501,12 @@ int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);
 double graph_matrix_flops(const Graph *g);
 void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f);
-void explain_schedule(Ctx *c, FILE *f);       /* the kernels compile_schedule recorded */
+void explain_schedule(Ctx *c, FILE *f);
+const char *op_compiled_as(const OpDef *op);   /* "kernel", "view" or "rewritten" */
+const char *op_gradient(const OpDef *op);      /* "rule", "rewritten" or "none" */
+/* JSON pieces shared by explain --json and the compiled model's metadata (cJSON objects) */
+struct cJSON *shape_json(const Graph *g, const Value *v);
+struct cJSON *symbols_json(const Graph *g, bool examples);       /* the kernels compile_schedule recorded */
 /* explain --json: the same facts as JSON (schemas/explain.schema.json); fwd/bwd/st for --train, or
  * NULL; scheduled: whether c holds a schedule. Returns a malloc'd string. */
 char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled);   /* one line per input, node and output */
