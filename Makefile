@@ -9,7 +9,7 @@ BUILD   ?= build
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o) $(BUILD)/gen/embedded.o
 # Files every compiled model is built with, embedded into gcc-graph.
-EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
+EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt_common.c lib/rt/gg_rt_cuda.cu lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
 HDRS    := lib/gg.h lib/ops.def lib/scalar.h lib/rewrite.h
 
 all: $(BUILD)/gcc-graph
@@ -40,6 +40,10 @@ $(BUILD)/test-golden: tests/golden.c $(BUILD)/libgg.a $(HDRS)
 
 test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden
 	@BUILD=$(BUILD) sh tests/run.sh
+
+# On a machine with an NVIDIA GPU: every inference case compiled with --target cuda and run there.
+test-cuda: $(BUILD)/gcc-graph $(BUILD)/test-golden
+	@BUILD=$(BUILD) sh tests/cuda.sh
 
 # The same tests, built with AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize:
@@ -84,4 +88,4 @@ uninstall:
 clean:
 	rm -rf build build-san
 
-.PHONY: all test sanitize clean demo bench bench-train install uninstall
+.PHONY: all test test-cuda sanitize clean demo bench bench-train install uninstall

@@ -96,6 +96,10 @@ static const char usage_compile[] =
   "  -MD                  write a make rule naming the files OUT depends on to OUT.d (as gcc -MD -MP)\n"
   "  -MF FILE             ... to FILE instead\n"
   "  -j N                 C compiler processes at once (default: 2 on two or more CPUs)\n"
+  "  --target cpu|cuda    where the model runs (default cpu); cuda writes CUDA C (model.cu), builds\n"
+  "                       it with nvcc (NVCC names another) and cuBLAS, and takes and gives device\n"
+  "                       tensors (docs/cuda.md)\n"
+  "  --cuda-arch sm_XY    the GPU architecture to build for (default: the installed GPU's, else sm_90)\n"
   "With GCC_GRAPH_CACHE_DIR set, an unchanged model with unchanged options is copied from the cache.\n"
   "\n"
   "training (docs/training.md):\n"
@@ -181,7 +185,7 @@ static int report(Ctx *c) {
 }
 
 typedef struct Opts {
-  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file;
+  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file, *target, *cuda_arch;
   bool interpret, help, sources_only, keep, verbose, time_report, deps;
   long jobs;
   long iters, warmup;
@@ -281,6 +285,8 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
     else if (usage == usage_compile && !strcmp(a, "--debug-dir")) slot = &o->debug_dir;
     else if (usage == usage_compile && !strcmp(a, "-MF")) slot = &o->deps_file;
+    else if (usage == usage_compile && !strcmp(a, "--target")) slot = &o->target;
+    else if (usage == usage_compile && !strcmp(a, "--cuda-arch")) slot = &o->cuda_arch;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -424,7 +430,13 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
-  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0};
+  CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0,
+                       false, o.cuda_arch, getenv("NVCC")};
+  if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_compile, "unknown target '%s' (cpu or cuda)", o.target);
+  co.cuda = o.target && !strcmp(o.target, "cuda");
+  if (o.cuda_arch && (!co.cuda || strncmp(o.cuda_arch, "sm_", 3) || strspn(o.cuda_arch + 3, "0123456789") < 2 ||
+                      strlen(o.cuda_arch + 3 + strspn(o.cuda_arch + 3, "0123456789")) > 1))
+    return usage_error(usage_compile, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
   /* -MD: OUT.d beside the output (OUT's extension replaced, as gcc does); -MF names the file */
   if (o.deps_file) co.deps_file = o.deps_file;
   else if (o.deps) {
@@ -547,21 +559,20 @@ static int cmd_bench(int argc, char **argv) {
   int ni, rc = 1;
   gg_model *m = NULL;
   char err[1024] = "";
-  if (load_lib(c, o.model, &l) || st_read(c, &dummy, o.inputs, &in) || so_inputs(c, &l, &in, o.inputs, &ts, &ni)) goto out;
+  if (load_lib(c, o.model, &l) || st_read(c, &dummy, o.inputs, &in)) goto out;
   if (l.open(&m, o.weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  if (so_inputs(c, &l, &in, o.inputs, &ts, &ni)) goto out;
   int no = l.num_outputs();
   bool train = so_is_training(&l);
-  DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
-  DLTensor *ot = NULL;
-  if (train && (so_alloc_outputs(c, &l, m, ts, ni, &ot) || l.state_new(m, &state, err, sizeof err))) { if (!c->has_err) gg_error(c, "%s", err); goto out; }
+  DLTensor *ot = NULL;   /* outputs allocated once: a CUDA model replays its graph for the same addresses */
+  if (so_alloc_outputs(c, &l, m, ts, ni, &ot) || (train && l.state_new(m, &state, err, sizeof err))) { if (!c->has_err) gg_error(c, "%s", err); goto out; }
   double *t = arena_array(c->arena, (size_t)o.iters + 1, sizeof *t);
   for (long i = 0; i < o.warmup + o.iters; i++) {
     double t0 = now_ms();
     if (train) {   /* a training step: forward, backward */
       if (l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-    } else if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    } else if (l.run(m, ts, ni, ot, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
     double dt = now_ms() - t0;
-    for (int k = 0; !train && k < no; k++) outs[k]->deleter(outs[k]);
     if (i >= o.warmup) t[i - o.warmup] = dt;
   }
   double sum = 0;
@@ -576,6 +587,7 @@ static int cmd_bench(int argc, char **argv) {
   rc = 0;
 out:
   if (state) l.state_free(state);
+  so_release(&l);
   if (m) l.close(m);
   graph_release(&dummy);
   if (rc) report(c);

@@ -50,6 +50,18 @@ int gg_run(gg_model *model, const DLTensor *inputs, int ninputs, DLTensor *outpu
 int gg_run_alloc(gg_model *model, const DLTensor *inputs, int ninputs, DLManagedTensor **outputs, int noutputs,
                  char *err, size_t errlen);
 
+/* Where inputs and outputs live: kDLCPU, or kDLCUDA for a model compiled with --target cuda. A CUDA
+ * model takes and gives device tensors (host tensors are refused by the guards), uploads its weights
+ * at gg_open, replays its kernels as a CUDA graph, and returns from gg_run when its work is done. */
+int gg_device_type(void);
+/* CUDA models: queue runs on `stream` (a cudaStream_t; NULL: the model's own stream). */
+int gg_set_stream(gg_model *model, void *stream);
+/* CUDA models: device memory for programs with no CUDA of their own (allocate, free, copy to the
+ * device when to_device, else back to the host; 0 on success). */
+void *gg_device_alloc(size_t bytes);
+void gg_device_free(void *p);
+int gg_device_copy(void *dst, const void *src, size_t bytes, int to_device);
+
 /* Buffers the model mutates (their current values, after the last run), by index and name. */
 int gg_num_mutated_buffers(void);
 int gg_mutated_buffer(const gg_model *model, int i, const char **name, DLTensor *value);

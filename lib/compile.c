@@ -36,7 +36,8 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
   cJSON_AddStringToObject(m, "source", base_name(g->path));
   cJSON_AddStringToObject(m, "torch_version", g->torch_version);
   cJSON_AddStringToObject(m, "ir", g->ir);
-  cJSON_AddStringToObject(m, "device", "cpu");
+  const char *device = g->ctx->cuda ? "cuda" : "cpu";
+  cJSON_AddStringToObject(m, "device", device);
   cJSON *ins = cJSON_AddArrayToObject(m, "inputs"), *guards = cJSON_AddArrayToObject(m, "guards");
   Value **users;
   int nu = graph_user_inputs(g, &users);
@@ -52,7 +53,7 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
     cJSON_AddNumberToObject(gd, "rank", users[i]->rank);
     cJSON_AddItemToObject(gd, "sizes", shape_json(g, users[i]));
     cJSON_AddStringToObject(gd, "strides", "row-major compact");
-    cJSON_AddStringToObject(gd, "device", "cpu");
+    cJSON_AddStringToObject(gd, "device", device);
     cJSON_AddItemToArray(guards, gd);
   }
   cJSON *outs = cJSON_AddArrayToObject(m, "outputs");
@@ -159,8 +160,10 @@ static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const
   char buf[3000] = "";
   FILE *f = fopen(arena_printf(c->arena, "%s/%s", dir, log), "r");
   if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0]) return gg_error(c, "cannot run the C compiler '%s' (give another with --cc)", tool);
-  return gg_error(c, "the C compiler failed on the generated code (internal error; please report it):\n%s", buf);
+  bool nv = strstr(tool, "nvcc") != NULL;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0])
+    return gg_error(c, nv ? "cannot run the CUDA compiler '%s' (install the CUDA toolkit, or name it with NVCC=...)" : "cannot run the C compiler '%s' (give another with --cc)", tool);
+  return gg_error(c, "the %s compiler failed on the generated code (internal error; please report it):\n%s", nv ? "CUDA" : "C", buf);
 }
 
 /* Split flags on spaces (no shell quoting: --cflags "-O3 -march=native"). */
@@ -186,8 +189,8 @@ static int copy_file(Ctx *c, const char *from, const char *to) {
 }
 
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "weights.bin", "gg_rt.c", "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "model.o", "gg_rt.o",
-                                "cc.log", "cc_model.log", "cc_rt.log", NULL};
+  static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
+                                "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", "cc_model.log", "cc_rt.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
   rmdir(dir);
@@ -272,9 +275,10 @@ static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
   Sha256 h;
   sha256_init(&h);
   char opts[1024];
-  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g",
+  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g|cuda %d %s %s",
            GG_VERSION, o->cc ? o->cc : "cc", o->cflags ? o->cflags : "-O3 -fno-math-errno", o->external_weights, o->tr.on, o->tr.loss,
-           o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps);
+           o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps, o->cuda,
+           o->cuda_arch ? o->cuda_arch : "-", o->nvcc ? o->nvcc : "-");
   sha256_update(&h, opts, strlen(opts) + 1);
   const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* a test-only switch that changes the code */
   if (bug) sha256_update(&h, bug, strlen(bug) + 1);
@@ -318,6 +322,86 @@ static int write_deps(Ctx *c, const CompileOptions *o) {
   }
   if (fclose(f) || rename(tmp, o->deps_file)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", o->deps_file, strerror(errno)); }
   return 0;
+}
+
+/* ---------------------------------------------------------------- the CUDA build */
+
+/* The GPU's architecture when one is installed (nvidia-smi), else sm_90 (Hopper). */
+static const char *default_cuda_arch(Ctx *c) {
+  FILE *p = popen("nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null", "r");
+  int major = 0, minor = 0;
+  if (p) {
+    if (fscanf(p, "%d.%d", &major, &minor) != 2) major = 0;
+    pclose(p);
+  }
+  return major > 0 ? arena_printf(c->arena, "sm_%d%d", major, minor) : "sm_90";
+}
+
+/* nvcc builds model.cu and the CUDA runtime (at once with -j 2 or more), then links them with cuBLAS;
+ * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
+ * headers as gcc does (nvcc itself does not read CPATH). */
+static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
+  const char *nvcc = o->nvcc ? o->nvcc : "nvcc";
+  const char *arch = o->cuda_arch ? o->cuda_arch : default_cuda_arch(c);
+  char *common[64];
+  int nc = 0;
+  common[nc++] = (char *)nvcc;
+  common[nc++] = arena_printf(c->arena, "-arch=%s", arch);
+  char *flags[24];
+  int nf = split_flags(c, o->cflags ? o->cflags : "-O3", flags, 20);
+  for (int i = 0; i < nf; i++) common[nc++] = flags[i][0] == '-' && flags[i][1] == 'O' ? flags[i] : arena_printf(c->arena, "-Xcompiler=%s", flags[i]);
+  common[nc++] = "-Xcompiler=-fPIC,-fvisibility=hidden";
+  common[nc++] = "-diag-suppress=177,550";   /* unused helpers and symbol values in generated code */
+  common[nc++] = "-I/usr/include/x86_64-linux-gnu";
+  const char *cpath = getenv("CPATH");
+  char *cp = arena_strdup(c->arena, cpath ? cpath : "");
+  for (char *t = strtok(cp, ":"); t && nc < 40; t = strtok(NULL, ":")) if (*t) common[nc++] = arena_printf(c->arena, "-I%s", t);
+  /* the toolkit's libraries, next to nvcc */
+  char *lib = NULL;
+  char *nvpath = NULL;
+  if (strchr(nvcc, '/')) nvpath = realpath(nvcc, NULL);
+  else {
+    const char *path = getenv("PATH");
+    char *pc = arena_strdup(c->arena, path ? path : "");
+    for (char *t = strtok(pc, ":"); t && !nvpath; t = strtok(NULL, ":")) {
+      char *cand = arena_printf(c->arena, "%s/%s", t, nvcc);
+      if (access(cand, X_OK) == 0) nvpath = realpath(cand, NULL);
+    }
+  }
+  if (nvpath) {
+    char *slash = strrchr(nvpath, '/');
+    if (slash) *slash = 0;
+    lib = arena_printf(c->arena, "%s/../lib64", nvpath);
+    free(nvpath);
+  }
+  char *argv[3][80];
+  bool split = o->jobs >= 2;
+  for (int k = 0; k < (split ? 3 : 1); k++) {
+    char **a = argv[k];
+    int n = 0;
+    for (int i = 0; i < nc; i++) a[n++] = common[i];
+    if (split && k < 2) { a[n++] = "-c"; a[n++] = k ? "gg_rt_cuda.cu" : "model.cu"; a[n++] = "-o"; a[n++] = k ? "gg_rt.o" : "model.o"; }
+    else {
+      a[n++] = "-shared";
+      a[n++] = "-Xlinker=--build-id=none,-z,nodelete";
+      if (lib) a[n++] = arena_printf(c->arena, "-Xlinker=-rpath,%s", lib);
+      a[n++] = "-o";
+      a[n++] = "model.so";
+      if (split) { a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
+      else { a[n++] = "model.cu"; a[n++] = "gg_rt_cuda.cu"; }
+      a[n++] = "-lcublas";
+    }
+    a[n] = NULL;
+  }
+  if (split) {
+    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = p0 < 0 ? -1 : start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
+    int e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, nvcc, "cc_model.log"), e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, nvcc, "cc_rt.log");
+    if (e0 || e1) return -1;
+    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
+    return p2 < 0 || wait_tool(c, dir, p2, nvcc, "cc.log") ? -1 : 0;
+  }
+  pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
+  return p < 0 || wait_tool(c, dir, p, nvcc, "cc.log") ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- the pipeline */
@@ -387,6 +471,8 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   PartitionStats ps = {0};
   if (verify_graph(g) || graph_check_supported(g)) goto done;
   stage(&tm, "verify");
+  if (o->cuda && o->tr.on) { gg_error(c, "--train with --target cuda is not supported yet: train on the CPU"); goto done; }
+  c->cuda = o->cuda;
   /* rewrite into the core set */
   if (functionalize(g) || verify_graph(g)) goto done;
   stage(&tm, "functionalize");
@@ -458,16 +544,24 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
     if (sf) { explain_schedule(c, sf); fclose(sf); }
   }
   if (erc) { free(src); goto done; }
-  erc = write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, srclen);
-  if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/model.c", o->debug_dir), src, srclen);
+  const char *model_src = o->cuda ? "model.cu" : "model.c";
+  erc = write_file(c, arena_printf(c->arena, "%s/%s", dir, model_src), src, srclen);
+  if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/%s", o->debug_dir, model_src), src, srclen);
   if (!erc && GG_LOG_ON(c, LOG_OUTPUT_CODE)) {
-    gg_log(c, LOG_OUTPUT_CODE, "model.c, %zu bytes:", srclen);
+    gg_log(c, LOG_OUTPUT_CODE, "%s, %zu bytes:", model_src, srclen);
     fwrite(src, 1, srclen, stderr);
   }
   free(src);
   if (erc || write_sources(c, dir)) goto done;
-  stage(&tm, "emit C");
+  stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
   if (o->sources_only) { rc = 0; stage(&tm, NULL); goto done; }
+  if (o->cuda) {
+    if (build_cuda(c, o, dir)) goto done;
+    stage(&tm, "nvcc (build the .so)");
+    rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
+    stage(&tm, NULL);
+    goto done;
+  }
   /* cc: relative names only, so the output does not depend on the folder. With -j 2 or more the
    * model and the runtime compile at once, then link; else one cc does all. */
   char *cflags[48];

@@ -49,6 +49,10 @@ typedef struct Em {
   int nfused;               /* nodes computed inside another's loop */
   int64_t scratch_naive, scratch_planned; /* bytes without and with reuse */
   Node **fused_into;        /* by node id: the node a fused node is computed inside (schedule records) */
+  bool cuda;                /* --target cuda: kernels are __global__ functions launched on the run's stream */
+  bool kdev;                /* the kernel being written runs on the GPU */
+  const char *launch;       /* its grid-stride loop's length (NULL: one thread) */
+  FILE *errs;               /* CUDA: the message of each kernel that checks indices, by kernel id */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -248,6 +252,52 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
   fputs(") */\n", e->k);
 }
 
+/* The head of kernel id up to its first parameter. CPU: a static function (returning the bad-index
+ * flag when `checks`). CUDA: a __global__ function, unless `host` (one that calls the runtime:
+ * cuBLAS, convolution, pooling). kcall launches it with the grid its loops asked for. */
+static void kopen(Em *e, int id, bool checks, bool host) {
+  e->kdev = e->cuda && !host;
+  e->launch = NULL;
+  if (e->kdev) fprintf(e->k, "static __global__ void k%d(", id);
+  else fprintf(e->k, "static %s k%d(", checks ? "int" : "void", id);
+}
+
+/* The symbols' values, the last parameter: a pointer on the CPU, a struct by value on the GPU. */
+static void ksyms(Em *e) { fputs(e->kdev ? ", const gg_s S) {\n  const int64_t *s = S.v; (void)s;\n" : ", const int64_t *s) {\n  (void)s;\n", e->k); }
+
+static void kcall(Em *e, int id) {
+  if (e->kdev) fprintf(e->r, "  k%d<<<%s, 0, (cudaStream_t)gg_cu_stream()>>>(", id, e->launch ? arena_printf(e->a, "gg_cu_blocks(%s), 256", e->launch) : "1, 1");
+  else fprintf(e->r, "  k%d(", id);
+}
+
+static void kcall_end(Em *e) { fputs(e->kdev ? ", S);\n" : ", s);\n", e->r); }
+
+/* Kernels that check indices: the CPU function returns its flag and the run stops with a message
+ * naming the node; a CUDA kernel sets gg_dev_err, which the runtime reads after the run. */
+static void kreturn_bad(Em *e, int id) {
+  if (e->kdev) fprintf(e->k, "  if (bad) gg_dev_err = %d;\n}\n", id + 1);
+  else fputs("  return bad;\n}\n", e->k);
+}
+
+static void kcall_checked(Em *e, int id) {
+  if (!e->kdev) fputs("  if (", e->r);
+  kcall(e, id);
+}
+
+static void kcall_checked_end(Em *e, int id, Node *n) {
+  const char *msg = arena_printf(e->a, "node %s: index out of range", n->name);
+  if (e->kdev) {
+    kcall_end(e);
+    fprintf(e->errs, "  case %d: return ", id + 1);
+    emit_c_string(e->errs, msg);
+    fputs(";\n", e->errs);
+    return;
+  }
+  fputs(", s)) return ", e->r);
+  emit_c_string(e->r, msg);
+  fputs(";\n", e->r);
+}
+
 /* Loops over a shape, with an OpenMP parallel outer loop when there is enough work: the shape's
  * elements times `inner`, the work of one iteration (a row's length for row kernels, the reduced
  * count for reductions; NULL: 1). The loop variables are i0..i{rank-1}; returns the number of braces
@@ -255,9 +305,23 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
 static int open_loops_work(Em *e, int rank, const Expr *const *sizes, bool parallel, const Expr *inner) {
   FILE *f = e->k;
   if (rank == 0) { fputs("  {\n", f); return 1; }
+  if (e->kdev && parallel) {   /* CUDA: one grid-stride loop over the whole shape, a thread per element */
+    const Expr *n = C(e, 1);
+    for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
+    int64_t nv;
+    bool narrow = expr_is_const(n, &nv) && nv < INT32_MAX;   /* 32-bit index arithmetic is much cheaper */
+    const char *T = narrow ? "uint32_t" : "int64_t";
+    e->launch = cx(e, n);
+    fprintf(f, "  for (%s gi = blockIdx.x * (%s)blockDim.x + threadIdx.x; gi < (%s)(%s); gi += gridDim.x * (%s)blockDim.x) {\n    %s gr = gi;\n", T, T, T,
+            e->launch, T, T);
+    for (int d = rank - 1; d > 0; d--)
+      fprintf(f, "    const int64_t i%d = (int64_t)(gr %% (%s)(%s)); gr /= (%s)(%s);\n", d, T, cx(e, sizes[d]), T, cx(e, sizes[d]));
+    fputs("    const int64_t i0 = (int64_t)gr;\n", f);
+    return 1;
+  }
   const Expr *n = inner ? inner : C(e, 1);
   for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
-  if (parallel) {
+  if (parallel && !e->kdev) {
     fprintf(f, "  #pragma omp parallel for schedule(static)%s if(%s > 32768)\n",
             rank > 2 ? arena_printf(e->a, " collapse(%d)", rank - 1) : "", cx(e, n));
   }
@@ -330,10 +394,11 @@ static void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Op
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, what);
-  fprintf(f, "static void k%d(%s *restrict y", id, ctype(dst->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y", ctype(dst->dt));
   for (int j = 0; j < nops; j++)
     if (ops[j].is_tensor) fprintf(f, ", const %s *x%d", ctype(ops[j].t.dt), j);
-  fputs(", const int64_t *s) {\n  (void)s;\n", f);
+  ksyms(e);
   int closers = open_loops(e, dst->rank, dst->sizes, true);
   fprintf(f, "    %s a[%d];\n", use_float ? "double" : "int64_t", nops ? nops : 1);
   for (int j = 0; j < nops; j++) {
@@ -352,10 +417,11 @@ static void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Op
   close_loops(e, closers);
   fputs("}\n", f);
   /* the call */
-  fprintf(e->r, "  k%d(%s", id, sname(e, dst->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s", sname(e, dst->stor));
   for (int j = 0; j < nops; j++)
     if (ops[j].is_tensor) fprintf(e->r, ", %s", sname(e, ops[j].t.stor));
-  fputs(", s);\n", e->r);
+  kcall_end(e);
 }
 
 /* A plain copy (with dtype conversion) of src into dst. */
@@ -543,9 +609,10 @@ int emit_pointwise(Em *e, Node *n) {
     FILE *f = e->k;
     int id = e->nk++;
     kernel_begin(e, n, "pointwise");
-    fprintf(f, "static void k%d(%s *restrict y", id, ctype(out->dt));
+    kopen(e, id, false, false);
+    fprintf(f, "%s *restrict y", ctype(out->dt));
     for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
-    fputs(", const int64_t *s) {\n  (void)s;\n", f);
+    ksyms(e);
     int cl = open_loops(e, out->rank, out->sizes, true);
     fputs(body, f);
     free(body);
@@ -553,9 +620,10 @@ int emit_pointwise(Em *e, Node *n) {
     store(f, out->dt, fl, "y", index_of(e, out, out->rank), v);
     close_loops(e, cl);
     fputs("}\n", f);
-    fprintf(e->r, "  k%d(%s", id, sname(e, out->stor));
+    kcall(e, id);
+    fprintf(e->r, "%s", sname(e, out->stor));
     for (int j = 0; j < P.n; j++) fprintf(e->r, ", %s", sname(e, P.tv[j].stor));
-    fputs(", s);\n", e->r);
+    kcall_end(e);
     return 0;
   }
   PwPlan plan;
@@ -799,7 +867,7 @@ int emit_reduce(Em *e, Node *n) {
    * per thread, each row added with unit stride */
   int64_t one;
   bool plain = (!strncmp(name, "sum", 3) || !strncmp(name, "mean", 4)) && dtype_is_float(out->dt) && !out2;
-  if (plain && nkept >= 1 && nred >= 1 && expr_is_const(x->strides[kept[nkept - 1]], &one) && one == 1 && red[nred - 1] < kept[nkept - 1]) {
+  if (plain && !e->cuda && nkept >= 1 && nred >= 1 && expr_is_const(x->strides[kept[nkept - 1]], &one) && one == 1 && red[nred - 1] < kept[nkept - 1]) {
     kernel_begin(e, n, "column reduction");
     fprintf(f, "static void k%d(%s *restrict y, void *y2, const %s *x, const int64_t *s) {\n  (void)s; (void)y2;\n", id, ctype(out->dt), ctype(x->dt));
     const Expr *cnt = C(e, 1), *outer = C(e, 1);
@@ -828,8 +896,9 @@ int emit_reduce(Em *e, Node *n) {
     return 0;
   }
   kernel_begin(e, n, "reduction");
-  fprintf(f, "static void k%d(%s *restrict y, %s%s *restrict y2, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt),
-          out2 ? "" : "void", out2 ? ctype(out2->dt) : "", ctype(x->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, %s%s *restrict y2, const %s *x", ctype(out->dt), out2 ? "" : "void", out2 ? ctype(out2->dt) : "", ctype(x->dt));
+  ksyms(e);
   if (!out2) fputs("  (void)y2;\n", f);
   const Expr *ksz[R] = {0}, *rn = C(e, 1);
   for (int i = 0; i < nkept; i++) ksz[i] = x->sizes[kept[i]];
@@ -904,7 +973,9 @@ int emit_reduce(Em *e, Node *n) {
   else if (out2) { fputs("    ", f); store(f, out2->dt, false, "y2", oidx, "best"); }
   close_loops(e, cl);
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, %s, s);\n", id, sname(e, out->stor), out2 ? sname(e, out2->stor) : "NULL", sname(e, x->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), out2 ? sname(e, out2->stor) : "NULL", sname(e, x->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -923,7 +994,9 @@ int emit_scan(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, cum ? "scan" : "softmax");
-  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
+  ksyms(e);
   int cl = open_loops_work(e, k, osz, true, x->rank ? x->sizes[d] : NULL);
   char *xb = NULL, *yb = NULL;
   size_t l1 = 0, l2 = 0;
@@ -951,7 +1024,7 @@ int emit_scan(Em *e, Node *n) {
     fputs("    double m = -INFINITY, z = 0;\n    for (int64_t j = 0; j < L; j++) { double v = ", f);
     load_f(f, x->dt, "x", xi);
     fputs("; if (v > m || isnan(v)) m = v; }\n    if (isinf(m) && m < 0) m = 0;\n", f);
-    if (!logsm) {   /* rows that fit: each exponential once, kept in double */
+    if (!logsm && !e->cuda) {   /* rows that fit: each exponential once, kept in double (not on the GPU: no room) */
       fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) { ex[j] = exp(", f);
       load_f(f, x->dt, "x", xi);
       fputs(" - m); z += ex[j]; }\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
@@ -968,7 +1041,9 @@ int emit_scan(Em *e, Node *n) {
   }
   close_loops(e, cl);
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -981,6 +1056,46 @@ static bool blas_ok(Em *e, const TV *t) {
   bool ka = expr_is_const(t->strides[t->rank - 1], &a), kb = expr_is_const(t->strides[t->rank - 2], &b);
   (void)e;
   return (ka && a == 1) || (kb && b == 1);
+}
+
+/* CUDA: cuBLAS, strided-batched over the last batch dim (host loops over the others). The bias is
+ * copied into the output first and the product added to it (cuBLAS's beta). Half types accumulate
+ * in float32, as PyTorch's do. */
+static void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src);
+static int matmul_cuda(Em *e, Node *n, TV *out, const TV *Ab, const TV *Bb, int nb, Value *bias, double alpha, double beta) {
+  DType dt = out->dt;
+  int code = dt == DT_F32 ? 0 : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
+  if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
+  if (bias) {
+    TV bb = broadcast_tv(e, &e->tv[bias->id], out->rank, out->sizes);
+    copy_kernel(e, n, out, &bb);
+  }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "matrix product (cuBLAS)");
+  const char *T = ctype(dt);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *y, const %s *a, const %s *b", T, T, T);
+  ksyms(e);
+  const Expr *M = Ab->sizes[nb], *K = Ab->sizes[nb + 1], *N = Bb->sizes[nb + 1];
+  fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
+  int outer = nb > 0 ? nb - 1 : 0;
+  const char *cnt = nb > 0 ? cx(e, out->sizes[nb - 1]) : "1";
+  int cl = open_loops(e, outer, out->sizes, false);
+  char *ai = arena_strdup(e->a, cx(e, Ab->offset)), *bi = arena_strdup(e->a, cx(e, Bb->offset));
+  for (int d = 0; d < outer; d++) {
+    ai = arena_printf(e->a, "%s + i%d * %s", ai, d, cx(e, Ab->strides[d]));
+    bi = arena_printf(e->a, "%s + i%d * %s", bi, d, cx(e, Bb->strides[d]));
+  }
+  fprintf(f, "    gg_cu_gemm(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + (%s) * %s * M * N, %s);\n", code, alpha, ai,
+          cx(e, Ab->strides[nb]), cx(e, Ab->strides[nb + 1]), nb > 0 ? cx(e, Ab->strides[nb - 1]) : "0", bi, cx(e, Bb->strides[nb]),
+          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bias ? beta : 0.0, linear_index(e, out->sizes, outer, 0), cnt, cnt);
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor));
+  kcall_end(e);
+  return 0;
 }
 
 /* out[batch] = alpha * a[batch] @ b[batch] (+ beta * bias broadcast), a: [..., M, K], b: [..., K, N]. */
@@ -1020,12 +1135,15 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     bs[nb] = K; bs[nb + 1] = N;
     Bb = broadcast_tv(e, &B, nb + 2, bs);
   }
+  if (e->cuda) return matmul_cuda(e, n, out, &Ab, &Bb, nb, bias, alpha, beta);
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "matrix product");
   const char *T = ctype(dt);
-  fprintf(f, "static void k%d(%s *restrict y, const %s *a, const %s *b, const %s *bias, const int64_t *s) {\n  (void)s; (void)bias;\n", id, T, T, T,
-          bias ? ctype(e->tv[bias->id].dt) : T);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *restrict y, const %s *a, const %s *b, const %s *bias", T, T, T, bias ? ctype(e->tv[bias->id].dt) : T);
+  ksyms(e);
+  fputs("  (void)bias;\n", f);
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
   int cl = open_loops(e, nb, out->sizes, false);
   char *ai = NULL, *bi = NULL;
@@ -1074,7 +1192,9 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     close_loops(e, c2);
   }
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, %s, %s, s);\n", id, sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
+  kcall_end(e);
   (void)cl;
   return 0;
 }
@@ -1127,9 +1247,13 @@ int emit_norm(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, rms ? "rms norm rows" : "layer norm rows");
   const char *T = ctype(out->dt);
-  fprintf(f, "static void k%d(%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b, const int64_t *s) {\n  (void)s; (void)mo; (void)ro; (void)w; (void)b;\n",
-          id, T, mo ? T : "void", ro ? T : "void", ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
-  fprintf(f, "  const int64_t R = %s, L = %s;\n  #pragma omp parallel for schedule(static) if(R * L > 32768)\n  for (int64_t r = 0; r < R; r++) {\n", cx(e, rows), cx(e, len));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, mo ? T : "void", ro ? T : "void",
+          ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
+  ksyms(e);
+  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = %s;\n", cx(e, len));
+  int cl = open_loops_work(e, 1, &rows, true, len);
+  fputs("    const int64_t r = i0;\n", f);
   fputs("    double m = 0, v = 0;\n", f);
   if (!rms) {
     fputs("    for (int64_t j = 0; j < L; j++) m += ", f);
@@ -1149,9 +1273,12 @@ int emit_norm(Em *e, Node *n) {
   store(f, out->dt, true, "y", "r * L + j", "o");
   fputs("    }\n", f);
   if (mo) { fputs("    ", f); store(f, mo->dt, true, "mo", "r", "m"); fputs("    ", f); store(f, ro->dt, true, "ro", "r", "rs"); }
-  fputs("  }\n}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, %s, s);\n", id, sname(e, out->stor), mo ? sname(e, mo->stor) : "NULL", ro ? sname(e, ro->stor) : "NULL",
-          sname(e, x->stor), w ? sname(e, w->stor) : "NULL", b ? sname(e, b->stor) : "NULL");
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s", sname(e, out->stor), mo ? sname(e, mo->stor) : "NULL", ro ? sname(e, ro->stor) : "NULL", sname(e, x->stor),
+          w ? sname(e, w->stor) : "NULL", b ? sname(e, b->stor) : "NULL");
+  kcall_end(e);
   return 0;
 }
 
@@ -1192,13 +1319,18 @@ int emit_conv(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)");
   const char *T = ctype(y->dtype);
-  fprintf(f, "static void k%d(%s *y, const %s *x, const %s *w, const %s *b, %s *col, const int64_t *s) {\n  (void)s;\n", id, T, T, T, T, T);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *y, const %s *x, const %s *w, const %s *b, %s *col", T, T, T, T, T);
+  ksyms(e);
   fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s};\n",
           batched ? cx(e, x->sizes[0]) : "1", cx(e, cin), cx(e, cout), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
-  fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
-  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));
+  if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
+  else fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));
+  kcall_end(e);
   return 0;
 }
 
@@ -1207,6 +1339,7 @@ int emit_conv(Em *e, Node *n) {
 int emit_conv_backward(Em *e, Node *n) {
   const Arg *mask = &n->args[ops_arg_index(n->op, "output_mask")];
   if (mask->u.bs[0]) return efail(e, n, "compiled code takes input gradients from transposed convolutions, not convolution_backward");
+  if (e->cuda) return efail(e, n, "convolution gradients are not supported with --target cuda yet");
   Value *gv = n->args[0].u.t, *xv = n->args[1].u.t, *wv = n->args[2].u.t;
   if (gv->dtype != DT_F32 && gv->dtype != DT_F64) return efail(e, n, "convolution gradients in %s are not supported in compiled code", dtype_name(gv->dtype));
   TV *gy = contiguous_of(e, n, gv), *x = contiguous_of(e, n, xv), *w = tv_of(e, n, wv);
@@ -1234,14 +1367,18 @@ int emit_conv_backward(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, "convolution weight gradient (im2col + GEMM)");
   const char *T = ctype(gy->dt);
-  fprintf(f, "static void k%d(%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp, const int64_t *s) {\n  (void)s;\n", id, T, T, T, T, T, T);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp", T, T, T, T, T, T);
+  ksyms(e);
   fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, false};\n",
           cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, w->sizes[0]), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]));
   fprintf(f, "  gg_rt_conv_wgrad_%s(&c, x, dy, dw, db, col, tmp);\n}\n", gy->dt == DT_F32 ? "f32" : "f64");
-  fprintf(e->r, "  k%d(%s, %s, %s, %s, %s, %s, s);\n", id, dw ? sname(e, dw->stor) : "NULL", db ? sname(e, db->stor) : "NULL", sname(e, x->stor),
-          sname(e, gy->stor), sname(e, col), sname(e, tmp));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s", dw ? sname(e, dw->stor) : "NULL", db ? sname(e, db->stor) : "NULL", sname(e, x->stor), sname(e, gy->stor),
+          sname(e, col), sname(e, tmp));
+  kcall_end(e);
   return 0;
 }
 
@@ -1259,12 +1396,17 @@ static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const 
   int id = e->nk++;
   kernel_begin(e, n, "pooling");
   const char *T = ctype(y->dtype);
-  fprintf(f, "static void k%d(%s *y, int64_t *idx, const %s *x, const int64_t *s) {\n  (void)s;\n", id, T, T);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *y, int64_t *idx, const %s *x", T, T);
+  ksyms(e);
   fprintf(f, "  const gg_pool p = {%s, %s, %s, %s, %s, {%s, %s}, {%s, %s}, {%s, %s}, {%s, %s}, %d, %s, INT64_C(%lld)};\n", cx(e, planes), cx(e, H), cx(e, W),
           cx(e, OH), cx(e, OW), cx(e, k[0]), cx(e, k[1]), cx(e, st[0]), cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]), kind,
           cip ? "true" : "false", (long long)divisor);
-  fprintf(f, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
-  fprintf(e->r, "  k%d(%s, %s, %s, s);\n", id, sname(e, out->stor), idx ? sname(e, idx->stor) : "NULL", sname(e, x->stor));
+  if (e->cuda) fprintf(f, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", y->dtype == DT_F64);
+  else fprintf(f, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), idx ? sname(e, idx->stor) : "NULL", sname(e, x->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1332,9 +1474,11 @@ static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_elem
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "gather");
-  fprintf(f, "static int k%d(%s *restrict y, const %s *x, const %s *ix, const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", id, ctype(out->dt), ctype(tab->dt),
-          ctype(ix->dt));
-  int cl = open_loops(e, out->rank, out->sizes, false);
+  kopen(e, id, true, false);
+  fprintf(f, "%s *restrict y, const %s *x, const %s *ix", ctype(out->dt), ctype(tab->dt), ctype(ix->dt));
+  ksyms(e);
+  fputs("  int bad = 0;\n", f);
+  int cl = open_loops(e, out->rank, out->sizes, e->cuda);   /* on the CPU one thread: the flag is shared */
   /* which output dims index the table: embedding puts the row dim last; index_select keeps rank */
   const char *ii;
   if (per_element) ii = index_of(e, ix, out->rank);   /* gather: index has the output's shape */
@@ -1364,10 +1508,10 @@ static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_elem
   fprintf(f, "    y[%s] = x[%s];\n", index_of(e, out, out->rank), buf);
   free(buf);
   close_loops(e, cl);
-  fputs("  return bad;\n}\n", f);
-  fprintf(e->r, "  if (k%d(%s, %s, %s, s)) return ", id, sname(e, out->stor), sname(e, tab->stor), sname(e, ix->stor));
-  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
-  fputs(";\n", e->r);
+  kreturn_bad(e, id);
+  kcall_checked(e, id);
+  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), sname(e, tab->stor), sname(e, ix->stor));
+  kcall_checked_end(e, id, n);
   return 0;
 }
 
@@ -1398,13 +1542,17 @@ int emit_tri(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "triangle");
-  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
+  ksyms(e);
   int cl = open_loops(e, out->rank, out->sizes, true);
   int r = out->rank;
   fprintf(f, "    y[%s] = (i%d - i%d %s INT64_C(%lld)) ? x[%s] : 0;\n", index_of(e, out, r), r - 1, r - 2, lower ? "<=" : ">=", (long long)diag, index_of(e, x, r));
   close_loops(e, cl);
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1441,14 +1589,18 @@ int emit_arange(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "arange");
-  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y", ctype(out->dt));
+  ksyms(e);
   int cl = open_loops(e, 1, out->sizes, true);
   fputs("    ", f);
   if (dtype_is_float(out->dt)) store(f, out->dt, true, "y", "i0", arena_printf(e->a, "%.17g + (double)i0 * %.17g", a, step));
   else store(f, out->dt, false, "y", "i0", arena_printf(e->a, "INT64_C(%lld) + i0 * INT64_C(%lld)", (long long)a, (long long)step));
   close_loops(e, cl);
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s", sname(e, out->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1468,11 +1620,14 @@ int emit_upsample(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, bilinear ? "bilinear resampling" : "nearest resampling");
-  fprintf(f, "static void k%d(%s *restrict y, const %s *x, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt), ctype(x->dt));
-  fprintf(f, "  const int64_t P = %s * %s, H = %s, W = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
-          cx(e, x->sizes[3]), cx(e, out->sizes[2]), cx(e, out->sizes[3]));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
+  ksyms(e);
+  const Expr *planes = MUL(e, x->sizes[0], x->sizes[1]), *space[3] = {planes, out->sizes[2], out->sizes[3]};
+  fprintf(f, "  const int64_t H = %s, W = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[2]), cx(e, x->sizes[3]), cx(e, out->sizes[2]), cx(e, out->sizes[3]));
   fprintf(f, "  const double sh = %.17g, sw = %.17g;\n  (void)sh; (void)sw;\n", sc[0], sc[1]);
-  fputs("  #pragma omp parallel for schedule(static)\n  for (int64_t p = 0; p < P; p++)\n    for (int64_t oh = 0; oh < OH; oh++)\n      for (int64_t ow = 0; ow < OW; ow++) {\n", f);
+  int cl = open_loops(e, 3, space, true);
+  fputs("        const int64_t p = i0, oh = i1, ow = i2;\n", f);
   if (!bilinear) {
     fputs("        int64_t h = OH == H ? oh : OH == 2 * H ? oh >> 1 : (int64_t)floorf((float)oh * (sh > 0 ? (float)(1.0 / sh) : (float)H / (float)OH));\n", f);
     fputs("        int64_t w = OW == W ? ow : OW == 2 * W ? ow >> 1 : (int64_t)floorf((float)ow * (sw > 0 ? (float)(1.0 / sw) : (float)W / (float)OW));\n", f);
@@ -1495,8 +1650,11 @@ int emit_upsample(Em *e, Node *n) {
   }
   fputs("        ", f);
   store(f, out->dt, true, "y", "(p * OH + oh) * OW + ow", "v");
-  fputs("      }\n}\n", f);
-  fprintf(e->r, "  k%d(%s, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1614,9 +1772,11 @@ int emit_scatter(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "scatter");
-  fprintf(f, "static int k%d(%s *y, const %s *ix, const %s *src, const int64_t *s) {\n  (void)s; (void)src;\n  int bad = 0;\n", id, ctype(out->dt), ctype(ix->dt),
-          src ? ctype(src->dt) : "void");
-  int cl = open_loops(e, ix->rank, ix->sizes, false);
+  kopen(e, id, true, false);
+  fprintf(f, "%s *y, const %s *ix, const %s *src", ctype(out->dt), ctype(ix->dt), src ? ctype(src->dt) : "void");
+  ksyms(e);
+  fputs("  (void)src;\n  int bad = 0;\n", f);
+  int cl = open_loops(e, ix->rank, ix->sizes, false);   /* one thread, in order: repeated indices write as PyTorch's CPU does */
   fprintf(f, "    int64_t q = (int64_t)ix[%s];\n    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", index_of(e, ix, ix->rank),
           cx(e, out->sizes[d]), cx(e, out->sizes[d]));
   char *yi = arena_strdup(e->a, cx(e, out->offset));
@@ -1641,10 +1801,10 @@ int emit_scatter(Em *e, Node *n) {
   store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
   free(cur);
   close_loops(e, cl);
-  fputs("  return bad;\n}\n", f);
-  fprintf(e->r, "  if (k%d(%s, %s, %s, s)) return ", id, sname(e, out->stor), sname(e, ix->stor), src ? sname(e, src->stor) : "NULL");
-  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
-  fputs(";\n", e->r);
+  kreturn_bad(e, id);
+  kcall_checked(e, id);
+  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), sname(e, ix->stor), src ? sname(e, src->stor) : "NULL");
+  kcall_checked_end(e, id, n);
   return 0;
 }
 
@@ -1665,10 +1825,12 @@ int emit_index_put(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "index_put");
-  fprintf(f, "static int k%d(%s *y, const %s *v", id, ctype(out->dt), ctype(vals->dt));
+  kopen(e, id, true, false);
+  fprintf(f, "%s *y, const %s *v", ctype(out->dt), ctype(vals->dt));
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
-  fputs(", const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", f);
-  int cl = open_loops(e, rr, rs, false);
+  ksyms(e);
+  fputs("  int bad = 0;\n", f);
+  int cl = open_loops(e, rr, rs, false);   /* one thread, in order (repeated indices, accumulate) */
   char *yi = arena_strdup(e->a, cx(e, out->offset));
   int od = adjacent ? 0 : br;
   for (int d = 0; d < x->rank; d++) {
@@ -1696,12 +1858,11 @@ int emit_index_put(Em *e, Node *n) {
   free(vv);
   free(cur);
   close_loops(e, cl);
-  fputs("  return bad;\n}\n", f);
-  fprintf(e->r, "  if (k%d(%s, %s", id, sname(e, out->stor), sname(e, vals->stor));
+  kreturn_bad(e, id);
+  kcall_checked(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, vals->stor));
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(e->r, ", %s", sname(e, e->tv[ia->u.ts[i]->id].stor));
-  fputs(", s)) return ", e->r);
-  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
-  fputs(";\n", e->r);
+  kcall_checked_end(e, id, n);
   return 0;
 }
 
@@ -1737,10 +1898,12 @@ int emit_index(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "index");
-  fprintf(f, "static int k%d(%s *restrict y, const %s *x", id, ctype(out->dt), ctype(x->dt));
+  kopen(e, id, true, false);
+  fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
-  fputs(", const int64_t *s) {\n  (void)s;\n  int bad = 0;\n", f);
-  int cl = open_loops(e, out->rank, out->sizes, false);
+  ksyms(e);
+  fputs("  int bad = 0;\n", f);
+  int cl = open_loops(e, out->rank, out->sizes, e->cuda);
   char *xi = arena_strdup(e->a, cx(e, x->offset));
   int od = adjacent ? 0 : br;
   for (int d = 0; d < x->rank; d++) {
@@ -1760,12 +1923,11 @@ int emit_index(Em *e, Node *n) {
   }
   fprintf(f, "    y[%s] = x[%s];\n", index_of(e, out, out->rank), xi);
   close_loops(e, cl);
-  fputs("  return bad;\n}\n", f);
-  fprintf(e->r, "  if (k%d(%s, %s", id, sname(e, out->stor), sname(e, x->stor));
+  kreturn_bad(e, id);
+  kcall_checked(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(e->r, ", %s", sname(e, e->tv[ia->u.ts[i]->id].stor));
-  fputs(", s)) return ", e->r);
-  emit_c_string(e->r, arena_printf(e->a, "node %s: index out of range", n->name));
-  fputs(";\n", e->r);
+  kcall_checked_end(e, id, n);
   return 0;
 }
 
@@ -1774,13 +1936,17 @@ int emit_eye(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "eye");
-  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n", id, ctype(out->dt));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y", ctype(out->dt));
+  ksyms(e);
   int cl = open_loops(e, 2, out->sizes, true);
   fputs("    ", f);
   store(f, out->dt, false, "y", index_of(e, out, 2), "i0 == i1");
   close_loops(e, cl);
   fputs("}\n", f);
-  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s", sname(e, out->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1790,12 +1956,17 @@ int emit_linspace(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "linspace");
-  fprintf(f, "static void k%d(%s *restrict y, const int64_t *s) {\n  (void)s;\n  const int64_t L = %s;\n", id, ctype(out->dt), cx(e, out->sizes[0]));
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y", ctype(out->dt));
+  ksyms(e);
+  fprintf(f, "  const int64_t L = %s;\n", cx(e, out->sizes[0]));
   fprintf(f, "  const double a = %.17g, b = %.17g, step = L > 1 ? (b - a) / (double)(L - 1) : 0;\n", a, b);
   fputs("  for (int64_t i0 = 0; i0 < L; i0++) {\n    ", f);
   store(f, out->dt, true, "y", "i0", "i0 < L / 2 ? a + step * (double)i0 : b - step * (double)(L - 1 - i0)");
   fputs("  }\n}\n", f);
-  fprintf(e->r, "  k%d(%s, s);\n", id, sname(e, out->stor));
+  kcall(e, id);
+  fprintf(e->r, "%s", sname(e, out->stor));
+  kcall_end(e);
   return 0;
 }
 
@@ -1840,7 +2011,8 @@ static void emit_guard(Em *e, Value **users, int nusers) {
   fputs("\n/* Guards: checked before every run. */\nstatic int gg_m_guard(const DLTensor *in, int64_t *s, char *err, size_t errlen) {\n  (void)s;\n", f);
   for (int i = 0; i < nusers; i++) {
     Value *v = users[i];
-    fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank);
+    fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, %s, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank,
+          e->cuda ? "kDLCUDA" : "kDLCPU");
     if (GG_LOG_ON(e->c, LOG_GUARDS)) {
       char sz[512] = "";
       for (int d = 0; d < v->rank; d++) snprintf(sz + strlen(sz), sizeof sz - strlen(sz), "%s%s", d ? ", " : "", expr_str(e->a, g, v->sizes[d]));
@@ -1927,6 +2099,7 @@ typedef struct Prog {
   int nweights, nk, nfused, nnodes;
   int64_t planned, naive;
   int nprof;                        /* nodes with a profile slot */
+  char *errs;                       /* CUDA: switch cases from kernel id to index message */
 } Prog;
 
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
@@ -1938,8 +2111,10 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   e->a = c->arena;
   e->nk = kbase;
   e->tv = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->tv);
-  char *kbuf = NULL, *rbuf = NULL;
-  size_t klen = 0, rlen = 0;
+  e->cuda = c->cuda;
+  char *kbuf = NULL, *rbuf = NULL, *ebuf = NULL;
+  size_t klen = 0, rlen = 0, elen = 0;
+  e->errs = open_memstream(&ebuf, &elen);
   e->k = open_memstream(&kbuf, &klen);
   e->r = open_memstream(&rbuf, &rlen);
   Value **users;
@@ -2027,6 +2202,9 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   prof[nprof++] = "outputs and buffer updates (copies)";
   fclose(e->k);
   fclose(e->r);
+  fclose(e->errs);
+  char *errs = arena_strdup(c->arena, ebuf);
+  free(ebuf);
   if (rc) { free(kbuf); free(rbuf); return -1; }
   int64_t planned = plan_memory(e);
   if (c->record) {   /* the schedule: each fused node under the kernel of the node it feeds (transitively) */
@@ -2046,7 +2224,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
   fputs("};\n", out);
   P->nprof = nprof;
-  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof};
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs};
   fputs(kbuf, out);
   /* guard, shapes, scratch, run */
   FILE *save = e->k;
@@ -2078,6 +2256,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   fprintf(out, "\nstatic int64_t gg_%s_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_%s_scratch_layout(s, off); }\n", p, nscratch + 1, p);
   fprintf(out, "\nstatic const char *gg_%s_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", p);
   fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
+  if (e->cuda) fputs("  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", out);
   fprintf(out, "  int64_t off[%d];\n  gg_%s_scratch_layout(s, off);\n", nscratch + 1, p);
   for (int i = 0; i < e->nst; i++) {
     const Stor *st = &e->st[i];
@@ -2135,9 +2314,15 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
     if (B.planned > 0) fprintf(out, " * Backward scratch: %lld bytes with reuse, %lld without.\n", (long long)B.planned, (long long)B.naive);
   }
   fputs(" */\n", out);
-  fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
-  fputs("static inline int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
-  fputs("static inline uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
+  if (c->cuda) {
+    fputs("#include <cuda_runtime.h>\n", out);
+    fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
+    fputs("#define restrict __restrict__\n#undef GG_TICK\n#define GG_TICK(slot) ((void)0)   /* GCC_GRAPH_PROFILE times CPU models only */\n", out);
+    fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
+    fputs("static __device__ int gg_dev_err;   /* 1 + the id of a kernel that met an index out of range */\n", out);
+  } else fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
+  fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
+  fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
   fputs("\nconst char gg__metadata[] =\n  ", out);
   emit_c_string(out, metadata);
   fputs(";\n", out);
@@ -2153,6 +2338,13 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
   if (bbuf) { fputs("\n/* ================================================================ the backward */\n", out); fputs(bbuf, out); }
   free(fbuf);
   free(bbuf);
+  if (c->cuda) {
+    fputs("\n/* Kernels cannot return: one that met an index out of range left its id in gg_dev_err. */\n", out);
+    fputs("static const char *gg_m_device_errors(void) {\n  int v = 0, z = 0;\n  if (cudaMemcpyFromSymbol(&v, gg_dev_err, sizeof v) != cudaSuccess || !v) return NULL;\n", out);
+    fputs("  cudaMemcpyToSymbol(gg_dev_err, &z, sizeof z);\n  switch (v) {\n", out);
+    fputs(F.errs, out);
+    fputs("  }\n  return \"index out of range\";\n}\n", out);
+  }
   /* the descriptor */
   int nweights = F.nweights, nmut = F.nmut;
   Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);
@@ -2185,7 +2377,7 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n};\n", F.nprof);
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n};\n", F.nprof, c->cuda ? "kDLCUDA" : "kDLCPU", c->cuda ? "gg_m_device_errors" : "NULL");
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

@@ -49,6 +49,7 @@ typedef struct Ctx {
   bool record;
   KernelRec *kernels; int nkernels, cap_kernels;
   int64_t scratch_naive, scratch_planned;
+  bool cuda;             /* generating for --target cuda (emit_c.c writes CUDA C) */
 } Ctx;
 
 Ctx *ctx_new(void);
@@ -431,6 +432,9 @@ typedef struct CompileOptions {
   TrainOptions tr;           /* --train and its options */
   const char *deps_file;     /* -MD / -MF: a make rule naming the files the output depends on */
   int jobs;                  /* -j N: C compiler processes at once */
+  bool cuda;                 /* --target cuda: CUDA C built by nvcc, device tensors in and out */
+  const char *cuda_arch;     /* --cuda-arch sm_XY (default: the installed GPU's, else sm_90) */
+  const char *nvcc;          /* NVCC from the environment, else nvcc */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
@@ -472,8 +476,18 @@ typedef struct Lib {
   int (*forward)(gg_model *, gg_train_state *, const DLTensor *, int, DLTensor *, int, char *, size_t);
   int (*backward)(gg_model *, gg_train_state *, const DLTensor *, char *, size_t);
   int (*gradient)(const gg_train_state *, int, const char **, DLTensor *);
+  int (*run)(gg_model *, const DLTensor *, int, DLTensor *, int, char *, size_t);
+  /* device models (--target cuda): tensors are copied to and from the GPU through the model */
+  int device;                             /* kDLCPU or kDLCUDA */
+  void *(*dalloc)(size_t);
+  void (*dfree)(void *);
+  int (*dcopy)(void *, const void *, size_t, int);
+  void **dbufs; int ndbufs, capdbufs;     /* device buffers to free (so_release) */
 } Lib;
 int load_lib(Ctx *c, const char *path, Lib *l);
+void so_release(Lib *l);                 /* frees the device buffers made for a device model */
+/* t's elements on the host: t itself for a CPU model, else a copy in the arena */
+DLTensor so_to_host(Ctx *c, Lib *l, const DLTensor *t);
 bool so_is_training(const Lib *l);
 /* the model's inputs from a safetensors file (in.N or the inputs' names), and outputs to fill */
 int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor **out, int *n);

@@ -1,7 +1,7 @@
 /* scalar.h: the scalar function of every pointwise op, on float64 or int64 operands.
  * One definition serves the reference interpreter (through the op table) and the generated C code
  * (gcc-graph embeds this file into every compiled model), so compiled code computes exactly what the
- * oracle computes. Plain C99 with <math.h> and <stdint.h> only. Operands arrive in schema order. */
+ * oracle computes. Plain C99 with <math.h> and <stdint.h> only; also valid CUDA C++. Operands arrive in schema order. */
 #ifndef GG_SCALAR_H
 #define GG_SCALAR_H
 #include <math.h>
@@ -9,48 +9,54 @@
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
+/* Under nvcc (compile --target cuda) the same functions run on the GPU. */
+#ifdef __CUDACC__
+#define GG_SCALAR static inline __host__ __device__
+#else
+#define GG_SCALAR static inline
+#endif
 
-static inline double f_abs(const double *x) { return fabs(x[0]); }
-static inline double f_neg(const double *x) { return -x[0]; }
-static inline double f_exp(const double *x) { return exp(x[0]); }
-static inline double f_log(const double *x) { return log(x[0]); }
-static inline double f_sin(const double *x) { return sin(x[0]); }
-static inline double f_cos(const double *x) { return cos(x[0]); }
-static inline double f_tanh(const double *x) { return tanh(x[0]); }
-static inline double f_sigmoid(const double *x) { return 1.0 / (1.0 + exp(-x[0])); }
-static inline double f_erf(const double *x) { return erf(x[0]); }
-static inline double f_sqrt(const double *x) { return sqrt(x[0]); }
-static inline double f_rsqrt(const double *x) { return 1.0 / sqrt(x[0]); }
-static inline double f_reciprocal(const double *x) { return 1.0 / x[0]; }
-static inline double f_relu(const double *x) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : 0.0; }
-static inline double f_silu(const double *x) { return x[0] / (1.0 + exp(-x[0])); }
-static inline double relu6(double v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
-static inline double f_hardswish(const double *x) { return x[0] * relu6(x[0] + 3) / 6; }
-static inline double f_hardsigmoid(const double *x) { return relu6(x[0] + 3) / 6; }
-static inline double f_leaky_relu(const double *x) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
-static inline double f_sign(const double *x) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
-static inline double f_floor(const double *x) { return floor(x[0]); }
-static inline double f_ceil(const double *x) { return ceil(x[0]); }
-static inline double f_round(const double *x) { return nearbyint(x[0]); }
-static inline double f_trunc(const double *x) { return trunc(x[0]); }
-static inline double f_not(const double *x) { return x[0] == 0; }
-static inline double f_isnan(const double *x) { return isnan(x[0]); }
-static inline double f_ident(const double *x) { return x[0]; }
-static inline double f_test_miscompile(const double *x) { return x[0] + 1.0; }   /* GCC_GRAPH_TEST_MISCOMPILE */
-static inline double f_asin(const double *x) { return asin(x[0]); }
-static inline double f_atan(const double *x) { return atan(x[0]); }
-static inline double f_tan(const double *x) { return tan(x[0]); }
-static inline double f_cosh(const double *x) { return cosh(x[0]); }
-static inline double f_sinh(const double *x) { return sinh(x[0]); }
-static inline double f_expm1(const double *x) { return expm1(x[0]); }
-static inline double f_log1p(const double *x) { return log1p(x[0]); }
-static inline double f_log2(const double *x) { return log2(x[0]); }
-static inline double f_log10(const double *x) { return log10(x[0]); }
-static inline double f_exp2(const double *x) { return exp2(x[0]); }
-static inline double f_frac(const double *x) { return x[0] - trunc(x[0]); }
-static inline double f_square(const double *x) { return x[0] * x[0]; }
+GG_SCALAR double f_abs(const double *x) { return fabs(x[0]); }
+GG_SCALAR double f_neg(const double *x) { return -x[0]; }
+GG_SCALAR double f_exp(const double *x) { return exp(x[0]); }
+GG_SCALAR double f_log(const double *x) { return log(x[0]); }
+GG_SCALAR double f_sin(const double *x) { return sin(x[0]); }
+GG_SCALAR double f_cos(const double *x) { return cos(x[0]); }
+GG_SCALAR double f_tanh(const double *x) { return tanh(x[0]); }
+GG_SCALAR double f_sigmoid(const double *x) { return 1.0 / (1.0 + exp(-x[0])); }
+GG_SCALAR double f_erf(const double *x) { return erf(x[0]); }
+GG_SCALAR double f_sqrt(const double *x) { return sqrt(x[0]); }
+GG_SCALAR double f_rsqrt(const double *x) { return 1.0 / sqrt(x[0]); }
+GG_SCALAR double f_reciprocal(const double *x) { return 1.0 / x[0]; }
+GG_SCALAR double f_relu(const double *x) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : 0.0; }
+GG_SCALAR double f_silu(const double *x) { return x[0] / (1.0 + exp(-x[0])); }
+GG_SCALAR double relu6(double v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
+GG_SCALAR double f_hardswish(const double *x) { return x[0] * relu6(x[0] + 3) / 6; }
+GG_SCALAR double f_hardsigmoid(const double *x) { return relu6(x[0] + 3) / 6; }
+GG_SCALAR double f_leaky_relu(const double *x) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
+GG_SCALAR double f_sign(const double *x) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
+GG_SCALAR double f_floor(const double *x) { return floor(x[0]); }
+GG_SCALAR double f_ceil(const double *x) { return ceil(x[0]); }
+GG_SCALAR double f_round(const double *x) { return nearbyint(x[0]); }
+GG_SCALAR double f_trunc(const double *x) { return trunc(x[0]); }
+GG_SCALAR double f_not(const double *x) { return x[0] == 0; }
+GG_SCALAR double f_isnan(const double *x) { return isnan(x[0]); }
+GG_SCALAR double f_ident(const double *x) { return x[0]; }
+GG_SCALAR double f_test_miscompile(const double *x) { return x[0] + 1.0; }   /* GCC_GRAPH_TEST_MISCOMPILE */
+GG_SCALAR double f_asin(const double *x) { return asin(x[0]); }
+GG_SCALAR double f_atan(const double *x) { return atan(x[0]); }
+GG_SCALAR double f_tan(const double *x) { return tan(x[0]); }
+GG_SCALAR double f_cosh(const double *x) { return cosh(x[0]); }
+GG_SCALAR double f_sinh(const double *x) { return sinh(x[0]); }
+GG_SCALAR double f_expm1(const double *x) { return expm1(x[0]); }
+GG_SCALAR double f_log1p(const double *x) { return log1p(x[0]); }
+GG_SCALAR double f_log2(const double *x) { return log2(x[0]); }
+GG_SCALAR double f_log10(const double *x) { return log10(x[0]); }
+GG_SCALAR double f_exp2(const double *x) { return exp2(x[0]); }
+GG_SCALAR double f_frac(const double *x) { return x[0] - trunc(x[0]); }
+GG_SCALAR double f_square(const double *x) { return x[0] * x[0]; }
 /* erfinv by Newton steps on erf from a closed-form first guess: exact to double rounding */
-static inline double f_erfinv(const double *x) {
+GG_SCALAR double f_erfinv(const double *x) {
   double y = x[0];
   if (y <= -1) return y == -1 ? -INFINITY : NAN;
   if (y >= 1) return y == 1 ? INFINITY : NAN;
@@ -60,34 +66,34 @@ static inline double f_erfinv(const double *x) {
   for (int i = 0; i < 4; i++) r -= (erf(r) - y) / (2 / sqrt(M_PI) * exp(-r * r));
   return r;
 }
-static inline double f_relu6(const double *x) { return isnan(x[0]) ? x[0] : relu6(x[0]); }
-static inline double f_softplus(const double *x) { return x[0] * x[1] > x[2] ? x[0] : log1p(exp(x[0] * x[1])) / x[1]; }
-static inline double f_elu(const double *x) { return x[0] > 0 ? x[2] * x[0] : x[2] * x[1] * expm1(x[0] * x[3]); }
-static inline double f_celu(const double *x) { return x[0] > 0 ? x[0] : x[1] * expm1(x[0] / x[1]); }
-static inline double f_selu(const double *x) {
+GG_SCALAR double f_relu6(const double *x) { return isnan(x[0]) ? x[0] : relu6(x[0]); }
+GG_SCALAR double f_softplus(const double *x) { return x[0] * x[1] > x[2] ? x[0] : log1p(exp(x[0] * x[1])) / x[1]; }
+GG_SCALAR double f_elu(const double *x) { return x[0] > 0 ? x[2] * x[0] : x[2] * x[1] * expm1(x[0] * x[3]); }
+GG_SCALAR double f_celu(const double *x) { return x[0] > 0 ? x[0] : x[1] * expm1(x[0] / x[1]); }
+GG_SCALAR double f_selu(const double *x) {
   const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
   return x[0] > 0 ? scale * x[0] : scale * alpha * expm1(x[0]);
 }
-static inline double f_mish(const double *x) { return x[0] * tanh(log1p(exp(x[0]))); }
-static inline double f_log_sigmoid(const double *x) { return x[0] < 0 ? x[0] - log1p(exp(x[0])) : -log1p(exp(-x[0])); }
-static inline double f_atan2(const double *x) { return atan2(x[0], x[1]); }
-static inline double f_lxor(const double *x) { return (x[0] != 0) != (x[1] != 0); }
+GG_SCALAR double f_mish(const double *x) { return x[0] * tanh(log1p(exp(x[0]))); }
+GG_SCALAR double f_log_sigmoid(const double *x) { return x[0] < 0 ? x[0] - log1p(exp(x[0])) : -log1p(exp(-x[0])); }
+GG_SCALAR double f_atan2(const double *x) { return atan2(x[0], x[1]); }
+GG_SCALAR double f_lxor(const double *x) { return (x[0] != 0) != (x[1] != 0); }
 /* clamp: a None bound arrives as NaN (interp.c), and means no bound */
-static inline double f_clamp(const double *x) {
+GG_SCALAR double f_clamp(const double *x) {
   double v = x[0];
   if (isnan(v)) return v;
   if (!isnan(x[1]) && v < x[1]) v = x[1];
   if (!isnan(x[2]) && v > x[2]) v = x[2];
   return v;
 }
-static inline double f_clamp_min(const double *x) { return isnan(x[0]) ? x[0] : x[0] < x[1] ? x[1] : x[0]; }
-static inline double f_clamp_max(const double *x) { return isnan(x[0]) ? x[0] : x[0] > x[1] ? x[1] : x[0]; }
-static inline double f_add(const double *x) { return x[0] + x[2] * x[1]; }
-static inline double f_sub(const double *x) { return x[0] - x[2] * x[1]; }
-static inline double f_rsub(const double *x) { return x[1] - x[2] * x[0]; }
-static inline double f_mul(const double *x) { return x[0] * x[1]; }
-static inline double f_div(const double *x) { return x[0] / x[1]; }
-static inline double f_floordiv(const double *x) {
+GG_SCALAR double f_clamp_min(const double *x) { return isnan(x[0]) ? x[0] : x[0] < x[1] ? x[1] : x[0]; }
+GG_SCALAR double f_clamp_max(const double *x) { return isnan(x[0]) ? x[0] : x[0] > x[1] ? x[1] : x[0]; }
+GG_SCALAR double f_add(const double *x) { return x[0] + x[2] * x[1]; }
+GG_SCALAR double f_sub(const double *x) { return x[0] - x[2] * x[1]; }
+GG_SCALAR double f_rsub(const double *x) { return x[1] - x[2] * x[0]; }
+GG_SCALAR double f_mul(const double *x) { return x[0] * x[1]; }
+GG_SCALAR double f_div(const double *x) { return x[0] / x[1]; }
+GG_SCALAR double f_floordiv(const double *x) {
   /* Python semantics, as torch.floor_divide and div(rounding_mode='floor') on floats */
   if (x[1] == 0) return x[0] / x[1];
   double m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
@@ -96,92 +102,92 @@ static inline double f_floordiv(const double *x) {
   if (d - fd > 0.5) fd += 1;
   return d == 0 ? copysign(0.0, x[0] / x[1]) : fd;
 }
-static inline double f_remainder(const double *x) {
+GG_SCALAR double f_remainder(const double *x) {
   double m = fmod(x[0], x[1]);
   if (m != 0 && ((x[1] < 0) != (m < 0))) m += x[1];
   return m;
 }
-static inline double f_fmod(const double *x) { return fmod(x[0], x[1]); }
-static inline double f_pow(const double *x) { return pow(x[0], x[1]); }
-static inline double f_maximum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
-static inline double f_minimum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
-static inline double f_eq(const double *x) { return x[0] == x[1]; }
-static inline double f_ne(const double *x) { return x[0] != x[1]; }
-static inline double f_lt(const double *x) { return x[0] < x[1]; }
-static inline double f_le(const double *x) { return x[0] <= x[1]; }
-static inline double f_gt(const double *x) { return x[0] > x[1]; }
-static inline double f_ge(const double *x) { return x[0] >= x[1]; }
-static inline double f_land(const double *x) { return x[0] != 0 && x[1] != 0; }
-static inline double f_lor(const double *x) { return x[0] != 0 || x[1] != 0; }
-static inline double f_where(const double *x) { return x[0] != 0 ? x[1] : x[2]; }
-static inline double f_masked_fill(const double *x) { return x[1] != 0 ? x[2] : x[0]; }
+GG_SCALAR double f_fmod(const double *x) { return fmod(x[0], x[1]); }
+GG_SCALAR double f_pow(const double *x) { return pow(x[0], x[1]); }
+GG_SCALAR double f_maximum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
+GG_SCALAR double f_minimum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
+GG_SCALAR double f_eq(const double *x) { return x[0] == x[1]; }
+GG_SCALAR double f_ne(const double *x) { return x[0] != x[1]; }
+GG_SCALAR double f_lt(const double *x) { return x[0] < x[1]; }
+GG_SCALAR double f_le(const double *x) { return x[0] <= x[1]; }
+GG_SCALAR double f_gt(const double *x) { return x[0] > x[1]; }
+GG_SCALAR double f_ge(const double *x) { return x[0] >= x[1]; }
+GG_SCALAR double f_land(const double *x) { return x[0] != 0 && x[1] != 0; }
+GG_SCALAR double f_lor(const double *x) { return x[0] != 0 || x[1] != 0; }
+GG_SCALAR double f_where(const double *x) { return x[0] != 0 ? x[1] : x[2]; }
+GG_SCALAR double f_masked_fill(const double *x) { return x[1] != 0 ? x[2] : x[0]; }
 
 /* Integer versions use unsigned arithmetic where C would overflow: PyTorch wraps around. */
 #define WRAP(expr) ((int64_t)(expr))
-static inline int64_t i_abs(const int64_t *x) { return x[0] < 0 ? WRAP(0 - (uint64_t)x[0]) : x[0]; }
-static inline int64_t i_neg(const int64_t *x) { return WRAP(0 - (uint64_t)x[0]); }
-static inline int64_t i_relu(const int64_t *x) { return x[0] > 0 ? x[0] : 0; }
-static inline int64_t i_sign(const int64_t *x) { return (x[0] > 0) - (x[0] < 0); }
-static inline int64_t i_ident(const int64_t *x) { return x[0]; }
-static inline int64_t i_zero(const int64_t *x) { (void)x; return 0; }
-static inline int64_t i_not(const int64_t *x) { return x[0] == 0; }
-static inline int64_t i_bitnot(const int64_t *x) { return ~x[0]; }
+GG_SCALAR int64_t i_abs(const int64_t *x) { return x[0] < 0 ? WRAP(0 - (uint64_t)x[0]) : x[0]; }
+GG_SCALAR int64_t i_neg(const int64_t *x) { return WRAP(0 - (uint64_t)x[0]); }
+GG_SCALAR int64_t i_relu(const int64_t *x) { return x[0] > 0 ? x[0] : 0; }
+GG_SCALAR int64_t i_sign(const int64_t *x) { return (x[0] > 0) - (x[0] < 0); }
+GG_SCALAR int64_t i_ident(const int64_t *x) { return x[0]; }
+GG_SCALAR int64_t i_zero(const int64_t *x) { (void)x; return 0; }
+GG_SCALAR int64_t i_not(const int64_t *x) { return x[0] == 0; }
+GG_SCALAR int64_t i_bitnot(const int64_t *x) { return ~x[0]; }
 /* clamp: a None bound arrives as INT64_MIN (min) or INT64_MAX (max) */
-static inline int64_t i_clamp(const int64_t *x) { int64_t v = x[0] < x[1] ? x[1] : x[0]; return v > x[2] ? x[2] : v; }
-static inline int64_t i_clamp_min(const int64_t *x) { return x[0] < x[1] ? x[1] : x[0]; }
-static inline int64_t i_clamp_max(const int64_t *x) { return x[0] > x[1] ? x[1] : x[0]; }
-static inline int64_t i_add(const int64_t *x) { return WRAP((uint64_t)x[0] + (uint64_t)x[2] * (uint64_t)x[1]); }
-static inline int64_t i_sub(const int64_t *x) { return WRAP((uint64_t)x[0] - (uint64_t)x[2] * (uint64_t)x[1]); }
-static inline int64_t i_rsub(const int64_t *x) { return WRAP((uint64_t)x[1] - (uint64_t)x[2] * (uint64_t)x[0]); }
-static inline int64_t i_mul(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[1]); }
-static inline int64_t i_floordiv(const int64_t *x) {
+GG_SCALAR int64_t i_clamp(const int64_t *x) { int64_t v = x[0] < x[1] ? x[1] : x[0]; return v > x[2] ? x[2] : v; }
+GG_SCALAR int64_t i_clamp_min(const int64_t *x) { return x[0] < x[1] ? x[1] : x[0]; }
+GG_SCALAR int64_t i_clamp_max(const int64_t *x) { return x[0] > x[1] ? x[1] : x[0]; }
+GG_SCALAR int64_t i_add(const int64_t *x) { return WRAP((uint64_t)x[0] + (uint64_t)x[2] * (uint64_t)x[1]); }
+GG_SCALAR int64_t i_sub(const int64_t *x) { return WRAP((uint64_t)x[0] - (uint64_t)x[2] * (uint64_t)x[1]); }
+GG_SCALAR int64_t i_rsub(const int64_t *x) { return WRAP((uint64_t)x[1] - (uint64_t)x[2] * (uint64_t)x[0]); }
+GG_SCALAR int64_t i_mul(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[1]); }
+GG_SCALAR int64_t i_floordiv(const int64_t *x) {
   if (x[1] == 0) return 0;      /* PyTorch raises; an oracle must not trap */
   if (x[0] == INT64_MIN && x[1] == -1) return INT64_MIN;
   int64_t q = x[0] / x[1];
   if ((x[0] % x[1] != 0) && ((x[0] < 0) != (x[1] < 0))) q--;
   return q;
 }
-static inline int64_t i_remainder(const int64_t *x) {
+GG_SCALAR int64_t i_remainder(const int64_t *x) {
   if (x[1] == 0 || (x[0] == INT64_MIN && x[1] == -1)) return 0;
   int64_t m = x[0] % x[1];
   if (m != 0 && ((m < 0) != (x[1] < 0))) m += x[1];
   return m;
 }
-static inline int64_t i_fmod(const int64_t *x) { return x[1] == 0 || x[1] == -1 ? 0 : x[0] % x[1]; }
-static inline int64_t i_pow(const int64_t *x) {
+GG_SCALAR int64_t i_fmod(const int64_t *x) { return x[1] == 0 || x[1] == -1 ? 0 : x[0] % x[1]; }
+GG_SCALAR int64_t i_pow(const int64_t *x) {
   int64_t b = x[0], e = x[1];
   if (e < 0) return b == 1 ? 1 : b == -1 ? (e % 2 ? -1 : 1) : 0;
   uint64_t r = 1, ub = (uint64_t)b;
   while (e) { if (e & 1) r *= ub; ub *= ub; e >>= 1; }
   return WRAP(r);
 }
-static inline int64_t i_max(const int64_t *x) { return x[0] > x[1] ? x[0] : x[1]; }
-static inline int64_t i_min(const int64_t *x) { return x[0] < x[1] ? x[0] : x[1]; }
-static inline int64_t i_eq(const int64_t *x) { return x[0] == x[1]; }
-static inline int64_t i_ne(const int64_t *x) { return x[0] != x[1]; }
-static inline int64_t i_lt(const int64_t *x) { return x[0] < x[1]; }
-static inline int64_t i_le(const int64_t *x) { return x[0] <= x[1]; }
-static inline int64_t i_gt(const int64_t *x) { return x[0] > x[1]; }
-static inline int64_t i_ge(const int64_t *x) { return x[0] >= x[1]; }
-static inline int64_t i_and(const int64_t *x) { return x[0] & x[1]; }
-static inline int64_t i_xor(const int64_t *x) { return x[0] ^ x[1]; }
-static inline int64_t i_lxor(const int64_t *x) { return (x[0] != 0) != (x[1] != 0); }
-static inline int64_t i_square(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[0]); }
-static inline int64_t i_relu6(const int64_t *x) { return x[0] < 0 ? 0 : x[0] > 6 ? 6 : x[0]; }
-static inline int64_t i_or(const int64_t *x) { return x[0] | x[1]; }
-static inline int64_t i_land(const int64_t *x) { return x[0] != 0 && x[1] != 0; }
-static inline int64_t i_lor(const int64_t *x) { return x[0] != 0 || x[1] != 0; }
-static inline int64_t i_where(const int64_t *x) { return x[0] != 0 ? x[1] : x[2]; }
-static inline int64_t i_masked_fill(const int64_t *x) { return x[1] != 0 ? x[2] : x[0]; }
+GG_SCALAR int64_t i_max(const int64_t *x) { return x[0] > x[1] ? x[0] : x[1]; }
+GG_SCALAR int64_t i_min(const int64_t *x) { return x[0] < x[1] ? x[0] : x[1]; }
+GG_SCALAR int64_t i_eq(const int64_t *x) { return x[0] == x[1]; }
+GG_SCALAR int64_t i_ne(const int64_t *x) { return x[0] != x[1]; }
+GG_SCALAR int64_t i_lt(const int64_t *x) { return x[0] < x[1]; }
+GG_SCALAR int64_t i_le(const int64_t *x) { return x[0] <= x[1]; }
+GG_SCALAR int64_t i_gt(const int64_t *x) { return x[0] > x[1]; }
+GG_SCALAR int64_t i_ge(const int64_t *x) { return x[0] >= x[1]; }
+GG_SCALAR int64_t i_and(const int64_t *x) { return x[0] & x[1]; }
+GG_SCALAR int64_t i_xor(const int64_t *x) { return x[0] ^ x[1]; }
+GG_SCALAR int64_t i_lxor(const int64_t *x) { return (x[0] != 0) != (x[1] != 0); }
+GG_SCALAR int64_t i_square(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[0]); }
+GG_SCALAR int64_t i_relu6(const int64_t *x) { return x[0] < 0 ? 0 : x[0] > 6 ? 6 : x[0]; }
+GG_SCALAR int64_t i_or(const int64_t *x) { return x[0] | x[1]; }
+GG_SCALAR int64_t i_land(const int64_t *x) { return x[0] != 0 && x[1] != 0; }
+GG_SCALAR int64_t i_lor(const int64_t *x) { return x[0] != 0 || x[1] != 0; }
+GG_SCALAR int64_t i_where(const int64_t *x) { return x[0] != 0 ? x[1] : x[2]; }
+GG_SCALAR int64_t i_masked_fill(const int64_t *x) { return x[1] != 0 ? x[2] : x[0]; }
 
 /* Variants that an op picks by an argument (gelu's approximation, division's rounding mode). */
-static inline double f_gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] * 0.70710678118654752440)); }
-static inline double f_gelu_tanh(const double *x) {
+GG_SCALAR double f_gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] * 0.70710678118654752440)); }
+GG_SCALAR double f_gelu_tanh(const double *x) {
   const double k = 0.79788456080286535588;  /* sqrt(2/pi) */
   return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
 }
-static inline double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
-static inline int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
-static inline double f_logical_not(const double *x) { return x[0] == 0; }
+GG_SCALAR double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
+GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
+GG_SCALAR double f_logical_not(const double *x) { return x[0] == 0; }
 
 #endif

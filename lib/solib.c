@@ -9,6 +9,7 @@
 
 
 int load_lib(Ctx *c, const char *path, Lib *l) {
+  memset(l, 0, sizeof *l);
   char *p = strchr(path, '/') ? (char *)path : arena_printf(c->arena, "./%s", path);
   l->h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
   if (!l->h) return gg_error(c, "%s: cannot load: %s", path, dlerror());
@@ -22,6 +23,15 @@ int load_lib(Ctx *c, const char *path, Lib *l) {
   SYM(run_alloc, "gg_run_alloc");
   SYM(mutated, "gg_mutated_buffer");
   SYM(output_shape, "gg_output_shape");
+  SYM(run, "gg_run");
+  int (*device_type)(void);
+  *(void **)&device_type = dlsym(l->h, "gg_device_type");   /* optional: older models are CPU models */
+  l->device = device_type ? device_type() : kDLCPU;
+  if (l->device != kDLCPU) {
+    SYM(dalloc, "gg_device_alloc");
+    SYM(dfree, "gg_device_free");
+    SYM(dcopy, "gg_device_copy");
+  }
 #undef SYM
   *(void **)&l->num_grads = dlsym(l->h, "gg_num_gradients");   /* optional: older models have none */
   *(void **)&l->state_new = dlsym(l->h, "gg_train_state_new");
@@ -30,6 +40,43 @@ int load_lib(Ctx *c, const char *path, Lib *l) {
   *(void **)&l->backward = dlsym(l->h, "gg_backward");
   *(void **)&l->gradient = dlsym(l->h, "gg_gradient");
   return 0;
+}
+
+void so_release(Lib *l) {
+  for (int i = 0; i < l->ndbufs; i++) l->dfree(l->dbufs[i]);
+  l->ndbufs = 0;
+}
+
+static size_t tensor_bytes(const DLTensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return (size_t)n * (size_t)((t->dtype.bits + 7) / 8);
+}
+
+/* Memory for a tensor of `bytes` where the model wants it: the arena, or the GPU. */
+static void *so_buffer(Ctx *c, Lib *l, size_t bytes) {
+  if (l->device == kDLCPU) return arena_array(c->arena, bytes + 1, 1);
+  void *p = l->dalloc(bytes);
+  if (!p) { gg_error(c, "cannot allocate %zu bytes on the GPU", bytes); return NULL; }
+  if (l->ndbufs == l->capdbufs) {
+    l->capdbufs = l->capdbufs ? 2 * l->capdbufs : 16;
+    void **n = arena_array(c->arena, (size_t)l->capdbufs, sizeof *n);
+    if (l->ndbufs) memcpy(n, l->dbufs, sizeof *n * (size_t)l->ndbufs);
+    l->dbufs = n;
+  }
+  l->dbufs[l->ndbufs++] = p;
+  return p;
+}
+
+DLTensor so_to_host(Ctx *c, Lib *l, const DLTensor *t) {
+  DLTensor h = *t;
+  if (t->device.device_type == kDLCPU) return h;
+  size_t n = tensor_bytes(t);
+  h.data = arena_array(c->arena, n + 1, 1);
+  h.byte_offset = 0;
+  h.device.device_type = kDLCPU;
+  if (l->dcopy(h.data, (const char *)t->data + t->byte_offset, n, 0)) gg_error(c, "cannot copy a tensor back from the GPU");
+  return h;
 }
 
 DLDataType to_dl(DType d) {
@@ -72,6 +119,13 @@ int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor 
     ts[i].ndim = s->rank;
     ts[i].dtype = to_dl(s->dtype);
     ts[i].shape = (int64_t *)s->sizes;
+    if (l->device != kDLCPU) {   /* the model's device gets a copy */
+      void *d = so_buffer(c, l, s->nbytes);
+      if (!d) return -1;
+      if (s->nbytes && l->dcopy(d, s->data, s->nbytes, 1)) return gg_error(c, "%s: cannot copy input %d to the GPU", path, i);
+      ts[i].data = d;
+      ts[i].device.device_type = (DLDeviceType)l->device;
+    }
   }
   for (int k = 0; k < st->n; k++) {
     int idx;
@@ -105,8 +159,8 @@ int so_alloc_outputs(Ctx *c, Lib *l, gg_model *m, const DLTensor *ts, int ni, DL
     if (l->output_shape(m, ts, ni, i, &ot[i].ndim, shape, &ot[i].dtype, err, sizeof err)) return gg_error(c, "%s", err);
     for (int d = 0; d < ot[i].ndim; d++) n *= shape[d];
     ot[i].shape = shape;
-    ot[i].device.device_type = kDLCPU;
-    ot[i].data = arena_array(c->arena, (size_t)(n * (ot[i].dtype.bits / 8)) + 1, 1);
+    ot[i].device.device_type = (DLDeviceType)l->device;
+    if (!(ot[i].data = so_buffer(c, l, (size_t)(n * (ot[i].dtype.bits / 8))))) return -1;
   }
   *out = ot;
   return 0;
@@ -121,8 +175,9 @@ int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, c
   gg_model *m = NULL;
   gg_train_state *state = NULL;
   char err[1024] = "";
-  if (load_lib(c, model, &l) || st_read(c, &dummy, inputs, &in) || so_inputs(c, &l, &in, inputs, &ts, &ni)) goto out;
+  if (load_lib(c, model, &l) || st_read(c, &dummy, inputs, &in)) goto out;
   if (l.open(&m, weights, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+  if (so_inputs(c, &l, &in, inputs, &ts, &ni)) goto out;
   int no = l.num_outputs(), nm = l.num_mut(), ng = so_is_training(&l) ? l.num_grads() : 0;
   DLManagedTensor **outs = arena_array(c->arena, (size_t)no + 1, sizeof *outs);
   STensor *st = arena_array(c->arena, (size_t)(no + nm + ng) + 1, sizeof *st);
@@ -142,19 +197,25 @@ int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, c
     }
   } else {
     if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
-    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &outs[i]->dl_tensor);
+    for (int i = 0; i < no; i++) {
+      DLTensor h = so_to_host(c, &l, &outs[i]->dl_tensor);
+      st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &h);
+    }
   }
   for (int i = 0; i < nm; i++) {
     const char *name;
     DLTensor v;
     l.mutated(m, i, &name, &v);
-    st[no + i] = st_of(c, arena_printf(c->arena, "buffer_after.%s", name), &v);
+    DLTensor h = so_to_host(c, &l, &v);
+    st[no + i] = st_of(c, arena_printf(c->arena, "buffer_after.%s", name), &h);
   }
+  if (c->has_err) goto out;
   rc = st_write(c, output, st, no + nm + ng);
   if (!ng)
     for (int i = 0; i < no; i++) outs[i]->deleter(outs[i]);
 out:
   if (state) l.state_free(state);
+  so_release(&l);
   if (m) l.close(m);
   graph_release(&dummy);
   return rc;

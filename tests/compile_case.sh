@@ -3,14 +3,20 @@
 # Training cases (case.json kind "train") compile with --train and compare the loss, every
 # gradient and every updated buffer.
 # Prints "ok CASE" or "FAIL CASE: why". Cases listed in tests/compile_refused.txt must instead be
-# refused with exit status 1 and the message given there.
+# refused with exit status 1 and the message given there. TARGET=cuda compiles with --target cuda
+# (make test-cuda, on a machine with a GPU); training cases are then skipped ("skip CASE").
 case=$1 work=$2
 BUILD=${BUILD:-build}
 name=$(echo "$case" | tr / _)
 expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
 train=
 grep -q '"kind": "train"' "$case/case.json" 2>/dev/null && train=--train
-"$BUILD/gcc-graph" compile "$case/model.pt2" $train -o "$work/$name.so" >"$work/$name.err" 2>&1
+target=
+if [ "$TARGET" = cuda ]; then
+  if [ -n "$train" ]; then echo "skip $case (training: CPU only)"; exit 0; fi
+  target="--target cuda"
+fi
+"$BUILD/gcc-graph" compile "$case/model.pt2" $train $target -o "$work/$name.so" >"$work/$name.err" 2>&1
 rc=$?
 if [ -n "$expect" ]; then
   if [ $rc = 1 ] && grep -qF -- "$expect" "$work/$name.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$work/$name.err")"; fi

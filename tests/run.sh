@@ -64,6 +64,27 @@ pass=$((pass + $(grep -c '^ok' "$TMP/compiled")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/compiled")))
 grep '^FAIL' "$TMP/compiled"
 
+echo "== CUDA sources: every inference case's CUDA C generated (--target cuda -S) and compiled by nvcc"
+if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
+  mkdir -p "$TMP/cu"
+  ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | grep -v /train | xargs -P 2 -n 1 -I CASE sh tests/cuda_source.sh CASE "$TMP/cu" >"$TMP/cuda" 2>&1
+  pass=$((pass + $(grep -c '^ok' "$TMP/cuda")))
+  fail=$((fail + $(grep -c '^FAIL' "$TMP/cuda")))
+  grep '^FAIL' "$TMP/cuda"
+  # a whole CUDA .so: the ABI's symbols; without a GPU it refuses to open with a message
+  expect 0 "" -- "$GG" compile tests/corpus/models/cnn_small/model.pt2 --target cuda --cuda-arch sm_80 -o "$TMP/cnn_cuda.so"
+  expect 0 "gg_set_stream" -- nm -D --defined-only "$TMP/cnn_cuda.so"
+  expect 0 'device cuda' -- "$GG" explain "$TMP/cnn_cuda.so"
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    expect 1 "runs on a CUDA GPU and none is usable" -- "$GG" run "$TMP/cnn_cuda.so" --inputs tests/corpus/models/cnn_small/io.safetensors -o "$TMP/o.st"
+  fi
+else
+  echo "(nvcc not found: CUDA sources not compiled)"
+fi
+expect 1 "--train with --target cuda is not supported" -- "$GG" compile tests/corpus/train/mlp_train/model.pt2 --train --target cuda -o "$TMP/t.so"
+expect 2 "unknown target 'tpu'" -- "$GG" compile tests/corpus/models/mlp/model.pt2 --target tpu -o "$TMP/t.so"
+expect 2 "--cuda-arch takes sm_XY" -- "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda --cuda-arch 90 -o "$TMP/t.so"
+
 M=tests/corpus/models
 echo "== training: autograd and both partitions under the interpreter, every derivative rule against finite differences"
 TR=$(ls -d tests/corpus/train*/* tests/extra/train_* tests/extra_aten/train_*)

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GG_EXPORT __attribute__((visibility("default")))
+#include "gg_rt_common.c"
 
 struct gg_model {
   void *map;                /* external weights file, mapped */
@@ -51,85 +51,6 @@ static void scratch_give(gg_model *m, void *p, size_t bytes) {
     if (!m->pool[i]) { m->pool[i] = p; m->pool_size[i] = bytes; p = NULL; }
   pthread_mutex_unlock(&m->pool_lock);
   free(p);
-}
-
-int gg_rt_fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return 1;
-}
-
-const char *gg_rt_dtype_name(DLDataType t) {
-  if (t.lanes != 1) return "vector";
-  switch (t.code) {
-  case kDLFloat: return t.bits == 16 ? "float16" : t.bits == 32 ? "float32" : t.bits == 64 ? "float64" : "float?";
-  case kDLBfloat: return "bfloat16";
-  case kDLInt: return t.bits == 8 ? "int8" : t.bits == 16 ? "int16" : t.bits == 32 ? "int32" : t.bits == 64 ? "int64" : "int?";
-  case kDLUInt: return t.bits == 8 ? "uint8" : "uint?";
-  case 6: return "bool";   /* kDLBool, DLPack >= 0.8 */
-  default: return "unknown";
-  }
-}
-
-static bool same_dtype(DLDataType a, DLDataType want) {
-  if (a.code == want.code && a.bits == want.bits && a.lanes == want.lanes) return true;
-  /* bool arrives as kDLBool from current exporters, as uint8 from older ones */
-  return want.code == 6 && a.code == kDLUInt && a.bits == 8 && a.lanes == 1;
-}
-
-int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, char *err, size_t errlen) {
-  if (!t || (!t->data && t->ndim >= 0 && 0)) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' is missing", name);
-  if (t->device.device_type != kDLCPU)
-    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' device mismatch. expected cpu, actual device type %d", name, (int)t->device.device_type);
-  if (!same_dtype(t->dtype, want))
-    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' dtype mismatch. expected %s, actual %s", name, gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype));
-  if (t->ndim != ndim) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' rank mismatch. expected %d, actual %d", name, ndim, t->ndim);
-  if (t->strides) {
-    int64_t s = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-      if (t->shape[d] != 1 && t->strides[d] != s)
-        return gg_rt_fail(err, errlen, "guard failed: tensor '%s' stride mismatch at index %d. expected %lld (row-major compact), actual %lld", name, d,
-                          (long long)s, (long long)t->strides[d]);
-      s *= t->shape[d];
-    }
-  }
-  return 0;
-}
-
-/* ---------------------------------------------------------------- half precision */
-
-float gg_h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-  if (exp == 0) {
-    float f = ldexpf((float)man, -24);
-    return sign ? -f : f;
-  }
-  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
-  else bits = sign | ((exp + 112) << 23) | (man << 13);
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t gg_f2h(float f) {
-  double d = f, a = fabs(d);
-  uint16_t sign = signbit(d) ? 0x8000 : 0;
-  if (isnan(d)) return sign | 0x7e00;
-  if (a >= 65520.0) return sign | 0x7c00;
-  if (a < ldexp(1.0, -25)) return sign;
-  int e;
-  frexp(a, &e);
-  int exp = e - 1;
-  double q = exp < -14 ? ldexp(a, 24) : ldexp(a, 10 - exp), r = nearbyint(q);
-  if (exp < -14) return sign | (uint16_t)r;
-  uint32_t m = (uint32_t)r;
-  if (m == 2048) { m = 1024; exp++; }
-  if (exp > 15) return sign | 0x7c00;
-  return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(m - 1024);
 }
 
 /* ---------------------------------------------------------------- profile */
@@ -166,12 +87,6 @@ static void prof_report(const char *what, int n, const double *prof, const char 
 }
 
 /* ---------------------------------------------------------------- entry points */
-
-GG_EXPORT const char *gg_metadata(void) { return gg__metadata; }
-GG_EXPORT int gg_abi_version(void) { return GG_ABI_VERSION; }
-GG_EXPORT int gg_num_inputs(void) { return gg__desc.ninputs; }
-GG_EXPORT int gg_num_outputs(void) { return gg__desc.noutputs; }
-GG_EXPORT int gg_num_mutated_buffers(void) { return gg__desc.nmutable; }
 
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
@@ -251,25 +166,6 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   return 0;
 }
 
-GG_EXPORT int gg_check(const gg_model *m, const DLTensor *in, int nin, char *err, size_t errlen) {
-  (void)m;
-  int64_t sym[64];
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  return gg__desc.guard(in, sym, err, errlen);
-}
-
-GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, int i, int *ndim, int64_t *shape, DLDataType *dtype, char *err,
-                              size_t errlen) {
-  int64_t sym[64];
-  if (gg_check(m, in, nin, err, errlen)) return 1;
-  if (i < 0 || i >= gg__desc.noutputs) return gg_rt_fail(err, errlen, "no output %d: the model has %d", i, gg__desc.noutputs);
-  *ndim = gg__desc.output_ndims[i];
-  *dtype = gg__desc.output_dtypes[i];
-  gg__desc.guard(in, sym, err, errlen);
-  gg__desc.output_shape(i, sym, shape);
-  return 0;
-}
-
 /* Run the model. outs: its outputs, then (saved_given) the values a training model's forward saves;
  * without them, a training model saves into temporaries that are dropped (gg_run on a training .so). */
 static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
@@ -307,7 +203,7 @@ static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **out
   for (int i = 0; i < nout; i++) {
     char name[32];
     snprintf(name, sizeof name, "out.%d", i);
-    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], err, errlen)) return 1;
+    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], kDLCPU, err, errlen)) return 1;
     gg__desc.output_shape(i, sym, shape);
     for (int d = 0; d < out[i].ndim; d++)
       if (out[i].shape[d] != shape[d])
@@ -479,7 +375,7 @@ GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_
     in[k].shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
   }
   if (grad_loss) {
-    if (gg_rt_check_tensor(grad_loss, "grad_loss", gg__train.loss_dtype, gg__train.loss_ndim, err, errlen)) return 1;
+    if (gg_rt_check_tensor(grad_loss, "grad_loss", gg__train.loss_dtype, gg__train.loss_ndim, kDLCPU, err, errlen)) return 1;
     for (int d = 0; d < grad_loss->ndim; d++)
       if (grad_loss->shape[d] != 1) return gg_rt_fail(err, errlen, "grad_loss must have one element");
     in[ns] = *grad_loss;
@@ -831,53 +727,7 @@ CONV_WGRAD(gg_rt_conv_wgrad_f64, double, gg_rt_dgemm)
     _Pragma("omp parallel for schedule(static)")                                                      \
     for (int64_t pl = 0; pl < p->planes; pl++)                                                        \
       for (int64_t oh = 0; oh < p->OH; oh++)                                                          \
-        for (int64_t ow = 0; ow < p->OW; ow++) {                                                      \
-          const T *xp = x + pl * p->H * p->W;                                                         \
-          int64_t o = (pl * p->OH + oh) * p->OW + ow, h0, h1, w0, w1;                                 \
-          if (p->kind >= 2) {                                                                         \
-            h0 = oh * p->H / p->OH; h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;                       \
-            w0 = ow * p->W / p->OW; w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;                       \
-          } else {                                                                                    \
-            h0 = oh * p->stride[0] - p->pad[0]; w0 = ow * p->stride[1] - p->pad[1];                   \
-            h1 = h0 + (p->k[0] - 1) * p->dil[0] + 1; w1 = w0 + (p->k[1] - 1) * p->dil[1] + 1;         \
-          }                                                                                           \
-          if (p->kind == 0 || p->kind == 3) {                                                         \
-            double m = -INFINITY;                                                                     \
-            int64_t mi = -1;                                                                          \
-            int64_t dh = p->kind == 0 ? p->dil[0] : 1, dw = p->kind == 0 ? p->dil[1] : 1;             \
-            /* the window's taps inside the plane, found once rather than tested per tap */          \
-            while (h0 < 0) h0 += dh;                                                                  \
-            while (w0 < 0) w0 += dw;                                                                  \
-            if (h1 > p->H) h1 = p->H;                                                                 \
-            if (w1 > p->W) w1 = p->W;                                                                 \
-            for (int64_t h = h0; h < h1; h += dh)                                                     \
-              for (int64_t w = w0; w < w1; w += dw) {                                                 \
-                double v = xp[h * p->W + w];                                                          \
-                if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * p->W + w; }         \
-              }                                                                                       \
-            y[o] = (T)m;                                                                              \
-            if (idx) idx[o] = mi;                                                                     \
-          } else {                                                                                    \
-            int64_t count;                                                                            \
-            if (p->kind == 2) count = (h1 - h0) * (w1 - w0);                                          \
-            else {                                                                                    \
-              h1 = h0 + p->k[0]; w1 = w0 + p->k[1];                                                   \
-              if (h1 > p->H + p->pad[0]) h1 = p->H + p->pad[0];                                       \
-              if (w1 > p->W + p->pad[1]) w1 = p->W + p->pad[1];                                       \
-              count = (h1 - h0) * (w1 - w0);                                                          \
-              if (h0 < 0) h0 = 0;                                                                     \
-              if (w0 < 0) w0 = 0;                                                                     \
-              if (h1 > p->H) h1 = p->H;                                                               \
-              if (w1 > p->W) w1 = p->W;                                                               \
-              if (!p->count_include_pad) count = (h1 - h0) * (w1 - w0);                               \
-              if (p->divisor) count = p->divisor;                                                     \
-            }                                                                                         \
-            double s = 0;                                                                             \
-            for (int64_t h = h0; h < h1; h++)                                                         \
-              for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];                                \
-            y[o] = (T)(s / (double)count);                                                            \
-          }                                                                                           \
-        }                                                                                             \
+        for (int64_t ow = 0; ow < p->OW; ow++) gg_pool_one_##T(p, x, y, idx, pl, oh, ow);             \
   }
 POOL(gg_rt_pool_f32, float)
 POOL(gg_rt_pool_f64, double)

@@ -1,5 +1,7 @@
-/* gg_rt.h: what the generated code of a model and the runtime (gg_rt.c) share. Both are compiled
- * into every model .so; gcc-graph embeds these files and writes them next to the generated model.c. */
+/* gg_rt.h: what the generated code of a model and the runtime share: gg_rt.c for a CPU model,
+ * gg_rt_cuda.cu for a CUDA one (compile --target cuda), both with gg_rt_common.c. They are compiled
+ * into every model .so; gcc-graph embeds these files and writes them next to the generated model.c
+ * (model.cu). Valid C11 and CUDA C++: helpers that kernels call are GG_HD (host and device). */
 #ifndef GG_RT_H
 #define GG_RT_H
 
@@ -8,7 +10,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __CUDACC__
+#define GG_HD static inline __host__ __device__
+#else
+#define GG_HD static inline
+#endif
 
 #define GG_RT_MAX_RANK 16
 #define GG_RT_ALIGN 64
@@ -41,6 +54,10 @@ typedef struct gg_model_desc {
   int nprof;                     /* GCC_GRAPH_PROFILE: per node, accumulated seconds and names */
   double *prof;
   const char *const *prof_names;
+  int device;                    /* kDLCPU, or kDLCUDA for compile --target cuda */
+  /* CUDA: the message of the first kernel that found an index out of range since the last call, or
+   * NULL (kernels cannot return; they set a device flag that this reads and clears) */
+  const char *(*device_errors)(void);
 } gg_model_desc;
 
 /* A training model (compile --train): the forward (gg__desc) also writes the values the backward
@@ -76,20 +93,46 @@ void gg_rt_tick(double *slot);
 
 /* Guard messages. Returns 1. */
 int gg_rt_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, char *err, size_t errlen);
+int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, int device, char *err, size_t errlen);
 const char *gg_rt_dtype_name(DLDataType t);
 
 /* Symbolic size arithmetic with Python's floor semantics. */
-static inline int64_t gg_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline int64_t gg_mod(int64_t a, int64_t b) { int64_t m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
-static inline int64_t gg_max(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline int64_t gg_min(int64_t a, int64_t b) { return a < b ? a : b; }
+GG_HD int64_t gg_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+GG_HD int64_t gg_mod(int64_t a, int64_t b) { int64_t m = a % b; return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
+GG_HD int64_t gg_max(int64_t a, int64_t b) { return a > b ? a : b; }
+GG_HD int64_t gg_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* half and bfloat16 storage, converted through float (round to nearest even) */
-float gg_h2f(uint16_t h);
-uint16_t gg_f2h(float f);
-static inline float gg_bf2f(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
-static inline uint16_t gg_f2bf(float f) {
+GG_HD float gg_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+  if (exp == 0) {
+    float f = ldexpf((float)man, -24);
+    return sign ? -f : f;
+  }
+  if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+  else bits = sign | ((exp + 112) << 23) | (man << 13);
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+GG_HD uint16_t gg_f2h(float f) {
+  double d = f, a = fabs(d);
+  uint16_t sign = signbit(d) ? 0x8000 : 0;
+  if (isnan(d)) return sign | 0x7e00;
+  if (a >= 65520.0) return sign | 0x7c00;
+  if (a < ldexp(1.0, -25)) return sign;
+  int e;
+  frexp(a, &e);
+  int exp = e - 1;
+  double q = exp < -14 ? ldexp(a, 24) : ldexp(a, 10 - exp), r = nearbyint(q);
+  if (exp < -14) return sign | (uint16_t)r;
+  uint32_t m = (uint32_t)r;
+  if (m == 2048) { m = 1024; exp++; }
+  if (exp > 15) return sign | 0x7c00;
+  return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(m - 1024);
+}
+GG_HD float gg_bf2f(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
+GG_HD uint16_t gg_f2bf(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
@@ -125,5 +168,70 @@ typedef struct gg_pool {
 } gg_pool;
 void gg_rt_pool_f32(const gg_pool *p, const float *x, float *y, int64_t *idx);
 void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
+/* One output of pooling (plane pl, row oh, column ow): the CPU loops over these, a CUDA thread
+ * computes one. */
+#define GG_POOL_ONE(T)                                                                      \
+  GG_HD void gg_pool_one_##T(const gg_pool *p, const T *x, T *y, int64_t *idx, int64_t pl, int64_t oh, int64_t ow) { \
+    const T *xp = x + pl * p->H * p->W;                                                     \
+    int64_t o = (pl * p->OH + oh) * p->OW + ow, h0, h1, w0, w1;                             \
+    if (p->kind >= 2) {                                                                     \
+      h0 = oh * p->H / p->OH; h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;                   \
+      w0 = ow * p->W / p->OW; w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;                   \
+    } else {                                                                                \
+      h0 = oh * p->stride[0] - p->pad[0]; w0 = ow * p->stride[1] - p->pad[1];               \
+      h1 = h0 + (p->k[0] - 1) * p->dil[0] + 1; w1 = w0 + (p->k[1] - 1) * p->dil[1] + 1;     \
+    }                                                                                       \
+    if (p->kind == 0 || p->kind == 3) {                                                     \
+      double m = -INFINITY;                                                                 \
+      int64_t mi = -1;                                                                      \
+      int64_t dh = p->kind == 0 ? p->dil[0] : 1, dw = p->kind == 0 ? p->dil[1] : 1;         \
+      /* the window's taps inside the plane, found once rather than tested per tap */       \
+      while (h0 < 0) h0 += dh;                                                              \
+      while (w0 < 0) w0 += dw;                                                              \
+      if (h1 > p->H) h1 = p->H;                                                             \
+      if (w1 > p->W) w1 = p->W;                                                             \
+      for (int64_t h = h0; h < h1; h += dh)                                                 \
+        for (int64_t w = w0; w < w1; w += dw) {                                             \
+          double v = xp[h * p->W + w];                                                      \
+          if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * p->W + w; }     \
+        }                                                                                   \
+      y[o] = (T)m;                                                                          \
+      if (idx) idx[o] = mi;                                                                 \
+    } else {                                                                                \
+      int64_t count;                                                                        \
+      if (p->kind == 2) count = (h1 - h0) * (w1 - w0);                                      \
+      else {                                                                                \
+        h1 = h0 + p->k[0]; w1 = w0 + p->k[1];                                               \
+        if (h1 > p->H + p->pad[0]) h1 = p->H + p->pad[0];                                   \
+        if (w1 > p->W + p->pad[1]) w1 = p->W + p->pad[1];                                   \
+        count = (h1 - h0) * (w1 - w0);                                                      \
+        if (h0 < 0) h0 = 0;                                                                 \
+        if (w0 < 0) w0 = 0;                                                                 \
+        if (h1 > p->H) h1 = p->H;                                                           \
+        if (w1 > p->W) w1 = p->W;                                                           \
+        if (!p->count_include_pad) count = (h1 - h0) * (w1 - w0);                           \
+        if (p->divisor) count = p->divisor;                                                 \
+      }                                                                                     \
+      double s = 0;                                                                         \
+      for (int64_t h = h0; h < h1; h++)                                                     \
+        for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];                            \
+      y[o] = (T)(s / (double)count);                                                        \
+    }                                                                                       \
+  }
+GG_POOL_ONE(float)
+GG_POOL_ONE(double)
 
+/* CUDA models (gg_rt_cuda.cu): device pointers, work queued on the run's stream. dt: 0 float32,
+ * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16). Matrix products: `batch` products, operand
+ * i's batch stride sb*; C is compact. */
+void *gg_cu_stream(void);
+unsigned gg_cu_blocks(int64_t n);
+void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
+                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch);
+void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
+void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

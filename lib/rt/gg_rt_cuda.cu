@@ -1,0 +1,472 @@
+/* gg_rt_cuda.cu: the runtime inside every CUDA model (compile --target cuda): the entry points of
+ * gcc_graph.h over the descriptor the generated model.cu provides, and the device kernels that are
+ * the same for every model (matrix products through cuBLAS, convolution, pooling).
+ *
+ * Inputs and outputs are device DLTensors (kDLCUDA). The weights are uploaded once, at gg_open, into
+ * one device allocation; the scratch of a run is one device allocation, kept between runs. The run's
+ * launch sequence is captured once per input shape and input/output addresses into a CUDA graph and
+ * replayed, so that a small model costs one launch. Work goes to the stream given by gg_set_stream
+ * (else the model's own); gg_run returns when it is done. A model serializes its runs: its scratch
+ * and graph are per model (open one model per thread to run concurrently). It needs the CUDA
+ * runtime and cuBLAS. */
+#include "gg_rt.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gg_rt_common.c"
+
+#define GG_MAX_IO 256
+
+struct gg_model {
+  void *map;                /* external weights file, mapped while uploading */
+  size_t maplen;
+  unsigned char *wdev;      /* every weight, in one device allocation */
+  void **w;                 /* each weight's device address */
+  void **mut;               /* mutated buffers: their weights' device copies */
+  cudaStream_t own, stream; /* the model's stream, and the one runs go to */
+  cublasHandle_t blas;
+  void *blas_ws;            /* cuBLAS's workspace, given so that it allocates nothing while captured */
+  unsigned char *scratch;
+  size_t scratch_size;
+  pthread_mutex_t lock;
+  bool graphs;              /* GCC_GRAPH_CUDA_GRAPHS=0 turns capture off */
+  cudaGraphExec_t exec;     /* the captured run, and what it was captured for */
+  int64_t key[64 + 2 * GG_MAX_IO];
+  int nkey;
+  cudaStream_t exec_stream;
+};
+
+/* The model whose run is being issued on this thread (the generated code asks for its stream). */
+static __thread gg_model *gg_cur;
+
+static int cuda_fail(char *err, size_t errlen, const char *what, cudaError_t e) {
+  return gg_rt_fail(err, errlen, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+void *gg_cu_stream(void) { return gg_cur ? (void *)gg_cur->stream : NULL; }
+
+unsigned gg_cu_blocks(int64_t n) {
+  int64_t b = (n + 255) / 256;
+  return b < 1 ? 1 : b > (1 << 20) ? (1u << 20) : (unsigned)b;
+}
+
+/* ---------------------------------------------------------------- open, close */
+
+GG_EXPORT void gg_close(gg_model *m) {
+  if (!m) return;
+  if (m->exec) cudaGraphExecDestroy(m->exec);
+  if (m->blas) cublasDestroy(m->blas);
+  if (m->own) cudaStreamDestroy(m->own);
+  cudaFree(m->blas_ws);
+  cudaFree(m->scratch);
+  cudaFree(m->wdev);
+  if (m->map) munmap(m->map, m->maplen);
+  free(m->w);
+  free(m->mut);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t errlen) {
+  const gg_model_desc *d = &gg__desc;
+  *out = NULL;
+  int ndev = 0;
+  cudaError_t ce = cudaGetDeviceCount(&ndev);
+  if (ce != cudaSuccess || ndev == 0)
+    return gg_rt_fail(err, errlen, "this model runs on a CUDA GPU and none is usable: %s", ce != cudaSuccess ? cudaGetErrorString(ce) : "no device");
+  gg_model *m = (gg_model *)calloc(1, sizeof *m);
+  if (!m) return gg_rt_fail(err, errlen, "out of memory");
+  pthread_mutex_init(&m->lock, NULL);
+  const char *ge = getenv("GCC_GRAPH_CUDA_GRAPHS");
+  m->graphs = !(ge && !strcmp(ge, "0"));
+  m->w = (void **)calloc((size_t)d->nweights + 1, sizeof *m->w);
+  m->mut = (void **)calloc((size_t)d->nmutable + 1, sizeof *m->mut);
+  if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  const unsigned char *base = d->blob;
+  if (!base && d->nweights) {
+    if (!weights) { gg_close(m); return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open"); }
+    int fd = open(weights, O_RDONLY);
+    if (fd < 0) { gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot open: %s", weights, strerror(errno)); }
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size != d->external_size) {
+      close(fd);
+      gg_close(m);
+      return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
+                        (long long)st.st_size, (long long)d->external_size);
+    }
+    m->maplen = (size_t)st.st_size;
+    m->map = mmap(NULL, m->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m->map == MAP_FAILED) { m->map = NULL; gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot map", weights); }
+    base = (const unsigned char *)m->map;
+  }
+  /* the weights: one upload, each 256-byte aligned */
+  size_t total = 0;
+  for (int i = 0; i < d->nweights; i++) total += ((size_t)d->weights[i].nbytes + 255) & ~(size_t)255;
+  if ((ce = cudaMalloc((void **)&m->wdev, total + 256)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate the weights on the GPU", ce); }
+  size_t at = 0;
+  for (int i = 0; i < d->nweights; i++) {
+    const gg_weight_desc *wd = &d->weights[i];
+    m->w[i] = m->wdev + at;
+    if (wd->nbytes && (ce = cudaMemcpy(m->w[i], base + wd->offset, (size_t)wd->nbytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+      gg_close(m);
+      return cuda_fail(err, errlen, "cannot upload the weights", ce);
+    }
+    if (wd->mutable_index >= 0) m->mut[wd->mutable_index] = m->w[i];
+    at += ((size_t)wd->nbytes + 255) & ~(size_t)255;
+  }
+  if (m->map) { munmap(m->map, m->maplen); m->map = NULL; }
+  if ((ce = cudaStreamCreateWithFlags(&m->own, cudaStreamNonBlocking)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot create a stream", ce); }
+  m->stream = m->own;
+  if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) { m->blas = NULL; gg_close(m); return gg_rt_fail(err, errlen, "cannot start cuBLAS"); }
+  const size_t ws = (size_t)32 << 20;
+  if ((ce = cudaMalloc(&m->blas_ws, ws)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate cuBLAS's workspace", ce); }
+  cublasSetWorkspace(m->blas, m->blas_ws, ws);
+  cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH);   /* float32 stays float32 (no TF32), as PyTorch's default */
+  *out = m;
+  return 0;
+}
+
+/* Work goes to `stream` (a cudaStream_t; NULL: the model's own). */
+GG_EXPORT int gg_set_stream(gg_model *m, void *stream) {
+  if (!m) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->stream = stream ? (cudaStream_t)stream : m->own;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
+  int64_t shape[GG_RT_MAX_RANK];
+  for (int i = 0; i < nout; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "out.%d", i);
+    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], kDLCUDA, err, errlen)) return 1;
+    gg__desc.output_shape(i, sym, shape);
+    for (int d = 0; d < out[i].ndim; d++)
+      if (out[i].shape[d] != shape[d])
+        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
+    outs[i] = (char *)out[i].data + out[i].byte_offset;
+  }
+  return 0;
+}
+
+/* Issue the run on m->stream: replay the captured graph when the shapes and addresses are those it
+ * was captured for, else capture it again (updating the executable graph in place when it can). */
+static int issue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
+  int64_t key[64 + 2 * GG_MAX_IO];
+  int nk = 0;
+  for (int i = 0; i < gg__desc.nsyms && i < 64; i++) key[nk++] = sym[i];
+  for (int i = 0; i < gg__desc.ninputs; i++) key[nk++] = (int64_t)(intptr_t)((const char *)in[i].data + in[i].byte_offset);
+  for (int i = 0; i < gg__desc.noutputs; i++) key[nk++] = (int64_t)(intptr_t)outs[i];
+  gg_cur = m;
+  if (m->exec && m->exec_stream == m->stream && nk == m->nkey && !memcmp(key, m->key, sizeof *key * (size_t)nk)) {
+    cudaError_t ce = cudaGraphLaunch(m->exec, m->stream);
+    return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
+  }
+  cublasSetStream(m->blas, m->stream);
+  if (!m->graphs) {
+    gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+    return 0;
+  }
+  cudaGraph_t g = NULL;
+  cudaError_t ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
+  if (ce != cudaSuccess) {   /* a stream that cannot be captured (the legacy default stream): launch directly */
+    cudaGetLastError();
+    gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+    return 0;
+  }
+  gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+  ce = cudaStreamEndCapture(m->stream, &g);
+  if (ce != cudaSuccess) return cuda_fail(err, errlen, "cannot capture the model's launches", ce);
+  bool updated = false;
+  if (m->exec) {
+    cudaGraphExecUpdateResultInfo info;
+    updated = cudaGraphExecUpdate(m->exec, g, &info) == cudaSuccess;
+    if (!updated) { cudaGetLastError(); cudaGraphExecDestroy(m->exec); m->exec = NULL; }
+  }
+  if (!updated && (ce = cudaGraphInstantiate(&m->exec, g, 0)) != cudaSuccess) {
+    m->exec = NULL;
+    cudaGraphDestroy(g);
+    return cuda_fail(err, errlen, "cannot instantiate the model's graph", ce);
+  }
+  cudaGraphDestroy(g);
+  memcpy(m->key, key, sizeof *key * (size_t)nk);
+  m->nkey = nk;
+  m->exec_stream = m->stream;
+  ce = cudaGraphLaunch(m->exec, m->stream);
+  return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
+}
+
+static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
+  pthread_mutex_lock(&m->lock);
+  int rc = 0;
+  size_t bytes = (size_t)gg__desc.scratch_bytes(sym);
+  if (bytes > m->scratch_size) {
+    cudaStreamSynchronize(m->stream);
+    cudaFree(m->scratch);
+    m->scratch = NULL;
+    m->scratch_size = 0;
+    if (m->exec) { cudaGraphExecDestroy(m->exec); m->exec = NULL; }
+    cudaError_t ce = cudaMalloc((void **)&m->scratch, bytes);
+    if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "out of GPU memory for scratch", ce);
+    else m->scratch_size = bytes;
+  }
+  if (!rc) rc = issue(m, in, outs, sym, err, errlen);
+  if (!rc) {
+    cudaError_t ce = cudaStreamSynchronize(m->stream);
+    if (ce == cudaSuccess) ce = cudaGetLastError();
+    if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
+  }
+  const char *why = rc ? NULL : gg__desc.device_errors();
+  if (why) rc = gg_rt_fail(err, errlen, "%s", why);
+  gg_cur = NULL;
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  int64_t sym[64];
+  void *outs[GG_MAX_IO];
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
+  if (gg__desc.guard(in, sym, err, errlen) || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
+  return run_checked(m, in, outs, sym, err, errlen);
+}
+
+typedef struct owned { DLManagedTensor mt; int64_t shape[GG_RT_MAX_RANK]; } owned;
+static void owned_free(DLManagedTensor *t) {
+  if (t) { cudaFree(t->dl_tensor.data); free(t); }
+}
+
+GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTensor **out, int nout, char *err, size_t errlen) {
+  int64_t sym[64];
+  void *outs[GG_MAX_IO];
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
+  if (gg__desc.guard(in, sym, err, errlen)) return 1;
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  for (int i = 0; i < nout; i++) {
+    owned *o = (owned *)calloc(1, sizeof *o);
+    if (!o) goto oom;
+    DLTensor *t = &o->mt.dl_tensor;
+    t->ndim = gg__desc.output_ndims[i];
+    t->dtype = gg__desc.output_dtypes[i];
+    t->device.device_type = kDLCUDA;
+    cudaGetDevice(&t->device.device_id);
+    t->shape = o->shape;
+    gg__desc.output_shape(i, sym, o->shape);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= o->shape[d];
+    if (cudaMalloc(&t->data, (size_t)(n * (t->dtype.bits / 8)) + 1) != cudaSuccess) { free(o); goto oom; }
+    o->mt.deleter = owned_free;
+    out[i] = &o->mt;
+    outs[i] = t->data;
+  }
+  if (run_checked(m, in, outs, sym, err, errlen)) goto fail;
+  return 0;
+oom:
+  gg_rt_fail(err, errlen, "out of GPU memory for the outputs");
+fail:
+  for (int i = 0; i < nout; i++) { owned_free(out[i]); out[i] = NULL; }
+  return 1;
+}
+
+GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLTensor *v) {
+  if (!m || i < 0 || i >= gg__desc.nmutable) return 1;
+  *name = gg__desc.weights[gg__desc.mutable_weight[i]].fqn;
+  memset(v, 0, sizeof *v);
+  v->data = m->mut[i];
+  v->device.device_type = kDLCUDA;
+  v->ndim = gg__desc.mutable_ndims[i];
+  v->dtype = gg__desc.mutable_dtypes[i];
+  v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}
+
+/* Device memory for programs with no CUDA of their own (the gcc-graph driver moves tensors with
+ * these): allocate, free, copy to (to_device) or from the GPU. */
+GG_EXPORT void *gg_device_alloc(size_t bytes) {
+  void *p = NULL;
+  return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+}
+GG_EXPORT void gg_device_free(void *p) { cudaFree(p); }
+GG_EXPORT int gg_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
+  return cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) != cudaSuccess;
+}
+
+/* ---------------------------------------------------------------- training: CPU models only, for now */
+
+GG_EXPORT int gg_num_gradients(void) { return 0; }
+GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **st, char *err, size_t errlen) {
+  (void)m;
+  *st = NULL;
+  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+}
+GG_EXPORT void gg_train_state_free(gg_train_state *st) { (void)st; }
+GG_EXPORT int gg_forward(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  (void)m; (void)st; (void)in; (void)nin; (void)out; (void)nout;
+  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+}
+GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *g, char *err, size_t errlen) {
+  (void)m; (void)st; (void)g;
+  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+}
+GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) { (void)st; (void)i; (void)name; (void)v; return 1; }
+GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
+  return gg_forward(m, st, in, nin, out, nout, err, errlen);
+}
+GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) { (void)m; (void)lr; return 1; }
+GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
+/* data: the weight's device address */
+GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
+  if (!m || i < 0 || i >= gg__desc.nweights) return 1;
+  *name = gg__desc.weights[i].fqn;
+  *data = m->w[i];
+  *nbytes = (size_t)gg__desc.weights[i].nbytes;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+/* Row-major C = A @ B is column-major C^T = B^T A^T. An operand with a unit stride along its columns
+ * is row-major (op N in the column-major view), with a unit stride along its rows the transpose. */
+void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
+                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  size_t es = dt == 0 ? 4 : dt == 1 ? 8 : 2;
+  if (K == 0 && beta == 0) { cudaMemsetAsync(C, 0, (size_t)(M * N * batch) * es, gg_cur->stream); return; }
+  bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1);
+  int64_t lda = ta ? sak : sam, ldb = tb ? sbn : sbk;
+  if (!ta && lda < K) lda = K;
+  if (ta && lda < M) lda = M;
+  if (!tb && ldb < N) ldb = N;
+  if (tb && ldb < K) ldb = K;
+  if (lda < 1) lda = 1;
+  if (ldb < 1) ldb = 1;
+  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (dt >= 2) {   /* float16 / bfloat16 in and out, float32 arithmetic */
+    float al = (float)alpha, be = (float)beta;
+    cudaDataType t = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, t, (int)ldb, sbb, A, t, (int)lda, sba, &be, C, t, (int)N, M * N,
+                               (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  } else if (dt) {
+    double al = alpha, be = beta;
+    cublasDgemmStridedBatched(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, (const double *)B, (int)ldb, sbb, (const double *)A, (int)lda, sba,
+                              &be, (double *)C, (int)N, M * N, (int)batch);
+  } else {
+    float al = (float)alpha, be = (float)beta;
+    cublasSgemmStridedBatched(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, (const float *)B, (int)ldb, sbb, (const float *)A, (int)lda, sba,
+                              &be, (float *)C, (int)N, M * N, (int)batch);
+  }
+}
+
+/* ---------------------------------------------------------------- convolution */
+
+/* col[(ic, k), o] of one image's group of icg channels */
+template <typename T> __global__ void im2col(gg_conv c, const T *x, int64_t icg, T *col) {
+  int64_t osp = c.out[0] * c.out[1] * c.out[2], ksp = c.k[0] * c.k[1] * c.k[2], n = icg * ksp * osp;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t o = i % osp, kk = i / osp % ksp, ic = i / (osp * ksp);
+    int64_t o2 = o % c.out[2], o1 = o / c.out[2] % c.out[1], o0 = o / (c.out[1] * c.out[2]);
+    int64_t k2 = kk % c.k[2], k1 = kk / c.k[2] % c.k[1], k0 = kk / (c.k[1] * c.k[2]);
+    int64_t i0 = o0 * c.stride[0] - c.pad[0] + k0 * c.dil[0], i1 = o1 * c.stride[1] - c.pad[1] + k1 * c.dil[1],
+            i2 = o2 * c.stride[2] - c.pad[2] + k2 * c.dil[2];
+    bool in = i0 >= 0 && i0 < c.in[0] && i1 >= 0 && i1 < c.in[1] && i2 >= 0 && i2 < c.in[2];
+    col[i] = in ? x[((ic * c.in[0] + i0) * c.in[1] + i1) * c.in[2] + i2] : (T)0;
+  }
+}
+
+template <typename T> __global__ void bias_fill(int64_t planes, int64_t C, int64_t sp, const T *bias, T *y) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < planes * sp; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = bias ? bias[i / sp % C] : (T)0;
+}
+
+/* Any convolution (groups, transposed, dilation), one output element per thread. */
+template <typename T> __global__ void conv_direct(gg_conv c, const T *x, const T *w, const T *bias, T *y) {
+  int64_t osp = c.out[0] * c.out[1] * c.out[2], ksp = c.k[0] * c.k[1] * c.k[2], n = c.N * c.Cout * osp;
+  int64_t icg = c.Cin / c.groups, ocg = c.Cout / c.groups;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t o = i % osp, oc = i / osp % c.Cout, b = i / (osp * c.Cout), g = oc / ocg;
+    int64_t o2 = o % c.out[2], o1 = o / c.out[2] % c.out[1], o0 = o / (c.out[1] * c.out[2]);
+    T acc = bias ? bias[oc] : (T)0;
+    for (int64_t ic = g * icg; ic < (g + 1) * icg; ic++) {
+      const T *xp = x + (b * c.Cin + ic) * c.in[0] * c.in[1] * c.in[2];
+      const T *wp = c.transposed ? w + (ic * ocg + (oc - g * ocg)) * ksp : w + (oc * icg + (ic - g * icg)) * ksp;
+      for (int64_t k0 = 0; k0 < c.k[0]; k0++)
+        for (int64_t k1 = 0; k1 < c.k[1]; k1++)
+          for (int64_t k2 = 0; k2 < c.k[2]; k2++) {
+            int64_t p[3], kk[3] = {k0, k1, k2}, oo[3] = {o0, o1, o2};
+            bool ok = true;
+            for (int d = 0; d < 3 && ok; d++) {
+              if (!c.transposed) p[d] = oo[d] * c.stride[d] - c.pad[d] + kk[d] * c.dil[d];
+              else {   /* output o reads input p where p*stride - pad + k*dil = o */
+                int64_t t = oo[d] + c.pad[d] - kk[d] * c.dil[d];
+                ok = t >= 0 && t % c.stride[d] == 0;
+                p[d] = t / c.stride[d];
+              }
+              ok = ok && p[d] >= 0 && p[d] < c.in[d];
+            }
+            if (ok) acc += xp[(p[0] * c.in[1] + p[1]) * c.in[2] + p[2]] * wp[(k0 * c.k[1] + k1) * c.k[2] + k2];
+          }
+    }
+    y[i] = acc;
+  }
+}
+
+template <typename T> static void conv(int dt, const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {
+  cudaStream_t st = gg_cur->stream;
+  int64_t osp = c->out[0] * c->out[1] * c->out[2], isp = c->in[0] * c->in[1] * c->in[2], ksp = c->k[0] * c->k[1] * c->k[2];
+  if (c->transposed || c->groups != 1) {
+    conv_direct<T><<<gg_cu_blocks(c->N * c->Cout * osp), 256, 0, st>>>(*c, x, w, bias, y);
+    return;
+  }
+  /* im2col + GEMM per image: y[n] (Cout x osp) = w (Cout x Cin*ksp) @ col (Cin*ksp x osp), added to the bias */
+  bool pointwise = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;
+  if (bias) bias_fill<T><<<gg_cu_blocks(c->N * c->Cout * osp), 256, 0, st>>>(c->N * c->Cout, c->Cout, osp, bias, y);
+  if (pointwise) {   /* a 1x1 convolution is a product with the image itself, every image in one call */
+    gg_cu_gemm(dt, c->Cout, osp, c->Cin, 1, w, c->Cin, 1, 0, x, isp, 1, c->Cin * isp, bias ? 1 : 0, y, c->N);
+    return;
+  }
+  for (int64_t n = 0; n < c->N; n++) {
+    im2col<T><<<gg_cu_blocks(c->Cin * ksp * osp), 256, 0, st>>>(*c, x + n * c->Cin * isp, c->Cin, col);
+    gg_cu_gemm(dt, c->Cout, osp, c->Cin * ksp, 1, w, c->Cin * ksp, 1, 0, col, osp, 1, 0, bias ? 1 : 0, y + n * c->Cout * osp, 1);
+  }
+}
+
+void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col) {
+  if (dt) conv<double>(dt, c, (const double *)x, (const double *)w, (const double *)bias, (double *)y, (double *)col);
+  else conv<float>(dt, c, (const float *)x, (const float *)w, (const float *)bias, (float *)y, (float *)col);
+}
+
+/* ---------------------------------------------------------------- pooling */
+
+template <typename T> __global__ void pool(gg_pool p, const T *x, T *y, int64_t *idx) {
+  int64_t n = p.planes * p.OH * p.OW;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (sizeof(T) == 8) gg_pool_one_double(&p, (const double *)x, (double *)y, idx, i / (p.OH * p.OW), i / p.OW % p.OH, i % p.OW);
+    else gg_pool_one_float(&p, (const float *)x, (float *)y, idx, i / (p.OH * p.OW), i / p.OW % p.OH, i % p.OW);
+  }
+}
+
+void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx) {
+  unsigned b = gg_cu_blocks(p->planes * p->OH * p->OW);
+  if (dt) pool<double><<<b, 256, 0, gg_cur->stream>>>(*p, (const double *)x, (double *)y, idx);
+  else pool<float><<<b, 256, 0, gg_cur->stream>>>(*p, (const float *)x, (float *)y, idx);
+}

@@ -1,0 +1,29 @@
+#!/bin/sh
+# make test-cuda (needs an NVIDIA GPU and nvcc): every inference case compiled with --target cuda,
+# run on the GPU and compared with PyTorch by the corpus rule, and the CUDA ABI (tests/cuda_abi.cu).
+# Ends with "N passed, N failed".
+BUILD=${BUILD:-build}
+GG=$BUILD/gcc-graph
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+jobs=$(nproc 2>/dev/null || echo 2)
+[ "$jobs" -gt 8 ] && jobs=8
+echo "== CUDA: every inference case compiled with --target cuda, run on the GPU, compared with PyTorch"
+ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | TARGET=cuda xargs -P "$jobs" -n 1 -I CASE sh tests/compile_case.sh CASE "$TMP" >"$TMP/cases" 2>&1
+pass=$(grep -c '^ok' "$TMP/cases")
+fail=$(grep -c '^FAIL' "$TMP/cases")
+grep '^FAIL' "$TMP/cases"
+echo "   ($(grep -c '^skip' "$TMP/cases") training cases skipped: training runs on the CPU)"
+echo "== CUDA ABI: guards, graph replay, streams"
+if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so" &&
+   ${NVCC:-nvcc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/cuda_abi.cu -o "$TMP/cuda_abi" -ldl; then
+  "$TMP/cuda_abi" "$TMP/mlp.so" >"$TMP/abi" 2>&1
+  cat "$TMP/abi"
+  line=$(tail -n 1 "$TMP/abi")
+  p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
+  case "$p$f" in *[!0-9]*|"") fail=$((fail + 1));; *) pass=$((pass + p)); fail=$((fail + f));; esac
+else
+  echo "FAIL: cannot build the ABI test"; fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,82 @@
+/* cuda_abi.cu MODEL.so: the CUDA ABI of a model compiled with --target cuda from
+ * tests/corpus/models/mlp (one input x float32[8, 64]), on a machine with a GPU (make test-cuda):
+ * host tensors are refused by the guards; repeated runs replay the captured graph and read the
+ * inputs' current values; new addresses are captured again; a caller's stream is honoured. */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gcc_graph.h"
+
+static int pass, fail;
+#define CHECK(cond, what) do { if (cond) pass++; else { fail++; printf("FAIL %s\n", what); } } while (0)
+
+typedef int (*open_fn)(gg_model **, const char *, char *, size_t);
+typedef int (*run_fn)(gg_model *, const DLTensor *, int, DLTensor *, int, char *, size_t);
+typedef int (*stream_fn)(gg_model *, void *);
+
+int main(int argc, char **argv) {
+  if (argc != 2) { fprintf(stderr, "usage: cuda_abi MODEL.so\n"); return 2; }
+  void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!h) { printf("FAIL dlopen: %s\n0 passed, 1 failed\n", dlerror()); return 1; }
+  open_fn op = (open_fn)dlsym(h, "gg_open");
+  run_fn run = (run_fn)dlsym(h, "gg_run");
+  stream_fn set_stream = (stream_fn)dlsym(h, "gg_set_stream");
+  int (*device_type)(void) = (int (*)(void))dlsym(h, "gg_device_type");
+  void (*cl)(gg_model *) = (void (*)(gg_model *))dlsym(h, "gg_close");
+  CHECK(op && run && set_stream && device_type && cl, "entry points");
+  CHECK(device_type() == kDLCUDA, "gg_device_type is kDLCUDA");
+  char err[512] = "";
+  gg_model *m = NULL;
+  CHECK(op(&m, NULL, err, sizeof err) == 0, err);
+  float hx[8 * 64], hy[3][80];
+  for (int i = 0; i < 8 * 64; i++) hx[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  int64_t xs[2] = {8, 64}, ys[2] = {8, 10};
+  float *dx, *dx2, *dy;
+  cudaMalloc(&dx, sizeof hx);
+  cudaMalloc(&dx2, sizeof hx);
+  cudaMalloc(&dy, sizeof hy[0]);
+  cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice);
+  DLTensor x = {dx, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0}, y = {dy, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+  /* a host tensor is refused */
+  DLTensor hostx = x;
+  hostx.data = hx;
+  hostx.device.device_type = kDLCPU;
+  CHECK(run(m, &hostx, 1, &y, 1, err, sizeof err) == 1 && strstr(err, "device mismatch. expected cuda, actual cpu"), "host input refused");
+  /* two runs (capture, replay) agree */
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cudaMemcpy(hy[0], dy, sizeof hy[0], cudaMemcpyDeviceToHost);
+  cudaMemset(dy, 0, sizeof hy[0]);
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cudaMemcpy(hy[1], dy, sizeof hy[1], cudaMemcpyDeviceToHost);
+  CHECK(!memcmp(hy[0], hy[1], sizeof hy[0]), "replay gives the captured run's result");
+  /* the replay reads the input's current values */
+  for (int i = 0; i < 64; i++) hx[i] += 1.0f;
+  cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice);
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cudaMemcpy(hy[2], dy, sizeof hy[2], cudaMemcpyDeviceToHost);
+  CHECK(memcmp(hy[0], hy[2], sizeof hy[0]) != 0, "replay reads new input values");
+  /* a new input address: captured again, same answer as the same values at the old address */
+  cudaMemcpy(dx2, hx, sizeof hx, cudaMemcpyHostToDevice);
+  x.data = dx2;
+  cudaMemset(dy, 0, sizeof hy[0]);
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cudaMemcpy(hy[1], dy, sizeof hy[1], cudaMemcpyDeviceToHost);
+  CHECK(!memcmp(hy[1], hy[2], sizeof hy[1]), "new input address gives the same answer");
+  /* the caller's stream: the run waits for work queued before it on that stream */
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  CHECK(set_stream(m, st) == 0, "gg_set_stream");
+  for (int i = 0; i < 64; i++) hx[i] -= 1.0f;
+  cudaMemcpyAsync(dx2, hx, sizeof hx, cudaMemcpyHostToDevice, st);   /* ordered before the run on st */
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cudaMemcpy(hy[1], dy, sizeof hy[1], cudaMemcpyDeviceToHost);
+  CHECK(!memcmp(hy[0], hy[1], sizeof hy[0]), "run on the caller's stream sees the copy queued before it");
+  CHECK(set_stream(m, NULL) == 0, "gg_set_stream back to the model's stream");
+  CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
+  cl(m);
+  cudaStreamDestroy(st);
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
+}

@@ -1,0 +1,21 @@
+#!/bin/sh
+# cuda_source.sh CASE_DIR WORK_DIR: generate a case's CUDA source (compile --target cuda -S) and
+# compile it with nvcc (no GPU needed). Prints "ok CASE" or "FAIL CASE: why". Optimization is off:
+# the test is whether nvcc accepts the code; make test-cuda runs it on a GPU.
+case=$1 work=$2
+BUILD=${BUILD:-build}
+name=$(echo "$case" | tr / _)
+d="$work/$name"
+expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
+"$BUILD/gcc-graph" compile "$case/model.pt2" --target cuda -S -o "$d" >"$d.err" 2>&1
+rc=$?
+if [ -n "$expect" ]; then
+  if [ $rc = 1 ] && grep -qF -- "$expect" "$d.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$d.err")"; fi
+  exit 0
+fi
+if [ $rc != 0 ]; then echo "FAIL $case: generate CUDA: $(head -c 400 "$d.err")"; exit 0; fi
+if ! (cd "$d" && ${NVCC:-nvcc} -arch=sm_90 -O0 -Xptxas -O0 -diag-suppress=177,550 -I/usr/include/x86_64-linux-gnu -c model.cu -o model.o) >"$d.err" 2>&1; then
+  echo "FAIL $case: nvcc: $(grep -m 3 error "$d.err" | head -c 400)"; exit 0
+fi
+echo "ok $case"
+rm -rf "$d" "$d.err"
