@@ -47,7 +47,7 @@ test-cuda: $(BUILD)/gcc-graph $(BUILD)/test-golden
 
 # The same tests, built with AddressSanitizer and UndefinedBehaviorSanitizer.
 sanitize:
-	$(MAKE) BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	GENERATE_ONLY=1 $(MAKE) BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # Compile a sample model, run it, and show its agreement with PyTorch's stored answer.
 demo: $(BUILD)/gcc-graph $(BUILD)/test-golden

@@ -5,7 +5,8 @@
 # PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
 # compared. Prints a table with milliseconds, the speed ratio, compile seconds, and the fraction of
 # the machine's measured sgemm ceiling each model reaches (FLOPs of its matrix products and
-# convolutions / time / ceiling).
+# convolutions / time / ceiling). TARGET=cuda compiles with --target cuda and runs PyTorch on the GPU
+# (the ceiling is then cuBLAS's float32 GEMM rate, bench/gpu_ceiling.py).
 set -u
 BUILD=${BUILD:-build}
 GG=$BUILD/gcc-graph
@@ -35,8 +36,15 @@ else
   [ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
 fi
 export OMP_NUM_THREADS=$THREADS
-cc -O2 bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
-CEIL=$(OPENBLAS_NUM_THREADS=$THREADS "$W/ceiling" 2>/dev/null)
+TARGET=${TARGET:-cpu}
+if [ "$TARGET" = cuda ]; then
+  export TORCH_REF_DEVICE=cuda
+  TRAINFLAG="$TRAINFLAG --target cuda"
+  CEIL=$("$PY" bench/gpu_ceiling.py 2>/dev/null)
+else
+  cc -O2 bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
+  CEIL=$(OPENBLAS_NUM_THREADS=$THREADS "$W/ceiling" 2>/dev/null)
+fi
 GFLOPS=$(echo "$CEIL" | sed -n 's/.*"sgemm_gflops": \([0-9.]*\).*/\1/p')
 echo "machine: $(nproc) cores, $THREADS threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "ceilings: $CEIL"

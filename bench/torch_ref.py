@@ -36,16 +36,24 @@ missing = m.load_state_dict(state, strict=False)
 assert not missing.missing_keys, missing.missing_keys
 m.eval()
 x = load_st(inp)["in.0"]
+dev = os.environ.get("TORCH_REF_DEVICE", "cpu")   # cuda: the GPU, each run timed to its end
+torch.backends.cudnn.allow_tf32 = False            # float32 convolutions, as gcc-graph computes them
+torch.backends.cuda.matmul.allow_tf32 = False
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+m = m.to(dev)
+x = x.to(dev)
 compile_s = 0.0
 if os.environ.get("TORCH_REF_COMPILE") == "1":   # torch.compile (Inductor), compile time measured apart
     t0 = time.perf_counter()
     m = torch.compile(m)
     with torch.no_grad(): m(x)
+    sync()
     compile_s = time.perf_counter() - t0
 with torch.no_grad():
     for _ in range(3): y = m(x)
+    sync()
     ts = []
     for _ in range(int(iters)):
-        t0 = time.perf_counter(); y = m(x); ts.append((time.perf_counter() - t0) * 1e3)
-y.detach().numpy().astype(np.float32).tofile(out_path)
+        t0 = time.perf_counter(); y = m(x); sync(); ts.append((time.perf_counter() - t0) * 1e3)
+y.detach().cpu().numpy().astype(np.float32).tofile(out_path)
 print(json.dumps({"median_ms": statistics.median(ts), "torch": torch.__version__, "threads": torch.get_num_threads(), "compile_s": compile_s}))

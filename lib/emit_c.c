@@ -51,7 +51,8 @@ typedef struct Em {
   Node **fused_into;        /* by node id: the node a fused node is computed inside (schedule records) */
   bool cuda;                /* --target cuda: kernels are __global__ functions launched on the run's stream */
   bool kdev;                /* the kernel being written runs on the GPU */
-  const char *launch;       /* its grid-stride loop's length (NULL: one thread) */
+  const char *launch;       /* its grid-stride loop's length in threads (NULL: one thread) */
+  bool rowwarp;             /* its rows are each taken by a warp (open_rows) */
   FILE *errs;               /* CUDA: the message of each kernel that checks indices, by kernel id */
 } Em;
 
@@ -258,6 +259,7 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
 static void kopen(Em *e, int id, bool checks, bool host) {
   e->kdev = e->cuda && !host;
   e->launch = NULL;
+  e->rowwarp = false;
   if (e->kdev) fprintf(e->k, "static __global__ void k%d(", id);
   else fprintf(e->k, "static %s k%d(", checks ? "int" : "void", id);
 }
@@ -331,6 +333,30 @@ static int open_loops_work(Em *e, int rank, const Expr *const *sizes, bool paral
 }
 
 static int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) { return open_loops_work(e, rank, sizes, parallel, NULL); }
+
+/* Rows of `len` elements (normalization, softmax): a thread per row on the CPU; on the GPU a warp per
+ * row, whose lanes stride along it (row_for) and combine their partial sums and maxima with
+ * shuffles (row_combine), so that a row's loads are coalesced. */
+static int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) {
+  if (!e->kdev || rank == 0) return open_loops_work(e, rank, sizes, true, len);
+  FILE *f = e->k;
+  const Expr *n = C(e, 1);
+  for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
+  e->rowwarp = true;
+  e->launch = arena_printf(e->a, "(%s) * 32", cx(e, n));
+  fprintf(f, "  const int64_t lane = threadIdx.x & 31;\n");
+  fprintf(f, "  for (int64_t gi = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; gi < %s; gi += (gridDim.x * (int64_t)blockDim.x) >> 5) {\n    int64_t gr = gi;\n",
+          cx(e, n));
+  for (int d = rank - 1; d > 0; d--) fprintf(f, "    const int64_t i%d = gr %% (%s); gr /= (%s);\n", d, cx(e, sizes[d]), cx(e, sizes[d]));
+  fputs("    const int64_t i0 = gr;\n", f);
+  return 1;
+}
+
+static const char *row_for(Em *e) { return e->rowwarp ? "for (int64_t j = lane; j < L; j += 32)" : "for (int64_t j = 0; j < L; j++)"; }
+
+static void row_combine(Em *e, const char *var, bool max) {
+  if (e->rowwarp) fprintf(e->k, "    %s = gg_w%s(%s);\n", var, max ? "max" : "sum", var);
+}
 
 static void close_loops(Em *e, int n) { while (n--) fputs("  }\n", e->k); }
 
@@ -997,7 +1023,7 @@ int emit_scan(Em *e, Node *n) {
   kopen(e, id, false, false);
   fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
   ksyms(e);
-  int cl = open_loops_work(e, k, osz, true, x->rank ? x->sizes[d] : NULL);
+  int cl = cum ? open_loops_work(e, k, osz, true, x->rank ? x->sizes[d] : NULL) : open_rows(e, k, osz, x->rank ? x->sizes[d] : NULL);
   char *xb = NULL, *yb = NULL;
   size_t l1 = 0, l2 = 0;
   FILE *xf = open_memstream(&xb, &l1), *yf = open_memstream(&yb, &l2);
@@ -1021,9 +1047,11 @@ int emit_scan(Em *e, Node *n) {
     store(f, out->dt, !ints, "y", yi, "acc");
     fputs("    }\n", f);
   } else {
-    fputs("    double m = -INFINITY, z = 0;\n    for (int64_t j = 0; j < L; j++) { double v = ", f);
+    fprintf(f, "    double m = -INFINITY, z = 0;\n    %s { double v = ", row_for(e));
     load_f(f, x->dt, "x", xi);
-    fputs("; if (v > m || isnan(v)) m = v; }\n    if (isinf(m) && m < 0) m = 0;\n", f);
+    fputs("; if (v > m || isnan(v)) m = v; }\n", f);
+    row_combine(e, "m", true);
+    fputs("    if (isinf(m) && m < 0) m = 0;\n", f);
     if (!logsm && !e->cuda) {   /* rows that fit: each exponential once, kept in double (not on the GPU: no room) */
       fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) { ex[j] = exp(", f);
       load_f(f, x->dt, "x", xi);
@@ -1031,9 +1059,11 @@ int emit_scan(Em *e, Node *n) {
       store(f, out->dt, true, "y", yi, "ex[j] * rz");
       fputs("      continue;\n    }\n", f);
     }
-    fputs("    for (int64_t j = 0; j < L; j++) z += exp(", f);
+    fprintf(f, "    %s z += exp(", row_for(e));
     load_f(f, x->dt, "x", xi);
-    fputs(logsm ? " - m);\n    const double lz = log(z);\n    for (int64_t j = 0; j < L; j++) {\n      double v = " : " - m);\n    for (int64_t j = 0; j < L; j++) {\n      double v = ", f);
+    fputs(" - m);\n", f);
+    row_combine(e, "z", false);
+    fprintf(f, logsm ? "    const double lz = log(z);\n    %s {\n      double v = " : "    %s {\n      double v = ", row_for(e));
     load_f(f, x->dt, "x", xi);
     fputs(";\n      ", f);
     store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : "exp(v - m) / z");
@@ -1252,19 +1282,22 @@ int emit_norm(Em *e, Node *n) {
           ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
   ksyms(e);
   fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = %s;\n", cx(e, len));
-  int cl = open_loops_work(e, 1, &rows, true, len);
+  int cl = open_rows(e, 1, &rows, len);
   fputs("    const int64_t r = i0;\n", f);
   fputs("    double m = 0, v = 0;\n", f);
   if (!rms) {
-    fputs("    for (int64_t j = 0; j < L; j++) m += ", f);
+    fprintf(f, "    %s m += ", row_for(e));
     load_f(f, x->dt, "x", "r * L + j");
-    fputs(";\n    m /= (double)L;\n", f);
+    fputs(";\n", f);
+    row_combine(e, "m", false);
+    fputs("    m /= (double)L;\n", f);
   }
-  fputs("    for (int64_t j = 0; j < L; j++) { double d = ", f);
+  fprintf(f, "    %s { double d = ", row_for(e));
   load_f(f, x->dt, "x", "r * L + j");
   fputs(" - m; v += d * d; }\n", f);
+  row_combine(e, "v", false);
   fprintf(f, "    const double rs = 1.0 / sqrt(v / (double)L + %.17g);\n", eps);
-  fputs("    for (int64_t j = 0; j < L; j++) {\n      double o = (", f);
+  fprintf(f, "    %s {\n      double o = (", row_for(e));
   load_f(f, x->dt, "x", "r * L + j");
   fputs(" - m) * rs", f);
   if (w) { fputs(" * ", f); load_f(f, w->dt, "w", "j"); }
@@ -1272,7 +1305,13 @@ int emit_norm(Em *e, Node *n) {
   fputs(";\n      ", f);
   store(f, out->dt, true, "y", "r * L + j", "o");
   fputs("    }\n", f);
-  if (mo) { fputs("    ", f); store(f, mo->dt, true, "mo", "r", "m"); fputs("    ", f); store(f, ro->dt, true, "ro", "r", "rs"); }
+  if (mo) {
+    fputs(e->rowwarp ? "    if (lane == 0) {\n    " : "    {\n    ", f);
+    store(f, mo->dt, true, "mo", "r", "m");
+    fputs("    ", f);
+    store(f, ro->dt, true, "ro", "r", "rs");
+    fputs("    }\n", f);
+  }
   close_loops(e, cl);
   fputs("}\n", f);
   kcall(e, id);
@@ -2320,6 +2359,9 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
     fputs("#define restrict __restrict__\n#undef GG_TICK\n#define GG_TICK(slot) ((void)0)   /* GCC_GRAPH_PROFILE times CPU models only */\n", out);
     fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
     fputs("static __device__ int gg_dev_err;   /* 1 + the id of a kernel that met an index out of range */\n", out);
+    fputs("/* a warp's partial sums and maxima (NaN wins, as in the sequential loops) combined with shuffles */\n", out);
+    fputs("static __device__ double gg_wsum(double v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }\n", out);
+    fputs("static __device__ double gg_wmax(double v) {\n  for (int o = 16; o; o >>= 1) { double u = __shfl_xor_sync(0xffffffffu, v, o); if (u > v || isnan(u)) v = u; }\n  return v;\n}\n", out);
   } else fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
   fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
   fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
@@ -2340,8 +2382,8 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
   free(bbuf);
   if (c->cuda) {
     fputs("\n/* Kernels cannot return: one that met an index out of range left its id in gg_dev_err. */\n", out);
-    fputs("static const char *gg_m_device_errors(void) {\n  int v = 0, z = 0;\n  if (cudaMemcpyFromSymbol(&v, gg_dev_err, sizeof v) != cudaSuccess || !v) return NULL;\n", out);
-    fputs("  cudaMemcpyToSymbol(gg_dev_err, &z, sizeof z);\n  switch (v) {\n", out);
+    fputs("static int *gg_m_error_flag(void) {\n  void *p = NULL;\n  return cudaGetSymbolAddress(&p, gg_dev_err) == cudaSuccess ? (int *)p : NULL;\n}\n", out);
+    fputs("static const char *gg_m_error(int v) {\n  switch (v) {\n", out);
     fputs(F.errs, out);
     fputs("  }\n  return \"index out of range\";\n}\n", out);
   }
@@ -2377,7 +2419,7 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n};\n", F.nprof, c->cuda ? "kDLCUDA" : "kDLCPU", c->cuda ? "gg_m_device_errors" : "NULL");
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n};\n", F.nprof, c->cuda ? "kDLCUDA" : "kDLCPU", c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL");
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

@@ -25,5 +25,18 @@ if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so
 else
   echo "FAIL: cannot build the ABI test"; fail=$((fail + 1))
 fi
+echo "== CUDA: an index out of range stops the run with a message naming the node"
+python3 - "$TMP/bad.st" <<'PYEOF'
+import json, struct, sys
+h = json.dumps({"in.0": {"dtype": "I64", "shape": [2, 16], "data_offsets": [0, 256]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<32q", *([5] * 31 + [10 ** 6])))
+PYEOF
+if "$GG" compile tests/corpus/models/bert_tiny/model.pt2 --target cuda -o "$TMP/bert.so" &&
+   ! "$GG" run "$TMP/bert.so" --inputs "$TMP/bad.st" -o "$TMP/o.st" 2>"$TMP/err" && grep -q "index out of range" "$TMP/err"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: out-of-range index: $(cat "$TMP/err")"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

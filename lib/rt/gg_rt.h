@@ -55,9 +55,10 @@ typedef struct gg_model_desc {
   double *prof;
   const char *const *prof_names;
   int device;                    /* kDLCPU, or kDLCUDA for compile --target cuda */
-  /* CUDA: the message of the first kernel that found an index out of range since the last call, or
-   * NULL (kernels cannot return; they set a device flag that this reads and clears) */
-  const char *(*device_errors)(void);
+  /* CUDA: kernels cannot return; one that finds an index out of range sets a device int (at the
+   * address device_error_flag gives) to its code, which device_error turns into a message */
+  int *(*device_error_flag)(void);
+  const char *(*device_error)(int code);
 } gg_model_desc;
 
 /* A training model (compile --train): the forward (gg__desc) also writes the values the backward

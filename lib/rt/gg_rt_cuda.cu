@@ -44,6 +44,8 @@ struct gg_model {
   int64_t key[64 + 2 * GG_MAX_IO];
   int nkey;
   cudaStream_t exec_stream;
+  int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
+  int *err_host;
 };
 
 /* The model whose run is being issued on this thread (the generated code asks for its stream). */
@@ -67,6 +69,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   if (m->exec) cudaGraphExecDestroy(m->exec);
   if (m->blas) cublasDestroy(m->blas);
   if (m->own) cudaStreamDestroy(m->own);
+  if (m->err_host) cudaFreeHost(m->err_host);
   cudaFree(m->blas_ws);
   cudaFree(m->scratch);
   cudaFree(m->wdev);
@@ -133,6 +136,13 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if ((ce = cudaMalloc(&m->blas_ws, ws)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate cuBLAS's workspace", ce); }
   cublasSetWorkspace(m->blas, m->blas_ws, ws);
   cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH);   /* float32 stays float32 (no TF32), as PyTorch's default */
+  m->err_flag = d->device_error_flag();
+  if (!m->err_flag || (ce = cudaMallocHost((void **)&m->err_host, sizeof(int))) != cudaSuccess) {
+    m->err_host = NULL;
+    gg_close(m);
+    return gg_rt_fail(err, errlen, "cannot set up the model's error flag");
+  }
+  *m->err_host = 0;
   *out = m;
   return 0;
 }
@@ -163,6 +173,12 @@ static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **out
   return 0;
 }
 
+/* The run's kernels, then the copy of the error flag to the host (both captured into the graph). */
+static void enqueue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym) {
+  gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+  cudaMemcpyAsync(m->err_host, m->err_flag, sizeof(int), cudaMemcpyDeviceToHost, m->stream);
+}
+
 /* Issue the run on m->stream: replay the captured graph when the shapes and addresses are those it
  * was captured for, else capture it again (updating the executable graph in place when it can). */
 static int issue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
@@ -178,17 +194,17 @@ static int issue(gg_model *m, const DLTensor *in, void *const *outs, const int64
   }
   cublasSetStream(m->blas, m->stream);
   if (!m->graphs) {
-    gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+    enqueue(m, in, outs, sym);
     return 0;
   }
   cudaGraph_t g = NULL;
   cudaError_t ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
   if (ce != cudaSuccess) {   /* a stream that cannot be captured (the legacy default stream): launch directly */
     cudaGetLastError();
-    gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+    enqueue(m, in, outs, sym);
     return 0;
   }
-  gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+  enqueue(m, in, outs, sym);
   ce = cudaStreamEndCapture(m->stream, &g);
   if (ce != cudaSuccess) return cuda_fail(err, errlen, "cannot capture the model's launches", ce);
   bool updated = false;
@@ -230,8 +246,12 @@ static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const
     if (ce == cudaSuccess) ce = cudaGetLastError();
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
   }
-  const char *why = rc ? NULL : gg__desc.device_errors();
-  if (why) rc = gg_rt_fail(err, errlen, "%s", why);
+  if (!rc && *m->err_host) {   /* a kernel met an index out of range: say which, and clear the flag */
+    rc = gg_rt_fail(err, errlen, "%s", gg__desc.device_error(*m->err_host));
+    *m->err_host = 0;
+    cudaMemsetAsync(m->err_flag, 0, sizeof(int), m->stream);
+    cudaStreamSynchronize(m->stream);
+  }
   gg_cur = NULL;
   pthread_mutex_unlock(&m->lock);
   return rc;
