@@ -126,20 +126,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if (!m->w || !m->mut || !m->own || !m->opt_m || !m->opt_v) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
-    if (!weights) { gg_close(m); return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open"); }
-    int fd = open(weights, O_RDONLY);
-    if (fd < 0) { gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot open: %s", weights, strerror(errno)); }
-    struct stat st;
-    if (fstat(fd, &st) || st.st_size != d->external_size) {
-      close(fd);
-      gg_close(m);
-      return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
-                        (long long)st.st_size, (long long)d->external_size);
-    }
-    m->maplen = (size_t)st.st_size;
-    m->map = mmap(NULL, m->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m->map == MAP_FAILED) { m->map = NULL; gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot map", weights); }
+    if (map_weights(weights, &m->map, &m->maplen, err, errlen)) { gg_close(m); return 1; }
     base = m->map;
   }
   for (int i = 0; i < d->nweights; i++) {
@@ -197,30 +184,11 @@ static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *
   return why ? gg_rt_fail(err, errlen, "%s", why) : 0;
 }
 
-static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
-  int64_t shape[GG_RT_MAX_RANK];
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  for (int i = 0; i < nout; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "out.%d", i);
-    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], kDLCPU, err, errlen)) return 1;
-    gg__desc.output_shape(i, sym, shape);
-    for (int d = 0; d < out[i].ndim; d++)
-      if (out[i].shape[d] != shape[d])
-        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
-    outs[i] = (char *)out[i].data + out[i].byte_offset;
-  }
-  return 0;
-}
-
 GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  if (gg__desc.guard(in, sym, err, errlen)) return 1;
-  void *outs[256];
-  if (nout > 256 || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
+  if (check_call(m, in, nin, nout, sym, err, errlen)) return 1;
+  void *outs[GG_MAX_IO];
+  if (check_outputs(sym, out, nout, outs, err, errlen)) return 1;
   return run_checked(m, in, false, outs, sym, err, errlen);
 }
 
@@ -229,11 +197,8 @@ static void owned_free(DLManagedTensor *t) { if (t) { free(t->dl_tensor.data); f
 
 GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTensor **out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  if (gg__desc.guard(in, sym, err, errlen)) return 1;
-  void *outs[64];
+  if (check_call(m, in, nin, nout, sym, err, errlen)) return 1;
+  void *outs[GG_MAX_IO];
   for (int i = 0; i < nout; i++) out[i] = NULL;
   for (int i = 0; i < nout; i++) {
     owned *o = calloc(1, sizeof *o);

@@ -61,6 +61,54 @@ int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int
   return 0;
 }
 
+/* An external weights file (compile --weights external), mapped read-only and checked against the
+ * size the model was compiled with. 0, or 1 with a message. */
+static int map_weights(const char *weights, void **map, size_t *len, char *err, size_t errlen) {
+  if (!weights) return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open");
+  int fd = open(weights, O_RDONLY);
+  if (fd < 0) return gg_rt_fail(err, errlen, "%s: cannot open: %s", weights, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) || st.st_size != gg__desc.external_size) {
+    close(fd);
+    return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
+                      (long long)st.st_size, (long long)gg__desc.external_size);
+  }
+  *len = (size_t)st.st_size;
+  *map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (*map == MAP_FAILED) { *map = NULL; return gg_rt_fail(err, errlen, "%s: cannot map", weights); }
+  return 0;
+}
+
+#define GG_MAX_IO 256
+
+/* What every run checks first: an open model, the counts of inputs and outputs, the guards (which
+ * bind the symbols' values in sym). */
+static int check_call(const void *m, const DLTensor *in, int nin, int nout, int64_t *sym, char *err, size_t errlen) {
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
+  return gg__desc.guard(in, sym, err, errlen);
+}
+
+/* Caller-provided outputs: count, dtype, rank, device and the sizes these inputs give. */
+static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
+  int64_t shape[GG_RT_MAX_RANK];
+  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  for (int i = 0; i < nout; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "out.%d", i);
+    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], gg__desc.device, err, errlen)) return 1;
+    gg__desc.output_shape(i, sym, shape);
+    for (int d = 0; d < out[i].ndim; d++)
+      if (out[i].shape[d] != shape[d])
+        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
+    outs[i] = (char *)out[i].data + out[i].byte_offset;
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- entry points that read the descriptor */
 
 GG_EXPORT const char *gg_metadata(void) { return gg__metadata; }

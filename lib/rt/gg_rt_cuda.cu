@@ -25,8 +25,6 @@
 
 #include "gg_rt_common.c"
 
-#define GG_MAX_IO 256
-
 struct gg_model {
   void *map;                /* external weights file, mapped while uploading */
   size_t maplen;
@@ -97,20 +95,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
-    if (!weights) { gg_close(m); return gg_rt_fail(err, errlen, "this model keeps its weights in a file: give its path to gg_open"); }
-    int fd = open(weights, O_RDONLY);
-    if (fd < 0) { gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot open: %s", weights, strerror(errno)); }
-    struct stat st;
-    if (fstat(fd, &st) || st.st_size != d->external_size) {
-      close(fd);
-      gg_close(m);
-      return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
-                        (long long)st.st_size, (long long)d->external_size);
-    }
-    m->maplen = (size_t)st.st_size;
-    m->map = mmap(NULL, m->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m->map == MAP_FAILED) { m->map = NULL; gg_close(m); return gg_rt_fail(err, errlen, "%s: cannot map", weights); }
+    if (map_weights(weights, &m->map, &m->maplen, err, errlen)) { gg_close(m); return 1; }
     base = (const unsigned char *)m->map;
   }
   /* the weights: one upload, each 256-byte aligned */
@@ -157,21 +142,6 @@ GG_EXPORT int gg_set_stream(gg_model *m, void *stream) {
 }
 
 /* ---------------------------------------------------------------- runs */
-
-static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
-  int64_t shape[GG_RT_MAX_RANK];
-  for (int i = 0; i < nout; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "out.%d", i);
-    if (gg_rt_check_tensor(&out[i], name, gg__desc.output_dtypes[i], gg__desc.output_ndims[i], kDLCUDA, err, errlen)) return 1;
-    gg__desc.output_shape(i, sym, shape);
-    for (int d = 0; d < out[i].ndim; d++)
-      if (out[i].shape[d] != shape[d])
-        return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
-    outs[i] = (char *)out[i].data + out[i].byte_offset;
-  }
-  return 0;
-}
 
 /* The run's kernels, then the copy of the error flag to the host (both captured into the graph). */
 static void enqueue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym) {
@@ -260,11 +230,7 @@ static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const
 GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
   void *outs[GG_MAX_IO];
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
-  if (gg__desc.guard(in, sym, err, errlen) || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
+  if (check_call(m, in, nin, nout, sym, err, errlen) || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
   return run_checked(m, in, outs, sym, err, errlen);
 }
 
@@ -276,11 +242,7 @@ static void owned_free(DLManagedTensor *t) {
 GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTensor **out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
   void *outs[GG_MAX_IO];
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
-  if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
-  if (gg__desc.guard(in, sym, err, errlen)) return 1;
+  if (check_call(m, in, nin, nout, sym, err, errlen)) return 1;
   for (int i = 0; i < nout; i++) out[i] = NULL;
   for (int i = 0; i < nout; i++) {
     owned *o = (owned *)calloc(1, sizeof *o);
