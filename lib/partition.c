@@ -195,9 +195,8 @@ int partition(Graph *g, bool save_all, Graph **bwd_out, PartitionStats *stats) {
   b->nsyms = g->nsyms;
   b->cap_syms = g->cap_syms;
   Value **map = arena_array(ar, (size_t)nv + 1, sizeof *map);
-  int nsaved = 0, ntan = 0;
+  int nsaved = 0;
   for (int v = 0; v < nv; v++) nsaved += saved[v];
-  for (int i = 0; i < g->ninputs; i++) ntan += tangent[g->inputs[i]->id];
   b->inputs = arena_array(ar, (size_t)(g->ninputs + nsaved) + 1, sizeof *b->inputs);
   int user = 0;
   for (int i = 0; i < g->ninputs; i++) {   /* the weights, in the forward's order */
