@@ -395,13 +395,7 @@ static int bind_inputs(Ctx *c, Interp *I, Graph *g, const SafeTensors *st, const
     if (!s) return gg_error(c, "%s: no tensor for input %d (%s): name it %s or %s", path, i, gg_quote(c, users[i]->name), key, gg_quote(c, users[i]->name));
     ts[i] = tensor_from_st(I, s);
   }
-  /* a tensor named in.N beyond the model's inputs is a mistake worth reporting */
-  for (int k = 0; k < st->n; k++) {
-    int idx;
-    char tail;
-    if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= nu))
-      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", nu, gg_quote(c, st->t[k].name));
-  }
+  if (st_check_input_names(c, st, nu)) return -1;
   *out = ts;
   *n = nu;
   return 0;

@@ -179,6 +179,17 @@ const STensor *st_find(const SafeTensors *s, const char *name) {
   return NULL;
 }
 
+/* A tensor named in.N with N beyond the model's n inputs is a mistake worth reporting. */
+int st_check_input_names(Ctx *c, const SafeTensors *st, int n) {
+  for (int k = 0; k < st->n; k++) {
+    int idx;
+    char tail;
+    if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= n))
+      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", n, gg_quote(c, st->t[k].name));
+  }
+  return 0;
+}
+
 int st_write(Ctx *c, const char *path, const STensor *t, int n) {
   cJSON *h = cJSON_CreateObject();
   uint64_t off = 0;

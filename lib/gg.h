@@ -321,6 +321,7 @@ typedef struct STensor {
 typedef struct SafeTensors { STensor *t; int n; } SafeTensors;
 int st_read(Ctx *c, Graph *g, const char *path, SafeTensors *out);
 const STensor *st_find(const SafeTensors *s, const char *name);
+int st_check_input_names(Ctx *c, const SafeTensors *st, int n);   /* no in.N beyond the n inputs */
 /* Write tensors (name, dtype, sizes, contiguous data) to path. */
 int st_write(Ctx *c, const char *path, const STensor *t, int n);
 

@@ -127,12 +127,7 @@ int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor 
       ts[i].device.device_type = (DLDeviceType)l->device;
     }
   }
-  for (int k = 0; k < st->n; k++) {
-    int idx;
-    char tail;
-    if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= ni))
-      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", ni, gg_quote(c, st->t[k].name));
-  }
+  if (st_check_input_names(c, st, ni)) return -1;
   *out = ts;
   *n = ni;
   return 0;
