@@ -390,6 +390,7 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
       if (split) { a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
       else { a[n++] = "model.cu"; a[n++] = "gg_rt_cuda.cu"; }
       a[n++] = "-lcublas";
+      a[n++] = "-lcublasLt";
     }
     a[n] = NULL;
   }

@@ -1088,6 +1088,28 @@ static bool blas_ok(Em *e, const TV *t) {
   return (ka && a == 1) || (kb && b == 1);
 }
 
+/* x @ w with x [..., M, K] whose batch dims step over whole matrices (a linear layer on a sequence):
+ * one product with prod(batch) * M rows instead of a batch of small ones sharing w. BLAS blocks and
+ * threads a tall product far better; the output, fresh and contiguous, is the same memory. */
+static bool fold_batch_rows(Em *e, TV *A, const TV *B, const Value *bias, const TV *out, TV *flat) {
+  int r = A->rank;
+  int64_t one;
+  if (r <= 2 || B->rank != 2 || (bias && bias->rank > 1) || !expr_is_const(A->strides[r - 1], &one) || one != 1) return false;
+  const Expr *rows = A->sizes[r - 2];
+  for (int d = r - 3; d >= 0; d--) {
+    if (!expr_same(e->g, A->strides[d], MUL(e, A->sizes[d + 1], A->strides[d + 1]))) return false;
+    rows = MUL(e, rows, A->sizes[d]);
+  }
+  const Expr *sizes[2] = {rows, out->sizes[out->rank - 1]};
+  contiguous_tv(e, flat, out->stor, out->dt, 2, sizes);
+  A->sizes[0] = rows;
+  A->strides[0] = A->strides[r - 2];
+  A->sizes[1] = A->sizes[r - 1];
+  A->strides[1] = A->strides[r - 1];
+  A->rank = 2;
+  return true;
+}
+
 /* CUDA: cuBLAS, strided-batched over the last batch dim (host loops over the others). The bias is
  * copied into the output first and the product added to it (cuBLAS's beta). Half types accumulate
  * in float32, as PyTorch's do. */
@@ -1096,8 +1118,13 @@ static int matmul_cuda(Em *e, Node *n, TV *out, const TV *Ab, const TV *Bb, int 
   DType dt = out->dt;
   int code = dt == DT_F32 ? 0 : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
   if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
-  if (bias) {
-    TV bb = broadcast_tv(e, &e->tv[bias->id], out->rank, out->sizes);
+  /* a vector along the output's rows goes to cuBLASLt's epilogue; any other bias is copied in first */
+  const TV *bt = bias ? &e->tv[bias->id] : NULL;
+  int64_t unit;
+  bool epi = bt && nb == 0 && beta == 1 && bt->dt == dt && bt->rank == 1 && expr_same(e->g, bt->sizes[0], out->sizes[out->rank - 1]) &&
+             expr_is_const(bt->strides[0], &unit) && unit == 1;
+  if (bt && !epi) {
+    TV bb = broadcast_tv(e, bt, out->rank, out->sizes);
     copy_kernel(e, n, out, &bb);
   }
   FILE *f = e->k;
@@ -1105,7 +1132,7 @@ static int matmul_cuda(Em *e, Node *n, TV *out, const TV *Ab, const TV *Bb, int 
   kernel_begin(e, n, "matrix product (cuBLAS)");
   const char *T = ctype(dt);
   kopen(e, id, false, true);
-  fprintf(f, "%s *y, const %s *a, const %s *b", T, T, T);
+  fprintf(f, "%s *y, const %s *a, const %s *b, const %s *bias", T, T, T, T);
   ksyms(e);
   const Expr *M = Ab->sizes[nb], *K = Ab->sizes[nb + 1], *N = Bb->sizes[nb + 1];
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
@@ -1117,13 +1144,14 @@ static int matmul_cuda(Em *e, Node *n, TV *out, const TV *Ab, const TV *Bb, int 
     ai = arena_printf(e->a, "%s + i%d * %s", ai, d, cx(e, Ab->strides[d]));
     bi = arena_printf(e->a, "%s + i%d * %s", bi, d, cx(e, Bb->strides[d]));
   }
-  fprintf(f, "    gg_cu_gemm(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + (%s) * %s * M * N, %s);\n", code, alpha, ai,
+  fprintf(f, "    gg_cu_gemm(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + (%s) * %s * M * N, %s, %s);\n", code, alpha, ai,
           cx(e, Ab->strides[nb]), cx(e, Ab->strides[nb + 1]), nb > 0 ? cx(e, Ab->strides[nb - 1]) : "0", bi, cx(e, Bb->strides[nb]),
-          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bias ? beta : 0.0, linear_index(e, out->sizes, outer, 0), cnt, cnt);
+          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bt && !epi ? beta : 0.0, linear_index(e, out->sizes, outer, 0), cnt,
+          cnt, epi ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL");
   close_loops(e, cl);
   fputs("}\n", f);
   kcall(e, id);
-  fprintf(e->r, "%s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor));
+  fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor), epi ? sname(e, bt->stor) : "NULL");
   kcall_end(e);
   return 0;
 }
@@ -1151,7 +1179,8 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     if (b_transposed) { B.stor = c->stor; B.offset = c->offset; B.strides[0] = C(e, 1); B.strides[1] = c->strides[0]; }
     else { B.stor = c->stor; B.offset = c->offset; memcpy(B.strides + B.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
   }
-  TV *out = alloc_value(e, y);
+  TV *out = alloc_value(e, y), flat;
+  if (fold_batch_rows(e, &A, &B, bias, out, &flat)) out = &flat;
   /* batch dims of the output: all but the matrix dims (or the vector dim) */
   int orank = out->rank, nb = orank - (a_vec ? 0 : 1) - (b_vec ? 0 : 1);
   if (nb < 0) nb = 0;

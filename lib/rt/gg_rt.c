@@ -687,12 +687,42 @@ CONV_WGRAD(gg_rt_conv_wgrad_f64, double, gg_rt_dgemm)
 
 /* ---------------------------------------------------------------- pooling */
 
-#define POOL(NAME, T)                                                                                 \
+/* Max pooling without indices (inference): a row of outputs at a time, each tap a pass along the
+ * row over the columns whose input falls inside the plane (as the depthwise convolution), so the
+ * inner loop vectorizes. NaN wins, as in PyTorch. */
+#define MAX_POOL_ROWS(NAME, T)                                                                        \
+  static void NAME(const gg_pool *p, const T *x, T *y) {                                             \
+    _Pragma("omp parallel for schedule(static)")                                                      \
+    for (int64_t pl = 0; pl < p->planes; pl++)                                                        \
+      for (int64_t oh = 0; oh < p->OH; oh++) {                                                        \
+        T *row = y + (pl * p->OH + oh) * p->OW;                                                       \
+        for (int64_t ow = 0; ow < p->OW; ow++) row[ow] = (T)-INFINITY;                                \
+        for (int64_t kh = 0; kh < p->k[0]; kh++) {                                                    \
+          int64_t h = oh * p->stride[0] - p->pad[0] + kh * p->dil[0];                                 \
+          if (h < 0 || h >= p->H) continue;                                                           \
+          const T *xr = x + (pl * p->H + h) * p->W;                                                   \
+          for (int64_t kw = 0; kw < p->k[1]; kw++) {                                                  \
+            int64_t off = kw * p->dil[1] - p->pad[1], s = p->stride[1];                               \
+            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s, hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / s + 1; \
+            if (hi > p->OW) hi = p->OW;                                                               \
+            for (int64_t ow = lo; ow < hi; ow++) {                                                    \
+              T v = xr[ow * s + off];                                                                 \
+              row[ow] = v > row[ow] || v != v ? v : row[ow];                                          \
+            }                                                                                         \
+          }                                                                                           \
+        }                                                                                             \
+      }                                                                                               \
+  }
+MAX_POOL_ROWS(max_pool_rows_f32, float)
+MAX_POOL_ROWS(max_pool_rows_f64, double)
+
+#define POOL(NAME, T, ROWS)                                                                           \
   void NAME(const gg_pool *p, const T *x, T *y, int64_t *idx) {                                      \
+    if (p->kind == 0 && !idx) { ROWS(p, x, y); return; }                                              \
     _Pragma("omp parallel for schedule(static)")                                                      \
     for (int64_t pl = 0; pl < p->planes; pl++)                                                        \
       for (int64_t oh = 0; oh < p->OH; oh++)                                                          \
         for (int64_t ow = 0; ow < p->OW; ow++) gg_pool_one_##T(p, x, y, idx, pl, oh, ow);             \
   }
-POOL(gg_rt_pool_f32, float)
-POOL(gg_rt_pool_f64, double)
+POOL(gg_rt_pool_f32, float, max_pool_rows_f32)
+POOL(gg_rt_pool_f64, double, max_pool_rows_f64)

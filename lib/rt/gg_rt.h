@@ -224,11 +224,11 @@ GG_POOL_ONE(double)
 
 /* CUDA models (gg_rt_cuda.cu): device pointers, work queued on the run's stream. dt: 0 float32,
  * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16). Matrix products: `batch` products, operand
- * i's batch stride sb*; C is compact. */
+ * i's batch stride sb*; C is compact; `bias` (or NULL; with beta 0) is added to every row of C. */
 void *gg_cu_stream(void);
 unsigned gg_cu_blocks(int64_t n);
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
-                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch);
+                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
 

@@ -12,6 +12,7 @@
 #include "gg_rt.h"
 
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +26,8 @@
 
 #include "gg_rt_common.c"
 
+#define GG_BLAS_WS ((size_t)32 << 20)   /* cuBLAS's and cuBLASLt's workspace */
+
 struct gg_model {
   void *map;                /* external weights file, mapped while uploading */
   size_t maplen;
@@ -33,7 +36,12 @@ struct gg_model {
   void **mut;               /* mutated buffers: their weights' device copies */
   cudaStream_t own, stream; /* the model's stream, and the one runs go to */
   cublasHandle_t blas;
+  cublasLtHandle_t lt;
   void *blas_ws;            /* cuBLAS's workspace, given so that it allocates nothing while captured */
+  struct lt_plan *plans;    /* cuBLASLt's descriptors and chosen algorithm, one per product shape */
+  int nplans, cap_plans;
+  bool tuned;               /* a run was made uncaptured for the shapes tuned_syms (lt_fastest) */
+  int64_t tuned_syms[64];
   unsigned char *scratch;
   size_t scratch_size;
   pthread_mutex_t lock;
@@ -60,12 +68,16 @@ unsigned gg_cu_blocks(int64_t n) {
   return b < 1 ? 1 : b > (1 << 20) ? (1u << 20) : (unsigned)b;
 }
 
+static void lt_free(gg_model *m);
+
 /* ---------------------------------------------------------------- open, close */
 
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
   if (m->exec) cudaGraphExecDestroy(m->exec);
   if (m->blas) cublasDestroy(m->blas);
+  lt_free(m);
+  if (m->lt) cublasLtDestroy(m->lt);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
   cudaFree(m->blas_ws);
@@ -117,7 +129,8 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if ((ce = cudaStreamCreateWithFlags(&m->own, cudaStreamNonBlocking)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot create a stream", ce); }
   m->stream = m->own;
   if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) { m->blas = NULL; gg_close(m); return gg_rt_fail(err, errlen, "cannot start cuBLAS"); }
-  const size_t ws = (size_t)32 << 20;
+  if (cublasLtCreate(&m->lt) != CUBLAS_STATUS_SUCCESS) { m->lt = NULL; gg_close(m); return gg_rt_fail(err, errlen, "cannot start cuBLASLt"); }
+  const size_t ws = GG_BLAS_WS;
   if ((ce = cudaMalloc(&m->blas_ws, ws)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate cuBLAS's workspace", ce); }
   cublasSetWorkspace(m->blas, m->blas_ws, ws);
   cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH);   /* float32 stays float32 (no TF32), as PyTorch's default */
@@ -166,6 +179,14 @@ static int issue(gg_model *m, const DLTensor *in, void *const *outs, const int64
   if (!m->graphs) {
     enqueue(m, in, outs, sym);
     return 0;
+  }
+  /* a first run for new shapes, uncaptured, lets cuBLASLt time its candidates on the real operands
+   * (not where a run changes buffers: it would change them twice) */
+  size_t nsym = (size_t)(gg__desc.nsyms < 64 ? gg__desc.nsyms : 64);
+  if (!gg__desc.nmutable && (!m->tuned || memcmp(m->tuned_syms, sym, sizeof *sym * nsym))) {
+    enqueue(m, in, outs, sym);
+    m->tuned = true;
+    memcpy(m->tuned_syms, sym, sizeof *sym * nsym);
   }
   cudaGraph_t g = NULL;
   cudaError_t ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
@@ -327,13 +348,132 @@ GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void 
 
 /* ---------------------------------------------------------------- matrix products */
 
+template <typename T> __global__ void bias_rows(int64_t n, int64_t N, const T *bias, T *y) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = bias[i % N];
+}
+
+/* cuBLASLt, for single products in float32/16/bfloat16: its heuristic picks among more kernels than
+ * the classic API (given the workspace and the operands' alignment), and adds a bias in the epilogue
+ * instead of a pass of its own. Descriptors and the chosen algorithm are kept per shape. */
+typedef struct lt_key {
+  int dt, ta, tb, bias, align;
+  int64_t M, N, K, lda, ldb;
+} lt_key;
+struct lt_plan {
+  lt_key k;
+  bool ok;   /* false: cuBLASLt has no algorithm for it; use the classic API */
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+};
+
+static void lt_free(gg_model *m) {
+  for (int i = 0; i < m->nplans; i++) {
+    struct lt_plan *p = &m->plans[i];
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+  }
+  free(m->plans);
+  m->plans = NULL;
+  m->nplans = m->cap_plans = 0;
+}
+
+static int align_of(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
+}
+
+/* Time cuBLASLt's candidate algorithms on the product's operands (the output goes to a buffer of
+ * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible. */
+static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *r, int n, const void *A, const void *B, const void *bias) {
+  gg_model *m = gg_cur;
+  size_t es = p->k.dt == 0 ? 4 : 2;
+  void *tmp = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  int best = 0;
+  float best_ms = 1e30f, al = 1, be = 0;
+  if (n > 1 && cudaMalloc(&tmp, (size_t)(p->k.M * p->k.N) * es) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
+      cudaEventCreate(&e1) == cudaSuccess &&
+      (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
+    for (int i = 0; i < n; i++) {
+      bool ok = true;
+      for (int rep = 0; rep < 4 && ok; rep++) {   /* one untimed, three timed */
+        if (rep == 1) cudaEventRecord(e0, m->stream);
+        ok = cublasLtMatmul(m->lt, p->op, &al, B, p->a, A, p->b, &be, tmp, p->c, tmp, p->c, &r[i].algo, m->blas_ws, GG_BLAS_WS, m->stream) ==
+             CUBLAS_STATUS_SUCCESS;
+      }
+      float ms = 0;
+      if (ok && cudaEventRecord(e1, m->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+          cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
+        best_ms = ms;
+        best = i;
+      }
+    }
+  }
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (tmp) { cudaStreamSynchronize(m->stream); cudaFree(tmp); }
+  cudaGetLastError();
+  return best;
+}
+
+/* The plan for a product, made on first use. In the column-major view cuBLASLt's A is our B. Outside
+ * a graph capture (the run before a capture) the heuristic's first candidates are timed. */
+static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B, const void *bias) {
+  gg_model *m = gg_cur;
+  for (int i = 0; i < m->nplans; i++)
+    if (!memcmp(&m->plans[i].k, k, sizeof *k)) return &m->plans[i];
+  if (m->nplans == m->cap_plans) {
+    int cap = m->cap_plans ? 2 * m->cap_plans : 16;
+    struct lt_plan *np = (struct lt_plan *)realloc(m->plans, (size_t)cap * sizeof *np);
+    if (!np) return NULL;
+    m->plans = np;
+    m->cap_plans = cap;
+  }
+  struct lt_plan *p = &m->plans[m->nplans++];
+  memset(p, 0, sizeof *p);
+  p->k = *k;
+  cudaDataType t = k->dt == 0 ? CUDA_R_32F : k->dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
+  cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  cublasLtMatmulPreference_t pref = NULL;
+  size_t ws = GG_BLAS_WS;
+  uint32_t al = (uint32_t)k->align;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+  bool tune = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  cublasLtMatmulHeuristicResult_t r[8];
+  int found = 0;
+  bool ok = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&p->a, t, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&p->b, t, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&p->c, t, k->N, k->M, k->N) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoGetHeuristic(m->lt, p->op, p->a, p->b, p->c, p->c, pref, tune ? 8 : 1, r, &found) == CUBLAS_STATUS_SUCCESS &&
+            found > 0;
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (ok) p->algo = r[tune ? lt_fastest(p, r, found, A, B, bias) : 0].algo;
+  p->ok = ok;
+  return p;
+}
+
 /* Row-major C = A @ B is column-major C^T = B^T A^T. An operand with a unit stride along its columns
- * is row-major (op N in the column-major view), with a unit stride along its rows the transpose. */
+ * is row-major (op N in the column-major view), with a unit stride along its rows the transpose.
+ * With `bias` (length N, beta 0): C = alpha * A @ B + bias on every row. */
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
-                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch) {
+                int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias) {
   if (M == 0 || N == 0 || batch == 0) return;
+  cudaStream_t st = gg_cur->stream;
   size_t es = dt == 0 ? 4 : dt == 1 ? 8 : 2;
-  if (K == 0 && beta == 0) { cudaMemsetAsync(C, 0, (size_t)(M * N * batch) * es, gg_cur->stream); return; }
   bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1);
   int64_t lda = ta ? sak : sam, ldb = tb ? sbn : sbk;
   if (!ta && lda < K) lda = K;
@@ -342,6 +482,29 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
   if (tb && ldb < K) ldb = K;
   if (lda < 1) lda = 1;
   if (ldb < 1) ldb = 1;
+  if (K == 0 && beta == 0 && !bias) { cudaMemsetAsync(C, 0, (size_t)(M * N * batch) * es, st); return; }
+  if (K > 0 && batch == 1 && dt != 1) {
+    int al = align_of(A), ab = align_of(B), ac = align_of(C), ad = bias ? align_of(bias) : 16;
+    lt_key k;
+    memset(&k, 0, sizeof k);
+    k.dt = dt, k.ta = ta, k.tb = tb, k.bias = bias != NULL, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb;
+    k.align = al < ab ? al : ab;
+    if (ac < k.align) k.align = ac;
+    if (ad < k.align) k.align = ad;
+    struct lt_plan *p = lt_plan_for(&k, A, B, bias);
+    if (p && p->ok && (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
+      float al32 = (float)alpha, be32 = (float)beta;
+      if (cublasLtMatmul(gg_cur->lt, p->op, &al32, B, p->a, A, p->b, &be32, C, p->c, C, p->c, &p->algo, gg_cur->blas_ws, GG_BLAS_WS, st) ==
+          CUBLAS_STATUS_SUCCESS)
+        return;
+    }
+  }
+  if (bias) {   /* the classic API has no epilogue: the bias first, then C += A @ B */
+    if (dt == 0) bias_rows<float><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const float *)bias, (float *)C);
+    else if (dt == 1) bias_rows<double><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const double *)bias, (double *)C);
+    else bias_rows<unsigned short><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const unsigned short *)bias, (unsigned short *)C);
+    beta = 1;
+  }
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (dt >= 2) {   /* float16 / bfloat16 in and out, float32 arithmetic */
     float al = (float)alpha, be = (float)beta;
@@ -423,12 +586,12 @@ template <typename T> static void conv(int dt, const gg_conv *c, const T *x, con
   bool pointwise = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;
   if (bias) bias_fill<T><<<gg_cu_blocks(c->N * c->Cout * osp), 256, 0, st>>>(c->N * c->Cout, c->Cout, osp, bias, y);
   if (pointwise) {   /* a 1x1 convolution is a product with the image itself, every image in one call */
-    gg_cu_gemm(dt, c->Cout, osp, c->Cin, 1, w, c->Cin, 1, 0, x, isp, 1, c->Cin * isp, bias ? 1 : 0, y, c->N);
+    gg_cu_gemm(dt, c->Cout, osp, c->Cin, 1, w, c->Cin, 1, 0, x, isp, 1, c->Cin * isp, bias ? 1 : 0, y, c->N, NULL);
     return;
   }
   for (int64_t n = 0; n < c->N; n++) {
     im2col<T><<<gg_cu_blocks(c->Cin * ksp * osp), 256, 0, st>>>(*c, x + n * c->Cin * isp, c->Cin, col);
-    gg_cu_gemm(dt, c->Cout, osp, c->Cin * ksp, 1, w, c->Cin * ksp, 1, 0, col, osp, 1, 0, bias ? 1 : 0, y + n * c->Cout * osp, 1);
+    gg_cu_gemm(dt, c->Cout, osp, c->Cin * ksp, 1, w, c->Cin * ksp, 1, 0, col, osp, 1, 0, bias ? 1 : 0, y + n * c->Cout * osp, 1, NULL);
   }
 }
 
