@@ -148,8 +148,9 @@ static const char usage_explain[] =
 static const char usage_check[] =
   "usage: gcc-graph check MODEL [--inputs IN.safetensors] [--train [--loss N]] [--tol X] [--weights FILE]\n"
   "\n"
-  "Automatic ablation: run MODEL as loaded, then after each stage (functionalized, decomposed; with\n"
-  "--train the joint graph and the two partitions; compiled), on the same inputs (IN, or random ones),\n"
+  "Automatic ablation: run MODEL as loaded, then after each stage (functionalized, weights folded\n"
+  "(inference), decomposed; with --train the joint graph and the two partitions; compiled), on the\n"
+  "same inputs (IN, or random ones),\n"
   "and report the first stage whose results depart from the loaded graph's (relative L2 error above X,\n"
   "default 1e-4, under a floor of 1e-3 per element; integers exactly), with, for an interpreted stage, the first value that departs and\n"
   "its node. Exit status 0 when every stage agrees, 1 when one departs.\n";
@@ -348,7 +349,7 @@ static int cmd_explain(int argc, char **argv) {
   if (!rc && !g->nunsupported) {
     Ctx *sc = c;
     Graph *gs = graph_load(sc, o.model, o.weights);
-    scheduled = gs && !verify_graph(gs) && !functionalize(gs) && !verify_graph(gs) && !decompose(gs, false) && !verify_graph(gs) && !compile_schedule(sc, gs);
+    scheduled = gs && !verify_graph(gs) && !inference_graph(gs) && !compile_schedule(sc, gs);
     if (!scheduled) { c->has_err = false; c->err[0] = 0; c->nkernels = 0; }
     else if (!json) explain_schedule(c, stdout);
     graph_release(gs);

@@ -126,14 +126,15 @@ static double compare_sets(const STensor *ref, int nref, const STensor *got, int
 
 /* ---------------------------------------------------------------- check */
 
-enum { ST_LOADED, ST_FUNCTIONAL, ST_DECOMPOSED, ST_AUTOGRAD, ST_PARTITIONED, ST_COMPILED, ST_N };
-static const char *const stage_names[] = {"loaded", "functionalized", "decomposed", "autograd (joint graph)", "partitioned (forward, then backward)", "compiled"};
+enum { ST_LOADED, ST_FUNCTIONAL, ST_FOLDED, ST_DECOMPOSED, ST_AUTOGRAD, ST_PARTITIONED, ST_COMPILED, ST_N };
+static const char *const stage_names[] = {"loaded", "functionalized", "weights folded", "decomposed", "autograd (joint graph)", "partitioned (forward, then backward)", "compiled"};
 
 /* the graph after stage s (loaded fresh) */
 static Graph *graph_at(Ctx *c, const CheckOptions *o, int s, Graph **bwd) {
   Graph *g = graph_load(c, o->model, o->weights);
   if (!g || verify_graph(g) || graph_check_supported(g)) return NULL;
   if (s >= ST_FUNCTIONAL && (functionalize(g) || verify_graph(g))) return NULL;
+  if (s >= ST_FOLDED && !o->tr.on && (fold_weights(g) || verify_graph(g))) return NULL;
   if (s >= ST_DECOMPOSED && (decompose(g, o->tr.on) || verify_graph(g))) return NULL;
   if (s >= ST_AUTOGRAD && (autograd(g, o->tr.loss, false) || verify_graph(g))) return NULL;
   if (s >= ST_PARTITIONED && (partition(g, o->tr.save_all, bwd, NULL) || verify_graph(g) || verify_graph(*bwd))) return NULL;
@@ -178,6 +179,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
   fprintf(out, "  %-38s reference\n", stage_names[ST_LOADED]);
   for (int s = ST_FUNCTIONAL; s < ST_N && !verdict; s++) {
     if (!o->tr.on && (s == ST_AUTOGRAD || s == ST_PARTITIONED)) continue;
+    if (o->tr.on && s == ST_FOLDED) continue;
     STensor *got = NULL;
     int ngot = 0;
     Interp *I = NULL, *Jb = NULL;   /* Jb: the partitioned stage's backward run */

@@ -415,6 +415,11 @@ int training_graph(Graph *g, const TrainOptions *t) {
   return functionalize(g) || verify_graph(g) || decompose(g, true) || verify_graph(g) || autograd(g, t->loss, false) || verify_graph(g) ? -1 : 0;
 }
 
+/* The graph explain shows the schedule of: the one compile builds for inference. */
+int inference_graph(Graph *g) {
+  return functionalize(g) || verify_graph(g) || fold_weights(g) || verify_graph(g) || decompose(g, false) || verify_graph(g) ? -1 : 0;
+}
+
 int compile_schedule(Ctx *c, Graph *g) {
   int nw = 0;
   for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
@@ -477,6 +482,10 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   /* rewrite into the core set */
   if (functionalize(g) || verify_graph(g)) goto done;
   stage(&tm, "functionalize");
+  if (!o->tr.on && !o->external_weights) {   /* new weights go into the .so */
+    if (fold_weights(g) || verify_graph(g)) goto done;
+    stage(&tm, "fold weights");
+  }
   if (decompose(g, o->tr.on) || verify_graph(g)) goto done;
   stage(&tm, "decompose");
   /* training: the backward, then the split into a forward and a backward program */

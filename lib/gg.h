@@ -439,6 +439,9 @@ typedef struct CompileOptions {
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
+int inference_graph(Graph *g);   /* functionalize, fold weights, decompose (as compile does for inference) */
+/* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
+int fold_weights(Graph *g);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);

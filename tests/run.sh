@@ -283,6 +283,15 @@ expect 0 "ok" -- sh -c "python3 tests/explain_json.py training <'$TMP/ext.json'"
 expect 0 '"format":	"gcc-graph model"' -- "$GG" explain "$TMP/mlp.so" --json
 # check: every stage agrees on healthy models; a miscompiled op is caught at the compiled stage
 expect 0 "every stage agrees with the loaded graph" -- "$GG" check $M/cnn_small/model.pt2 --inputs $M/cnn_small/io.safetensors
+expect 0 "weights folded                         agrees" -- "$GG" check $M/cnn_small/model.pt2 --inputs $M/cnn_small/io.safetensors
+# weight folding (fold.c): batch norm into the convolution before it, attention's q/k/v linears
+# stacked into one product, not with --weights external (the new weights live in the .so); the
+# folded models' results are checked against PyTorch with every case in the compiled section
+expect 0 "batch norm 'batch_norm_1' folded into convolution 'conv2d_1'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/fold.so"
+expect 0 "linear 'linear_2' computed in the stacked product 'linear.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/bert_tiny/model.pt2 -o "$TMP/fold.so"
+expect 0 "linear 'linear_5' computed in the stacked product 'linear_4.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/llama_tiny/model.pt2 -o "$TMP/fold.so"
+env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"
+if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
 expect 1 "compiled                               DEPARTS: out.0" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" check $M/cnn_small/model.pt2
 expect 2 "missing -o DIR" -- "$GG" minify $M/cnn_small/model.pt2

@@ -621,9 +621,11 @@ IM2COL(double)
               }                                                                                       \
             }                                                                                         \
         }                                                                                             \
-        if (bias)                                                                                     \
+        if (bias) {                                                                                   \
+          _Pragma("omp parallel for schedule(static) if(ocg * osp > 32768)")                          \
           for (int64_t oc = 0; oc < ocg; oc++)                                                        \
             for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
+        }                                                                                             \
       }                                                                                               \
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)
