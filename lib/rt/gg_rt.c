@@ -567,13 +567,14 @@ DEPTHWISE(depthwise_f64, double)
           for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                \
             int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                              \
             T *r = row + (o0 * c->out[1] + o1) * c->out[2];                                           \
+            /* rows are short (7 to 112): plain loops, which vectorize, cost less than memcpy calls */ \
             if (i0 < 0 || i0 >= c->in[0] || i1 < 0 || i1 >= c->in[1]) {                               \
-              memset(r, 0, sizeof(T) * (size_t)c->out[2]);                                            \
+              for (int64_t o2 = 0; o2 < c->out[2]; o2++) r[o2] = 0;                                   \
               continue;                                                                               \
             }                                                                                         \
             const T *xr = xg + (ic * c->in[0] * c->in[1] + i0 * c->in[1] + i1) * c->in[2] + off;      \
             for (int64_t o2 = 0; o2 < lo; o2++) r[o2] = 0;                                            \
-            if (s2 == 1) memcpy(r + lo, xr + lo, sizeof(T) * (size_t)(hi - lo));                      \
+            if (s2 == 1) for (int64_t o2 = lo; o2 < hi; o2++) r[o2] = xr[o2];                         \
             else for (int64_t o2 = lo; o2 < hi; o2++) r[o2] = xr[o2 * s2];                            \
             for (int64_t o2 = hi; o2 < c->out[2]; o2++) r[o2] = 0;                                    \
           }                                                                                           \
@@ -594,9 +595,12 @@ IM2COL(double)
         const T *xg = x + (n * c->Cin + g * icg) * isp;                                               \
         T *yg = y + (n * c->Cout + g * ocg) * osp;                                                    \
         if (!c->transposed) {                                                                         \
-          im2col_##T(c, xg, icg, col);                                                                \
-          /* y[oc, o] = w[oc, (ic,k)] @ col[(ic,k), o] */                                             \
-          GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, col, osp, 1, yg);         \
+          /* y[oc, o] = w[oc, (ic,k)] @ col[(ic,k), o]; a 1x1 convolution of stride 1 without padding \
+           * multiplies the image itself */                                                          \
+          bool same = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 &&      \
+                      c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;                             \
+          if (!same) im2col_##T(c, xg, icg, col);                                                     \
+          GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, same ? xg : col, osp, 1, yg); \
         } else {                                                                                      \
           /* col[(oc,k), i] = w[ic, (oc,k)]^T @ x[ic, i], then scatter-add into y (col2im) */         \
           GEMMF(ocg * ksp, isp, icg, w + g * icg * ocg * ksp, 1, ocg * ksp, xg, isp, 1, col);         \
