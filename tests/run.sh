@@ -53,7 +53,7 @@ echo "== golden: every corpus case under the interpreter against PyTorch"
 "$BUILD/test-golden" tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/golden" 2>&1
 tally "$TMP/golden" golden
 
-echo "== rewrites: functionalized and decomposed graphs against the originals, in the interpreter"
+echo "== rewrites: functionalized, weight-folded and decomposed graphs against the originals, in the interpreter"
 "$BUILD/test-golden" --rewrite tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/rewrite" 2>&1
 tally "$TMP/rewrite" rewrite
 
