@@ -1110,9 +1110,10 @@ static bool fold_batch_rows(Em *e, TV *A, const TV *B, const Value *bias, const 
   return true;
 }
 
-/* CUDA: cuBLAS, strided-batched over the last batch dim (host loops over the others). The bias is
- * copied into the output first and the product added to it (cuBLAS's beta). Half types accumulate
- * in float32, as PyTorch's do. */
+/* CUDA: gg_cu_gemm (cuBLASLt for one product, cuBLAS strided-batched over the last batch dim, host
+ * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
+ * copied into the output first and the product added to it (beta). Half types accumulate in
+ * float32, as PyTorch's do. */
 static void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src);
 static int matmul_cuda(Em *e, Node *n, TV *out, const TV *Ab, const TV *Bb, int nb, Value *bias, double alpha, double beta) {
   DType dt = out->dt;
@@ -1180,7 +1181,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     else { B.stor = c->stor; B.offset = c->offset; memcpy(B.strides + B.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
   }
   TV *out = alloc_value(e, y), flat;
-  if (fold_batch_rows(e, &A, &B, bias, out, &flat)) out = &flat;
+  if (!b_vec && fold_batch_rows(e, &A, &B, bias, out, &flat)) out = &flat;
   /* batch dims of the output: all but the matrix dims (or the vector dim) */
   int orank = out->rank, nb = orank - (a_vec ? 0 : 1) - (b_vec ? 0 : 1);
   if (nb < 0) nb = 0;

@@ -93,6 +93,20 @@ case("attention", Fn(lambda s, q, k, v, m: (F.scaled_dot_product_attention(q, k,
                                           F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True, scale=0.3))),
      r(2, 4, 6, 8), r(2, 4, 6, 8), r(2, 4, 6, 8), r(6, 6))
 case("transformer_layer", nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True), r(2, 5, 16))
+# weight folding's edges (lib/fold.c): q, k and `shared` stacked (same input, with bias; `shared`'s
+# weight is also read by a sum, so it stays), `nb` apart (no bias); batch norm folded into c1 (no
+# affine), not into c2 (its output is read twice); matrix @ vector and a batch that does not step
+# over whole matrices (no row folding of the product)
+def _bn(c, affine=True):
+    b = nn.BatchNorm2d(c, affine=affine)
+    b.running_mean.uniform_(-1, 1); b.running_var.uniform_(0.5, 2)
+    if affine: b.weight.data.uniform_(0.5, 1.5); b.bias.data.uniform_(-1, 1)
+    return b
+case("fold_edges", Fn(lambda s, x, v, img: (x @ v, x.transpose(0, 1) @ s.w, s.q(x), s.k(x), s.nb(x), s.shared(x) + s.shared.weight.sum(),
+                                           s.bn1(s.c1(img)), s.bn2(y := s.c2(img)), y.mean()),
+                      w=nn.Parameter(torch.randn(8, 7)), q=nn.Linear(8, 6), k=nn.Linear(8, 4), nb=nn.Linear(8, 5, bias=False), shared=nn.Linear(8, 3),
+                      c1=nn.Conv2d(3, 4, 3), bn1=_bn(4, False), c2=nn.Conv2d(3, 4, 3, bias=False), bn2=_bn(4)),
+     r(2, 5, 8), r(8), r(1, 3, 6, 6))
 # precision
 case("mlp_bf16", nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8)).to(torch.bfloat16), r(4, 16).to(torch.bfloat16))
 case("mlp_f16", nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 8), nn.Softmax(-1)).to(torch.float16), r(4, 16).to(torch.float16))
