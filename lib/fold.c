@@ -156,7 +156,7 @@ static bool fusable_linear(const Graph *g, const Node *n) {
   if (!n->op || strcmp(n->op->name, "linear")) return false;
   Value *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
   return rw_targ(n, "input") && rw_targ(n, "input")->rank >= 1 && const_weight(g, w) && w->rank == 2 &&
-         (!b || (const_weight(g, b) && b->rank == 1 && b->dtype == w->dtype));
+         (!b || (const_weight(g, b) && b->rank == 1 && b->dtype == w->dtype && numel(b->weight) == w->weight->sizes[0]));
 }
 
 static bool siblings(const Node *a, const Node *b) {
