@@ -625,6 +625,27 @@ static void conv_geom(E *e, const Tensor *x, const Tensor *w, const Tensor *y, i
   }
 }
 
+/* The taps of output (o0, o1, o2) that fall inside the input: their offsets in an input plane (xi)
+ * and in a kernel (wi); the count. The forward sum and its gradients walk the same taps. */
+static int64_t conv_taps(const ConvGeom *g, int64_t o0, int64_t o1, int64_t o2, int64_t *xi, int64_t *wi) {
+  int64_t n = 0;
+  for (int64_t k0 = 0; k0 < g->k[0]; k0++) {
+    int64_t i0 = o0 * g->st[0] - g->pd[0] + k0 * g->dl[0];
+    if (i0 < 0 || i0 >= g->in[0]) continue;
+    for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
+      int64_t i1 = o1 * g->st[1] - g->pd[1] + k1 * g->dl[1];
+      if (i1 < 0 || i1 >= g->in[1]) continue;
+      for (int64_t k2 = 0; k2 < g->k[2]; k2++) {
+        int64_t i2 = o2 * g->st[2] - g->pd[2] + k2 * g->dl[2];
+        if (i2 < 0 || i2 >= g->in[2]) continue;
+        xi[n] = (i0 * g->in[1] + i1) * g->in[2] + i2;
+        wi[n++] = (k0 * g->k[1] + k1) * g->k[2] + k2;
+      }
+    }
+  }
+  return n;
+}
+
 int eval_conv(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "input"), *w = T(e, "weight"), *bias = T(e, "bias"), *out = out0(e);
@@ -640,6 +661,7 @@ int eval_conv(E *e) {
   double *bv = bias ? read_f64(I, bias) : NULL;
   int64_t isp = in[0] * in[1] * in[2], osp = os[0] * os[1] * os[2], ksp = k[0] * k[1] * k[2];
   if (!tr) {
+    int64_t *xi = arena_array(I->c->arena, (size_t)ksp + 1, sizeof *xi), *wi = arena_array(I->c->arena, (size_t)ksp + 1, sizeof *wi);
     for (int64_t n = 0; n < Nb; n++)
       for (int64_t oc = 0; oc < Cout; oc++) {
         int64_t grp = oc / Cout_g;
@@ -647,22 +669,11 @@ int eval_conv(E *e) {
           for (int64_t o1 = 0; o1 < os[1]; o1++)
             for (int64_t o2 = 0; o2 < os[2]; o2++) {
               double acc = bv ? bv[oc] : 0;
+              int64_t nt = conv_taps(&cg, o0, o1, o2, xi, wi);
               for (int64_t ic = 0; ic < Cin_g; ic++) {
                 const double *xp = xv + (n * Cin + grp * Cin_g + ic) * isp;
                 const double *wp = wv + (oc * Cin_g + ic) * ksp;
-                for (int64_t k0 = 0; k0 < k[0]; k0++) {
-                  int64_t i0 = o0 * st[0] - pd[0] + k0 * dl[0];
-                  if (i0 < 0 || i0 >= in[0]) continue;
-                  for (int64_t k1 = 0; k1 < k[1]; k1++) {
-                    int64_t i1 = o1 * st[1] - pd[1] + k1 * dl[1];
-                    if (i1 < 0 || i1 >= in[1]) continue;
-                    for (int64_t k2 = 0; k2 < k[2]; k2++) {
-                      int64_t i2 = o2 * st[2] - pd[2] + k2 * dl[2];
-                      if (i2 < 0 || i2 >= in[2]) continue;
-                      acc += xp[(i0 * in[1] + i1) * in[2] + i2] * wp[(k0 * k[1] + k1) * k[2] + k2];
-                    }
-                  }
-                }
+                for (int64_t t = 0; t < nt; t++) acc += xp[xi[t]] * wp[wi[t]];
               }
               ov[((n * Cout + oc) * os[0] + o0) * os[1] * os[2] + o1 * os[2] + o2] = acc;
             }
@@ -1109,13 +1120,14 @@ int eval_conv_backward(E *e) {
   RArg *ma = A(e, "output_mask");
   ConvGeom cg;
   conv_geom(e, x, w, gy, nsp, &cg);
-  int64_t *st = cg.st, *pd = cg.pd, *dl = cg.dl, *in = cg.in, *k = cg.k, *os = cg.os;
+  int64_t *in = cg.in, *k = cg.k, *os = cg.os;
   int64_t Nb = x->sizes[0], Cin = x->sizes[1], Cout = w->sizes[0], Cin_g = Cin / g, Cout_g = Cout / g;
   int64_t isp = in[0] * in[1] * in[2], ksp = k[0] * k[1] * k[2];
   double *xv = read_f64(I, x), *wv = read_f64(I, w), *gv = read_f64(I, gy);
   double *gx = arena_array(I->c->arena, (size_t)tensor_numel(x) + 1, sizeof *gx);
   double *gw = arena_array(I->c->arena, (size_t)tensor_numel(w) + 1, sizeof *gw);
   double *gb = arena_array(I->c->arena, (size_t)Cout + 1, sizeof *gb);
+  int64_t *xi = arena_array(I->c->arena, (size_t)ksp + 1, sizeof *xi), *wi = arena_array(I->c->arena, (size_t)ksp + 1, sizeof *wi);
   for (int64_t n = 0; n < Nb; n++)
     for (int64_t oc = 0; oc < Cout; oc++) {
       int64_t grp = oc / Cout_g;
@@ -1124,22 +1136,12 @@ int eval_conv_backward(E *e) {
           for (int64_t o2 = 0; o2 < os[2]; o2++) {
             double d = gv[((n * Cout + oc) * os[0] + o0) * os[1] * os[2] + o1 * os[2] + o2];
             gb[oc] += d;
+            int64_t nt = conv_taps(&cg, o0, o1, o2, xi, wi);
             for (int64_t ic = 0; ic < Cin_g; ic++) {
               int64_t xo = (n * Cin + grp * Cin_g + ic) * isp, wo = (oc * Cin_g + ic) * ksp;
-              for (int64_t k0 = 0; k0 < k[0]; k0++) {
-                int64_t i0 = o0 * st[0] - pd[0] + k0 * dl[0];
-                if (i0 < 0 || i0 >= in[0]) continue;
-                for (int64_t k1 = 0; k1 < k[1]; k1++) {
-                  int64_t i1 = o1 * st[1] - pd[1] + k1 * dl[1];
-                  if (i1 < 0 || i1 >= in[1]) continue;
-                  for (int64_t k2 = 0; k2 < k[2]; k2++) {
-                    int64_t i2 = o2 * st[2] - pd[2] + k2 * dl[2];
-                    if (i2 < 0 || i2 >= in[2]) continue;
-                    int64_t xi = xo + (i0 * in[1] + i1) * in[2] + i2, wi = wo + (k0 * k[1] + k1) * k[2] + k2;
-                    gx[xi] += d * wv[wi];
-                    gw[wi] += d * xv[xi];
-                  }
-                }
+              for (int64_t t = 0; t < nt; t++) {
+                gx[xo + xi[t]] += d * wv[wo + wi[t]];
+                gw[wo + wi[t]] += d * xv[xo + xi[t]];
               }
             }
           }
