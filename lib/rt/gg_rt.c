@@ -225,18 +225,7 @@ fail:
   return 1;
 }
 
-GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLTensor *v) {
-  if (!m || i < 0 || i >= gg__desc.nmutable) return 1;
-  const gg_weight_desc *wd = &gg__desc.weights[gg__desc.mutable_weight[i]];
-  *name = wd->fqn;
-  memset(v, 0, sizeof *v);
-  v->data = m->mut[i];
-  v->device.device_type = kDLCPU;
-  v->ndim = gg__desc.mutable_ndims[i];
-  v->dtype = gg__desc.mutable_dtypes[i];
-  v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
-  return 0;
-}
+GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLTensor *v) { return m ? mutated_buffer(m->mut, i, name, v) : 1; }
 
 /* ---------------------------------------------------------------- training */
 

@@ -139,3 +139,17 @@ GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, in
 
 /* kDLCPU, or kDLCUDA for a model compiled with --target cuda: where its inputs and outputs live. */
 GG_EXPORT int gg_device_type(void) { return gg__desc.device; }
+
+/* Mutated buffer i of a model whose runtime keeps them at mut[]: its name and a tensor on the
+ * model's device (the runtimes' gg_mutated_buffer). */
+static int mutated_buffer(void *const *mut, int i, const char **name, DLTensor *v) {
+  if (i < 0 || i >= gg__desc.nmutable) return 1;
+  *name = gg__desc.weights[gg__desc.mutable_weight[i]].fqn;
+  memset(v, 0, sizeof *v);
+  v->data = mut[i];
+  v->device.device_type = (DLDeviceType)gg__desc.device;
+  v->ndim = gg__desc.mutable_ndims[i];
+  v->dtype = gg__desc.mutable_dtypes[i];
+  v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}
