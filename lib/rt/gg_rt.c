@@ -496,6 +496,15 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
 
 /* ---------------------------------------------------------------- convolution */
 
+/* The outputs o of a row of n whose input o*s + off falls inside [0, in): [*lo, *hi), found once
+ * rather than tested per element (depthwise convolution, im2col, max pooling). */
+static inline void row_inside(int64_t off, int64_t s, int64_t in, int64_t n, int64_t *lo, int64_t *hi) {
+  *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  *hi = in - 1 - off < 0 ? 0 : (in - 1 - off) / s + 1;
+  if (*hi > n) *hi = n;
+  if (*lo > *hi) *lo = *hi;
+}
+
 
 /* Depthwise (one input channel per group): direct loops, one output plane per task; the inner loop
  * runs along the output row. im2col + GEMM would multiply a 1-row matrix per channel. */
@@ -522,10 +531,8 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
               for (int64_t k2 = 0; k2 < c->k[2]; k2++) {                                              \
                 T wv = wp[(k0 * c->k[1] + k1) * c->k[2] + k2];                                        \
                 int64_t off = k2 * c->dil[2] - c->pad[2], s = c->stride[2];                           \
-                /* the o2 range whose input index o2*s + off falls inside [0, in) */                 \
-                int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s, hi = (c->in[2] - 1 - off) / s + 1;    \
-                if (c->in[2] - 1 - off < 0) hi = 0;                                                   \
-                if (hi > c->out[2]) hi = c->out[2];                                                   \
+                int64_t lo, hi;                                                                       \
+                row_inside(off, s, c->in[2], c->out[2], &lo, &hi);                                    \
                 for (int64_t o2 = lo; o2 < hi; o2++) row[o2] += wv * xr[o2 * s + off];                \
               }                                                                                       \
             }                                                                                         \
@@ -546,11 +553,8 @@ DEPTHWISE(depthwise_f64, double)
       for (int64_t kk = 0; kk < ksp; kk++) {                                                          \
         int64_t k0 = kk / (c->k[1] * c->k[2]), k1 = kk / c->k[2] % c->k[1], k2 = kk % c->k[2];        \
         T *row = col + (ic * ksp + kk) * osp;                                                         \
-        /* the o2 range whose input column o2*s + off lies inside the row: no test per element */     \
-        int64_t s2 = c->stride[2], off = k2 * c->dil[2] - c->pad[2];                                  \
-        int64_t lo = off >= 0 ? 0 : (-off + s2 - 1) / s2, hi = c->in[2] - 1 - off < 0 ? 0 : (c->in[2] - 1 - off) / s2 + 1;\
-        if (hi > c->out[2]) hi = c->out[2];                                                           \
-        if (lo > hi) lo = hi;                                                                         \
+        int64_t s2 = c->stride[2], off = k2 * c->dil[2] - c->pad[2], lo, hi;                          \
+        row_inside(off, s2, c->in[2], c->out[2], &lo, &hi);                                           \
         for (int64_t o0 = 0; o0 < c->out[0]; o0++) {                                                  \
           int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                                \
           for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                \
@@ -698,8 +702,8 @@ CONV_WGRAD(gg_rt_conv_wgrad_f64, double, gg_rt_dgemm)
           const T *xr = x + (pl * p->H + h) * p->W;                                                   \
           for (int64_t kw = 0; kw < p->k[1]; kw++) {                                                  \
             int64_t off = kw * p->dil[1] - p->pad[1], s = p->stride[1];                               \
-            int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s, hi = p->W - 1 - off < 0 ? 0 : (p->W - 1 - off) / s + 1; \
-            if (hi > p->OW) hi = p->OW;                                                               \
+            int64_t lo, hi;                                                                           \
+            row_inside(off, s, p->W, p->OW, &lo, &hi);                                                \
             for (int64_t ow = lo; ow < hi; ow++) {                                                    \
               T v = xr[ow * s + off];                                                                 \
               row[ow] = v > row[ow] || v != v ? v : row[ow];                                          \
