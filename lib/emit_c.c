@@ -674,7 +674,11 @@ int emit_dropout(Em *e, Node *n) {
   const Arg *tr = &n->args[ops_arg_index(n->op, "train")];
   const Arg *p = &n->args[ops_arg_index(n->op, "p")];
   if (tr->k == AK_BOOL && tr->u.b && p->u.f > 0) return efail(e, n, "dropout in training mode is random; export in eval mode");
-  return emit_pointwise(e, n);
+  /* the identity: the output is the input's storage (as a view), not a copy */
+  TV *src = tv_of(e, n, n->args[0].u.t);
+  if (!src) return -1;
+  e->tv[n->outs[0]->id] = *src;
+  return 0;
 }
 
 int emit_to(Em *e, Node *n) {

@@ -290,6 +290,8 @@ expect 0 "weights folded                         agrees" -- "$GG" check $M/cnn_s
 expect 0 "batch norm 'batch_norm_1' folded into convolution 'conv2d_1'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/fold.so"
 expect 0 "linear 'linear_2' computed in the stacked product 'linear.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/bert_tiny/model.pt2 -o "$TMP/fold.so"
 expect 0 "linear 'linear_5' computed in the stacked product 'linear_4.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/llama_tiny/model.pt2 -o "$TMP/fold.so"
+# dropout in eval mode is the identity: its output is its input's storage, no kernel of its own
+if "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/bt_src" 2>"$TMP/err" && grep -q "node layer_norm" "$TMP/bt_src/model.c" && ! grep -q "node dropout" "$TMP/bt_src/model.c"; then ok; else no "dropout in eval mode has a kernel of its own (or compile -S failed: $(cat "$TMP/err"))"; fi
 env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"
 if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
