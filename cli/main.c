@@ -46,6 +46,7 @@ static const char usage_main[] =
   "                 autograd, partition, fusion, schedule, memory, guards, output_code, cache, or all\n"
   "  GCC_GRAPH_CACHE_DIR=DIR     reuse compiled models: an unchanged model rebuilds in milliseconds\n"
   "  GCC_GRAPH_PROFILE=1         compiled models print the nodes that took the most time\n"
+  "  GCC_GRAPH_BLAS_ONLY=1       compiled CPU models leave their own AVX-512 float32 kernel for BLAS\n"
   "\n"
   "Exit status: 0 success, 1 bad input, 2 wrong usage.\n";
 

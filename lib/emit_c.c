@@ -34,6 +34,9 @@ typedef struct TV {          /* a value as the generated code sees it: storage +
   const Expr *sizes[R], *strides[R], *offset;
 } TV;
 
+/* A weight matrix packed at gg_open (the runtime's gg_pack_desc) */
+typedef struct PackDesc { int weight, side; int64_t offset, rows, cols, srow, scol; } PackDesc;
+
 typedef struct Em {
   Ctx *c;
   Graph *g;
@@ -54,6 +57,11 @@ typedef struct Em {
   const char *launch;       /* its grid-stride loop's length in threads (NULL: one thread) */
   bool rowwarp;             /* its rows are each taken by a warp (open_rows) */
   FILE *errs;               /* CUDA: the message of each kernel that checks indices, by kernel id */
+  bool pack_ok;             /* CPU inference: float32 weights of products may be packed at gg_open */
+  bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
+  int npacks;
+  PackDesc *packs;      /* the weights packed at gg_open, in the order of w[nweights + j] */
+  bool *absorbed;           /* by node id: a ReLU applied by the product or convolution it follows */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -605,6 +613,12 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
 }
 
 int emit_pointwise(Em *e, Node *n) {
+  if (e->absorbed && e->absorbed[n->id]) {   /* a ReLU its product or convolution applied */
+    TV *src = tv_of(e, n, n->args[0].u.t);
+    if (!src) return -1;
+    e->tv[n->outs[0]->id] = *src;
+    return 0;
+  }
   if (fusible(e, n)) {   /* computed where it is read */
     TV *t = &e->tv[n->outs[0]->id];
     memset(t, 0, sizeof *t);
@@ -1084,6 +1098,50 @@ int emit_scan(Em *e, Node *n) {
 /* ---------------------------------------------------------------- matrix products */
 
 /* A view usable as a BLAS matrix: one of its two last strides is 1. */
+/* ---------------------------------------------------------------- packed weights and epilogues */
+
+/* The matrix of weight t read as rows x cols with strides (srow, scol), packed at gg_open for the
+ * runtime's own float32 kernel (gg_rt_gemm_packed, side 0: left operand, 1: right): the name of the
+ * packed copy in the run body, or NULL when it cannot be (not a weight as stored, a buffer the model
+ * updates, training, --target cuda, sizes not known at compile time). */
+static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, const Expr *cols, const Expr *srow, const Expr *scol) {
+  if (!e->pack_ok || t->dt != DT_F32 || e->st[t->stor].kind != S_WEIGHT || e->mutated[e->st[t->stor].index]) return NULL;
+  PackDesc d = {e->st[t->stor].index, side, 0, 0, 0, 0, 0};
+  if (!expr_is_const(t->offset, &d.offset) || !expr_is_const(rows, &d.rows) || !expr_is_const(cols, &d.cols) || !expr_is_const(srow, &d.srow) ||
+      !expr_is_const(scol, &d.scol) || d.rows <= 0 || d.cols <= 0)
+    return NULL;
+  for (int j = 0; j < e->npacks; j++)
+    if (!memcmp(&e->packs[j], &d, sizeof d)) return arena_printf(e->a, "pk%d", j);
+  PackDesc *n = arena_array(e->a, (size_t)e->npacks + 1, sizeof *n);
+  if (e->npacks) memcpy(n, e->packs, sizeof *n * (size_t)e->npacks);
+  n[e->npacks] = d;
+  e->packs = n;
+  return arena_printf(e->a, "pk%d", e->npacks++);
+}
+
+/* A ReLU that is the only reader of product or convolution n's output (same shape and dtype, CPU):
+ * applied in n's epilogue while the tile is in registers; its node then only names n's output. */
+static Node *epilogue_relu(Em *e, Node *n) {
+  Value *v = n->outs[0];
+  Node *u = e->user[v->id];
+  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* the test hook miscompiles the ReLU's own kernel */
+  if (bug && !strcmp(bug, "relu")) return NULL;
+  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || strcmp(u->op->name, "relu") || u->nouts != 1 || u->outs[0]->dtype != v->dtype ||
+      !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype))
+    return NULL;
+  return u;
+}
+
+static void absorb(Em *e, Node *relu, Node *into) {
+  if (!e->absorbed) e->absorbed = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->absorbed);
+  e->absorbed[relu->id] = true;
+  if (e->c->record) {
+    if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
+    e->fused_into[relu->id] = into;
+  }
+  gg_log(e->c, LOG_FUSION, "node %s (relu) applied in the epilogue of %s (%s)", gg_quote(e->c, relu->name), gg_quote(e->c, into->name), into->op->name);
+}
+
 static bool blas_ok(Em *e, const TV *t) {
   if (t->rank < 2) return false;
   int64_t a, b;
@@ -1200,15 +1258,41 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     Bb = broadcast_tv(e, &B, nb + 2, bs);
   }
   if (e->cuda) return matmul_cuda(e, n, out, &Ab, &Bb, nb, bias, alpha, beta);
+  Node *relu = epilogue_relu(e, n);
+  if (relu) absorb(e, relu, n);
+  /* a weight on the right of one float32 product: packed at gg_open; the left operand is packed per
+   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and ReLU go to the epilogue */
+  const TV *bt = bias ? &e->tv[bias->id] : NULL;
+  int64_t unit;
+  bool col_bias = bt && beta == 1 && bt->dt == dt && bt->rank == 1 && expr_same(e->g, bt->sizes[0], N) && expr_is_const(bt->strides[0], &unit) &&
+                  unit == 1;
+  const char *pk = dt == DT_F32 && nb == 0 && !a_vec && !b_vec && alpha == 1 && (!bt || col_bias)
+                       ? weight_pack(e, &Bb, 1, K, N, Bb.strides[0], Bb.strides[1])
+                       : NULL;
+  int apk = pk ? new_stor(e, S_SCRATCH, 0, DT_F32, MUL(e, ADD(e, M, C(e, 8)), K)) : -1;
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "matrix product");
+  kernel_begin(e, n, pk ? "matrix product (packed weight)" : "matrix product");
   const char *T = ctype(dt);
   kopen(e, id, false, true);
   fprintf(f, "%s *restrict y, const %s *a, const %s *b, const %s *bias", T, T, T, bias ? ctype(e->tv[bias->id].dt) : T);
+  if (pk) fputs(", float *ap, const float *pk", f);
   ksyms(e);
   fputs("  (void)bias;\n", f);
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
+  if (pk) {
+    fprintf(f, "  if (pk) {\n    gg_rt_pack(0, M, K, a + %s, %s, %s, ap);\n", cx(e, Ab.offset), cx(e, Ab.strides[0]), cx(e, Ab.strides[1]));
+    fprintf(f, "    gg_rt_gemm_packed(M, N, K, ap, pk, y, N, NULL, %s, %s);\n    return;\n  }\n",
+            bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", relu ? "true" : "false");
+  }
+  /* a batch of small float32 products (attention heads): one product per thread, on the runtime's own
+   * kernel; where BLAS runs them, one after another (concurrent calls into OpenBLAS serialize, and
+   * even an inactive parallel region around them made OpenBLAS 10x slower) */
+  bool par = nb > 0 && dt == DT_F32;
+  char *lbuf = NULL;
+  size_t llen = 0;
+  FILE *kf = f;
+  if (par) e->k = f = open_memstream(&lbuf, &llen);
   int cl = open_loops(e, nb, out->sizes, false);
   char *ai = NULL, *bi = NULL;
   size_t l1 = 0, l2 = 0;
@@ -1239,9 +1323,15 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   free(ai);
   free(bi);
   close_loops(e, cl);
-  if (bias || alpha != 1) {
-    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias */
-    TV *bt = bias ? &e->tv[bias->id] : NULL;
+  if (par) {
+    fclose(f);
+    e->k = f = kf;
+    fprintf(f, "  if (gg_rt_packed_ok() && (double)M * N * K < 8e6) {\n  #pragma omp parallel for schedule(static)%s\n%s  } else {\n%s  }\n",
+            nb > 1 ? arena_printf(e->a, " collapse(%d)", nb) : "", lbuf, lbuf);
+    free(lbuf);
+  }
+  if (bias || alpha != 1 || relu) {
+    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias, then ReLU */
     TV bb = bt ? broadcast_tv(e, bt, out->rank, out->sizes) : *out;
     int c2 = open_loops(e, out->rank, out->sizes, true);
     const char *yi = index_of(e, out, out->rank);
@@ -1252,12 +1342,14 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
       load_f(f, bt->dt, "bias", index_of(e, &bb, out->rank));
     }
     fputs(";\n    ", f);
+    if (relu) fputs("if (!(v > 0) && !isnan(v)) v = 0;\n    ", f);
     store(f, dt, true, "y", yi, "v");
     close_loops(e, c2);
   }
   fputs("}\n", f);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
+  if (pk) fprintf(e->r, ", %s, %s", sname(e, apk), pk);
   kcall_end(e);
   (void)cl;
   return 0;
@@ -1387,22 +1479,33 @@ int emit_conv(Em *e, Node *n) {
   const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
-  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), sp));
+  /* columns padded to the 32-wide panels of the packed kernel */
+  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), ADD(e, sp, C(e, 32))));
+  Node *relu = epilogue_relu(e, n);
+  if (relu) absorb(e, relu, n);
+  /* one group, float32: the weight (Cout x Cin*kernel) packed at gg_open */
+  int64_t g1;
+  const char *pk = !tr && expr_is_const(groups, &g1) && g1 == 1 ? weight_pack(e, w, 0, cout, MUL(e, cin, ksp), MUL(e, cin, ksp), C(e, 1)) : NULL;
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)");
+  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : pk ? "convolution (im2col + GEMM, packed weight)" : "convolution (im2col + GEMM)");
   const char *T = ctype(y->dtype);
   kopen(e, id, false, true);
   fprintf(f, "%s *y, const %s *x, const %s *w, const %s *b, %s *col", T, T, T, T, T);
+  if (pk) fputs(", const float *pk", f);
   ksyms(e);
   fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s};\n",
           batched ? cx(e, x->sizes[0]) : "1", cx(e, cin), cx(e, cout), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
   if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
-  else fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col);\n}\n", y->dtype == DT_F32 ? "f32" : "f64");
+  else {
+    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s);\n  else", relu ? "true" : "false");
+    fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", relu ? "true" : "false");
+  }
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));
+  if (pk) fprintf(e->r, ", %s", pk);
   kcall_end(e);
   return 0;
 }
@@ -2173,11 +2276,24 @@ typedef struct Prog {
   int64_t planned, naive;
   int nprof;                        /* nodes with a profile slot */
   char *errs;                       /* CUDA: switch cases from kernel id to index message */
+  int npacks;                       /* weights packed at gg_open (CPU inference) */
+  PackDesc *packs;
 } Prog;
 
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. */
-static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, FILE *out, Prog *P) {
+/* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
+static int mutated_weight(const Graph *g, const OutputSpec *o) {
+  int w = -1;
+  for (int j = 0, wi = 0; j < g->ninputs; j++) {
+    if (g->inputs[j]->input == IN_USER) continue;
+    if (g->inputs[j]->fqn && o->target_name && !strcmp(g->inputs[j]->fqn, o->target_name)) w = wi;
+    wi++;
+  }
+  return w;
+}
+
+static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
   e->c = c;
   e->g = g;
@@ -2205,6 +2321,12 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
       t->offset = C(e, v->weight->offset);
       for (int d = 0; d < v->rank; d++) t->strides[d] = C(e, v->weight->strides[d]);
     }
+  }
+  e->pack_ok = packs && !c->cuda;
+  e->mutated = arena_array(c->arena, (size_t)nweights + 1, sizeof *e->mutated);
+  for (int i = 0; i < g->noutputs; i++) {
+    int w = g->outputs[i].kind == OUT_BUFFER_MUTATION ? mutated_weight(g, &g->outputs[i]) : -1;
+    if (w >= 0) e->mutated[w] = true;
   }
   /* who reads what: fusion needs single readers */
   e->uses = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->uses);
@@ -2254,12 +2376,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   for (int i = 0; !rc && i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];
     if (o->kind != OUT_BUFFER_MUTATION) continue;
-    int w = -1;
-    for (int j = 0, wi = 0; j < g->ninputs; j++) {
-      if (g->inputs[j]->input == IN_USER) continue;
-      if (g->inputs[j]->fqn && o->target_name && !strcmp(g->inputs[j]->fqn, o->target_name)) w = wi;
-      wi++;
-    }
+    int w = mutated_weight(g, o);
     if (w < 0) { rc = gg_error(c, "%s: mutated buffer %s is not an input", g->path, gg_quote(c, o->target_name)); break; }
     mut_of[w] = nmut;
     mut_w[nmut] = w;
@@ -2297,7 +2414,8 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
   fputs("};\n", out);
   P->nprof = nprof;
-  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs};
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
+              e->npacks, e->packs};
   fputs(kbuf, out);
   /* guard, shapes, scratch, run */
   FILE *save = e->k;
@@ -2340,6 +2458,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
     else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
     else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
   }
+  for (int j = 0; j < e->npacks; j++) fprintf(out, "  const float *pk%d = (const float *)w[%d];\n", j, nweights + j);
   fputs(rbuf, out);
   fputs("  return NULL;\n}\n", out);
   free(kbuf);
@@ -2368,11 +2487,11 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
   Prog F, B = {0};
-  int rc = emit_program(c, g, "m", 0, true, ff, &F);
+  int rc = emit_program(c, g, "m", 0, true, !bwd, ff, &F);
   fclose(ff);
   if (!rc && bwd) {
     FILE *bf = open_memstream(&bbuf, &blen);
-    rc = emit_program(c, bwd, "b", F.nk, false, bf, &B);
+    rc = emit_program(c, bwd, "b", F.nk, false, false, bf, &B);
     fclose(bf);
   }
   if (rc) { free(fbuf); free(bbuf); return -1; }
@@ -2449,11 +2568,22 @@ int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, 
       fprintf(out, "%s%lld", i || d ? ", " : "", (long long)v);
     }
   fputs(nmut ? "};\n" : "0};\n", out);
+  if (F.npacks) {
+    fputs("\n/* Weights packed at gg_open for the runtime's float32 kernel: weight, side, offset, rows, cols, strides. */\n", out);
+    fputs("static const gg_pack_desc gg_packs[] = {\n", out);
+    for (int j = 0; j < F.npacks; j++) {
+      const PackDesc *d = &F.packs[j];
+      fprintf(out, "  {%d, %d, INT64_C(%lld), INT64_C(%lld), INT64_C(%lld), INT64_C(%lld), INT64_C(%lld)},\n", d->weight, d->side, (long long)d->offset,
+              (long long)d->rows, (long long)d->cols, (long long)d->srow, (long long)d->scol);
+    }
+    fputs("};\n", out);
+  }
   fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nuser_out, g->nsyms,
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n};\n", F.nprof, c->cuda ? "kDLCUDA" : "kDLCPU", c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL");
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n  %d, %s,\n};\n", F.nprof, c->cuda ? "kDLCUDA" : "kDLCPU",
+          c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

@@ -102,6 +102,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   free(m->own);
   free(m->opt_m);
   free(m->opt_v);
+  for (int j = 0; m->w && j < gg__desc.npacks; j++) free(m->w[gg__desc.nweights + j]);
   free(m->w);
   for (int i = 0; i < 8; i++) free(m->pool[i]);
   pthread_mutex_destroy(&m->lock);
@@ -118,7 +119,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
   pthread_mutex_init(&m->pool_lock, NULL);
-  m->w = calloc((size_t)d->nweights + 1, sizeof *m->w);
+  m->w = calloc((size_t)d->nweights + (size_t)d->npacks + 1, sizeof *m->w);
   m->mut = calloc((size_t)d->nmutable + 1, sizeof *m->mut);
   m->own = calloc((size_t)d->nweights + 1, sizeof *m->own);
   m->opt_m = calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_m);
@@ -139,6 +140,17 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
       m->mut[wd->mutable_index] = p;
       m->w[i] = p;
     }
+  }
+  /* the weights of float32 products, packed for gg_rt_gemm_packed (inference models only) */
+  for (int j = 0; j < d->npacks && gg_rt_packed_ok(); j++) {
+    const gg_pack_desc *pd = &d->packs[j];
+    void *p = NULL;
+    if (posix_memalign(&p, GG_RT_ALIGN, sizeof(float) * (size_t)gg_rt_pack_floats(pd->side, pd->rows, pd->cols) + 1)) {
+      gg_close(m);
+      return gg_rt_fail(err, errlen, "out of memory");
+    }
+    gg_rt_pack(pd->side, pd->rows, pd->cols, (const float *)m->w[pd->weight] + pd->offset, pd->srow, pd->scol, p);
+    m->w[d->nweights + j] = p;
   }
   m->lr = gg__train.lr;
   /* training: the parameters with gradients get private copies, which the optimizer updates */
@@ -491,8 +503,215 @@ static void blas_setup(void) {
       else NAME##_one(n, N, K, A + at * sam, sam, sak, B, sbk, sbn, C + at * N, N);                   \
     }                                                                                                 \
   }
-GEMM(gg_rt_sgemm, float, cblas_sgemm)
+GEMM(blas_sgemm, float, cblas_sgemm)
 GEMM(gg_rt_dgemm, double, cblas_dgemm)
+
+/* ---------------------------------------------------------------- float32 products on packed panels */
+
+/* Our own float32 kernel, for the products whose one operand is a weight (inference on the CPU):
+ * the weight is packed once, at gg_open, into the panels the kernel reads; the other operand is
+ * packed per call (for a convolution, im2col writes the panels directly), and the bias and a fused
+ * ReLU are applied while a tile is in registers. OpenBLAS would pack the weight again on every call
+ * (9.4 MB for each of resnet18's last convolutions, for 49 output columns). The kernel is AVX-512,
+ * chosen at run time, so a .so built on one x86-64 machine runs on another; elsewhere (and with
+ * GCC_GRAPH_BLAS_ONLY=1) no weight is packed and the products go to BLAS.
+ *
+ * Layout: A (M x K) in panels of PK_MR rows, each K x PK_MR with a row's PK_MR values together per k;
+ * B (K x N) in panels of PK_NR columns, each K x width (PK_NR, or 16 for a last panel of at most
+ * 16 columns). Padding rows and columns are zeros. A micro-tile of PK_MR x PK_NR outputs lives in 16
+ * zmm registers; the loops over it follow BLIS: for each PK_KC slice of K, each B panel (its slice in
+ * L1) against every A panel of the tile (their slices in L2). */
+#define PK_MR 8
+#define PK_NR 32
+#define PK_KC 384
+
+static int64_t pk_width(int64_t N, int64_t jp) { return N - jp * PK_NR <= 16 ? 16 : PK_NR; }
+
+int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols) {
+  return side == 0 ? (rows + PK_MR - 1) / PK_MR * PK_MR * cols : (cols + PK_NR - 1) / PK_NR * PK_NR * rows;
+}
+
+void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst) {
+  if (side == 0) {
+    int64_t M = rows, K = cols;
+    _Pragma("omp parallel for schedule(static) if(M * K > 65536 && !omp_in_parallel())")
+    for (int64_t ip = 0; ip < (M + PK_MR - 1) / PK_MR; ip++) {
+      float *d = dst + ip * K * PK_MR;
+      for (int64_t k = 0; k < K; k++)
+        for (int64_t i = 0; i < PK_MR; i++) {
+          int64_t r = ip * PK_MR + i;
+          d[k * PK_MR + i] = r < M ? src[r * srow + k * scol] : 0;
+        }
+    }
+  } else {
+    int64_t K = rows, N = cols;
+    _Pragma("omp parallel for schedule(static) if(N * K > 65536 && !omp_in_parallel())")
+    for (int64_t jp = 0; jp < (N + PK_NR - 1) / PK_NR; jp++) {
+      int64_t w = pk_width(N, jp);
+      float *d = dst + jp * K * PK_NR;
+      for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < w; j++) {
+          int64_t n = jp * PK_NR + j;
+          d[k * w + j] = n < N ? src[k * srow + n * scol] : 0;
+        }
+    }
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GG_X512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
+
+static bool packed_on;
+static pthread_once_t packed_once = PTHREAD_ONCE_INIT;
+static void packed_setup(void) {
+  const char *off = getenv("GCC_GRAPH_BLAS_ONLY");
+  __builtin_cpu_init();
+  packed_on = __builtin_cpu_supports("avx512f") && !(off && *off && strcmp(off, "0"));
+}
+bool gg_rt_packed_ok(void) {
+  pthread_once(&packed_once, packed_setup);
+  return packed_on;
+}
+
+/* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
+ * the row and column biases and ReLU when given (the last slice of K) */
+static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                                                   int mr, int nr, bool acc, const float *rb, const float *cb, bool relu) {
+  __m512 c0[PK_MR], c1[PK_MR];
+  for (int i = 0; i < PK_MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; k++) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
+    for (int i = 0; i < PK_MR; i++) {
+      __m512 av = _mm512_set1_ps(a[i]);
+      c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+      if (nv > 1) c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+    }
+    a += PK_MR;
+    b += 16 * nv;
+  }
+  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0, zero = cb0;
+  if (cb) {
+    cb0 = _mm512_maskz_loadu_ps(m0, cb);
+    if (nv > 1) cb1 = _mm512_maskz_loadu_ps(m1, cb + 16);
+  }
+  for (int i = 0; i < mr; i++) {
+    float *ci = c + i * ldc;
+    __m512 v0 = c0[i], v1 = c1[i];
+    if (acc) {
+      v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, ci));
+      if (nv > 1) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, ci + 16));
+    }
+    if (rb) {
+      __m512 r = _mm512_set1_ps(rb[i]);
+      v0 = _mm512_add_ps(v0, r);
+      v1 = _mm512_add_ps(v1, r);
+    }
+    if (cb) {
+      v0 = _mm512_add_ps(v0, cb0);
+      v1 = _mm512_add_ps(v1, cb1);
+    }
+    if (relu) {
+      v0 = _mm512_max_ps(zero, v0);   /* the second operand when either is NaN: NaN stays */
+      v1 = _mm512_max_ps(zero, v1);
+    }
+    _mm512_mask_storeu_ps(ci, m0, v0);
+    if (nv > 1) _mm512_mask_storeu_ps(ci + 16, m1, v1);
+  }
+}
+static GG_X512 void pk_tile32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
+                              const float *cb, bool relu) {
+  pk_tile(2, kc, a, b, c, ldc, mr, nr, acc, rb, cb, relu);
+}
+static GG_X512 void pk_tile16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
+                              const float *cb, bool relu) {
+  pk_tile(1, kc, a, b, c, ldc, mr, nr, acc, rb, cb, relu);
+}
+
+void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
+                       const float *col_bias, bool relu) {
+  if (M <= 0 || N <= 0) return;
+  int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)M * (double)N * (double)K < 2e6) nt = 1;
+  /* a grid of gm x gn tiles of at most 16 x 8 panels (128 rows x 256 columns), refined until there
+   * are two per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
+   * so that tiles differ by at most one panel (an uneven split left one thread idle for a quarter of
+   * resnet18's 784-column products) */
+  int64_t gm = (pm + 15) / 16, gn = (pn + 7) / 8;
+  while (gm * gn < 2 * nt && (gm < pm || gn < pn)) {
+    if (gn < pn && (pn * gm >= pm * gn || gm == pm)) gn++;
+    else gm++;
+  }
+  for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
+    if (gn < pn) gn++;
+    else if (gm < pm) gm++;
+  }
+  if (K == 0) {   /* no slice of K: the epilogue on zeros */
+    static const float zeros[PK_MR * PK_NR];
+    for (int64_t ip = 0; ip < pm; ip++)
+      for (int64_t jp = 0; jp < pn; jp++) {
+        int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
+        pk_tile32(0, zeros, zeros, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
+                  col_bias ? col_bias + jp * PK_NR : NULL, relu);
+      }
+    return;
+  }
+  _Pragma("omp parallel for schedule(dynamic) if(nt > 1)")
+  for (int64_t t = 0; t < gm * gn; t++) {
+    int64_t r = t / gn, q = t % gn, i0 = r * pm / gm, i1 = (r + 1) * pm / gm, j0 = q * pn / gn, j1 = (q + 1) * pn / gn;
+    for (int64_t k0 = 0; k0 < K; k0 += PK_KC) {
+      int64_t kc = K - k0 < PK_KC ? K - k0 : PK_KC;
+      bool last = k0 + kc == K;
+      for (int64_t jp = j0; jp < j1; jp++) {
+        int64_t w = pk_width(N, jp);
+        int nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
+        const float *bp = Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
+        for (int64_t ip = i0; ip < i1; ip++) {
+          int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
+          const float *ap = Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
+          float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
+          if (w == PK_NR) pk_tile32(kc, ap, bp, cc, ldc, mr, nr, k0 > 0, rb, cb, last && relu);
+          else pk_tile16(kc, ap, bp, cc, ldc, mr, nr, k0 > 0, rb, cb, last && relu);
+        }
+      }
+    }
+  }
+}
+#else
+bool gg_rt_packed_ok(void) { return false; }
+void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
+                       const float *col_bias, bool relu) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+  abort();   /* nothing is packed where gg_rt_packed_ok() is false */
+}
+#endif
+
+/* Any float32 product: on the packed kernel where it runs (both operands packed per call into the
+ * calling thread's buffer, kept between calls: no allocation once it is large enough), else BLAS.
+ * Products run by several threads at once (a batch of attention heads) each take one thread; under
+ * OpenBLAS those calls serialize on its buffer pool. */
+static __thread float *pack_buf;
+static __thread size_t pack_cap;
+
+void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C) {
+  if (M == 0 || N == 0) return;
+  size_t na = (size_t)gg_rt_pack_floats(0, M, K), need = na + (size_t)gg_rt_pack_floats(1, K, N);
+  if (gg_rt_packed_ok() && need > pack_cap) {
+    void *p = NULL;
+    if (!posix_memalign(&p, GG_RT_ALIGN, need * sizeof(float))) {
+      free(pack_buf);
+      pack_buf = p;
+      pack_cap = need;
+    }
+  }
+  if (!gg_rt_packed_ok() || need > pack_cap) { blas_sgemm(M, N, K, A, sam, sak, B, sbk, sbn, C); return; }
+  gg_rt_pack(0, M, K, A, sam, sak, pack_buf);
+  gg_rt_pack(1, K, N, B, sbk, sbn, pack_buf + na);
+  gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, false);
+}
 
 /* ---------------------------------------------------------------- convolution */
 
@@ -577,12 +796,92 @@ DEPTHWISE(depthwise_f64, double)
 IM2COL(float)
 IM2COL(double)
 
+#define RELU(T)                                                                                       \
+  static void relu_##T(T *y, int64_t n) {                                                             \
+    _Pragma("omp parallel for schedule(static) if(n > 32768)")                                        \
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);                \
+  }
+RELU(float)
+RELU(double)
+
+/* im2col written straight into the B panels of gg_rt_gemm_packed (one pass, no plain column matrix):
+ * row (ic, k0, k1, k2) of the column matrix holds, for every output position, the input it reads at
+ * that tap (0 in the padding); a panel's columns are consecutive output positions. One task per
+ * panel, which it writes from start to end; the panel's pieces of output rows are found once, and
+ * each tap's in-bounds range along the row too (no division per row of the panel). */
+static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
+  int64_t osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2], K = c->Cin * ksp;
+  int64_t pn = (osp + PK_NR - 1) / PK_NR, s2 = c->stride[2];
+  enum { TAPS = 64 };
+  int64_t lo[TAPS], hi[TAPS];
+  for (int64_t k2 = 0; k2 < c->k[2] && k2 < TAPS; k2++) row_inside(k2 * c->dil[2] - c->pad[2], s2, c->in[2], c->out[2], &lo[k2], &hi[k2]);
+  _Pragma("omp parallel for schedule(static)")
+  for (int64_t jp = 0; jp < pn; jp++) {
+    int64_t w = pk_width(osp, jp);
+    struct { int64_t o0, o1, o2, n, j; } seg[PK_NR];   /* the panel's pieces of output rows */
+    int ns = 0;
+    int64_t o = jp * PK_NR, o2 = o % c->out[2], o1 = o / c->out[2] % c->out[1], o0 = o / (c->out[2] * c->out[1]), j = 0;
+    while (j < w && o0 < c->out[0]) {
+      int64_t n = c->out[2] - o2 < w - j ? c->out[2] - o2 : w - j;
+      seg[ns].o0 = o0; seg[ns].o1 = o1; seg[ns].o2 = o2; seg[ns].n = n; seg[ns].j = j;
+      ns++;
+      j += n;
+      o2 += n;
+      if (o2 == c->out[2]) {
+        o2 = 0;
+        if (++o1 == c->out[1]) { o1 = 0; o0++; }
+      }
+    }
+    int64_t used = j;
+    float *d = Bp + jp * K * PK_NR;
+    for (int64_t ic = 0; ic < c->Cin; ic++)
+      for (int64_t k0 = 0; k0 < c->k[0]; k0++)
+        for (int64_t k1 = 0; k1 < c->k[1]; k1++)
+          for (int64_t k2 = 0; k2 < c->k[2]; k2++, d += w) {
+            int64_t off = k2 * c->dil[2] - c->pad[2], l0, h0;
+            if (k2 < TAPS) { l0 = lo[k2]; h0 = hi[k2]; }
+            else row_inside(off, s2, c->in[2], c->out[2], &l0, &h0);
+            for (int q = 0; q < ns; q++) {
+              int64_t i0 = seg[q].o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0], i1 = seg[q].o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];
+              int64_t a = seg[q].o2, e = a + seg[q].n;
+              float *dr = d + seg[q].j - a;   /* dr[t] is output position t of this output row */
+              if (i0 < 0 || i0 >= c->in[0] || i1 < 0 || i1 >= c->in[1]) {
+                for (int64_t t = a; t < e; t++) dr[t] = 0;
+                continue;
+              }
+              const float *xr = x + (ic * c->in[0] * c->in[1] + i0 * c->in[1] + i1) * c->in[2] + off;
+              int64_t l = l0 < a ? a : l0 > e ? e : l0, h = h0 > e ? e : h0 < l ? l : h0;
+              for (int64_t t = a; t < l; t++) dr[t] = 0;
+              if (s2 == 1) for (int64_t t = l; t < h; t++) dr[t] = xr[t];
+              else for (int64_t t = l; t < h; t++) dr[t] = xr[t * s2];
+              for (int64_t t = h; t < e; t++) dr[t] = 0;
+            }
+            for (int64_t t = used; t < w; t++) d[t] = 0;
+          }
+  }
+}
+
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu) {
+  int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
+  bool same = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;
+  for (int64_t n = 0; n < c->N; n++) {
+    const float *xn = x + n * c->Cin * isp;
+    if (same) gg_rt_pack(1, c->Cin, osp, xn, osp, 1, col);   /* a 1x1 convolution multiplies the image itself */
+    else im2col_pack(c, xn, col);
+    gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, relu);
+  }
+}
+
 #define CONV(NAME, T, GEMMF, DW)                                                                      \
-  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {                 \
+  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col, bool relu) {      \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
     int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
-    if (!c->transposed && icg == 1 && G > 1) { DW(c, x, w, bias, y); return; }                        \
+    if (!c->transposed && icg == 1 && G > 1) {                                                        \
+      DW(c, x, w, bias, y);                                                                           \
+      if (relu) relu_##T(y, c->N * c->Cout * osp);                                                    \
+      return;                                                                                         \
+    }                                                                                                 \
     for (int64_t n = 0; n < c->N; n++)                                                                \
       for (int64_t g = 0; g < G; g++) {                                                               \
         const T *xg = x + (n * c->Cin + g * icg) * isp;                                               \
@@ -623,6 +922,7 @@ IM2COL(double)
           for (int64_t oc = 0; oc < ocg; oc++)                                                        \
             for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
         }                                                                                             \
+        if (relu) relu_##T(yg, ocg * osp);                                                            \
       }                                                                                               \
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)

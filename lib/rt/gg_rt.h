@@ -59,7 +59,20 @@ typedef struct gg_model_desc {
    * address device_error_flag gives) to its code, which device_error turns into a message */
   int *(*device_error_flag)(void);
   const char *(*device_error)(int code);
+  /* CPU inference: float32 weights of matrix products that gg_open packs into the panels of the
+   * runtime's own kernel (gg_rt_gemm_packed); the run finds pack j at w[nweights + j], NULL where
+   * that kernel does not run (no AVX-512, GCC_GRAPH_BLAS_ONLY=1) */
+  int npacks;
+  const struct gg_pack_desc *packs;
 } gg_model_desc;
+
+/* A matrix read out of weight `weight`: element (r, c) at offset + r * srow + c * scol (float32
+ * elements), packed as the left operand (side 0: rows x cols = M x K) or the right one (side 1:
+ * K x N) of gg_rt_gemm_packed. */
+typedef struct gg_pack_desc {
+  int weight, side;
+  int64_t offset, rows, cols, srow, scol;
+} gg_pack_desc;
 
 /* A training model (compile --train): the forward (gg__desc) also writes the values the backward
  * needs, as outputs after its user outputs; the backward takes them, then the loss's cotangent, and
@@ -146,15 +159,28 @@ GG_HD uint16_t gg_f2bf(float f) {
 void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C);
 void gg_rt_dgemm(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak, const double *B, int64_t sbk, int64_t sbn, double *C);
 
+/* float32 products on packed panels (x86-64 with AVX-512, checked at run time): C = A @ B (+ row_bias
+ * per row, + col_bias per column, then ReLU if relu), A packed by gg_rt_pack side 0, B side 1, C with
+ * leading dimension ldc. gg_rt_packed_ok() says whether this machine runs them. Pack sizes are in
+ * floats. */
+bool gg_rt_packed_ok(void);
+int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols);
+void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst);
+void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
+                       const float *col_bias, bool relu);
+
 /* Convolution of contiguous NC[D]HW input with contiguous weight, as 3-d with unit dims. */
 typedef struct gg_conv {
   int64_t N, Cin, Cout, groups;
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
   bool transposed;
 } gg_conv;
-void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch);
-void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch);
-/* col (the im2col buffer) holds (C/groups) * kernel * spatial elements: the emitter sizes it. */
+void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, bool relu);
+void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, bool relu);
+/* col (the im2col buffer) holds (C/groups) * kernel * (spatial + 32) elements: the emitter sizes it.
+ * relu: ReLU applied to the output (a ReLU the emitter fused). gg_rt_conv_packed_f32: the same with
+ * the weight packed (side 0, Cout x Cin*kernel, groups == 1, not transposed). */
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);
