@@ -508,9 +508,13 @@ static int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
 /* The scalar.h function a pointwise node computes with. GCC_GRAPH_TEST_MISCOMPILE=OP (tests only,
  * as Inductor's inject_relu_bug_TESTING_ONLY) makes every OP node compute wrongly, so that the
  * minifier can be shown to find it. */
-static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
+static bool test_miscompiled(const Node *n) {
   const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");
-  if (bug && plan->use_float && !strcmp(bug, n->op->name)) {
+  return bug && n->op && !strcmp(bug, n->op->name);
+}
+
+static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
+  if (plan->use_float && test_miscompiled(n)) {
     gg_log(e->c, LOG_OUTPUT_CODE, "node %s: miscompiled on purpose (GCC_GRAPH_TEST_MISCOMPILE)", gg_quote(e->c, n->name));
     return "f_test_miscompile";
   }
@@ -1097,7 +1101,6 @@ int emit_scan(Em *e, Node *n) {
 
 /* ---------------------------------------------------------------- matrix products */
 
-/* A view usable as a BLAS matrix: one of its two last strides is 1. */
 /* ---------------------------------------------------------------- packed weights and epilogues */
 
 /* The matrix of weight t read as rows x cols with strides (srow, scol), packed at gg_open for the
@@ -1124,10 +1127,9 @@ static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, c
 static Node *epilogue_relu(Em *e, Node *n) {
   Value *v = n->outs[0];
   Node *u = e->user[v->id];
-  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* the test hook miscompiles the ReLU's own kernel */
-  if (bug && !strcmp(bug, "relu")) return NULL;
-  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || strcmp(u->op->name, "relu") || u->nouts != 1 || u->outs[0]->dtype != v->dtype ||
-      !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype))
+  /* test_miscompiled: the test hook miscompiles the ReLU's own kernel, which must then exist */
+  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || strcmp(u->op->name, "relu") || test_miscompiled(u) || u->nouts != 1 ||
+      u->outs[0]->dtype != v->dtype || !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype))
     return NULL;
   return u;
 }
@@ -1142,6 +1144,7 @@ static void absorb(Em *e, Node *relu, Node *into) {
   gg_log(e->c, LOG_FUSION, "node %s (relu) applied in the epilogue of %s (%s)", gg_quote(e->c, relu->name), gg_quote(e->c, into->name), into->op->name);
 }
 
+/* A view usable as a BLAS matrix: one of its two last strides is 1. */
 static bool blas_ok(Em *e, const TV *t) {
   if (t->rank < 2) return false;
   int64_t a, b;
@@ -1479,13 +1482,12 @@ int emit_conv(Em *e, Node *n) {
   const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
-  /* columns padded to the 32-wide panels of the packed kernel */
-  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), ADD(e, sp, C(e, 32))));
   Node *relu = epilogue_relu(e, n);
   if (relu) absorb(e, relu, n);
-  /* one group, float32: the weight (Cout x Cin*kernel) packed at gg_open */
+  /* one group, float32: the weight (Cout x Cin*kernel) packed at gg_open, the columns in panels of 32 */
   int64_t g1;
   const char *pk = !tr && expr_is_const(groups, &g1) && g1 == 1 ? weight_pack(e, w, 0, cout, MUL(e, cin, ksp), MUL(e, cin, ksp), C(e, 1)) : NULL;
+  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp));
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : pk ? "convolution (im2col + GEMM, packed weight)" : "convolution (im2col + GEMM)");
@@ -2280,8 +2282,6 @@ typedef struct Prog {
   PackDesc *packs;
 } Prog;
 
-/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
- * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. */
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
 static int mutated_weight(const Graph *g, const OutputSpec *o) {
   int w = -1;
@@ -2293,6 +2293,9 @@ static int mutated_weight(const Graph *g, const OutputSpec *o) {
   return w;
 }
 
+/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
+ * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
+ * float32 weights of products may be packed at gg_open (CPU inference). */
 static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
   e->c = c;

@@ -549,6 +549,10 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
     for (int64_t jp = 0; jp < (N + PK_NR - 1) / PK_NR; jp++) {
       int64_t w = pk_width(N, jp);
       float *d = dst + jp * K * PK_NR;
+      if (scol == 1 && (jp + 1) * PK_NR <= N) {   /* a whole panel of a row-major matrix: row copies */
+        for (int64_t k = 0; k < K; k++) memcpy(d + k * w, src + k * srow + jp * PK_NR, sizeof(float) * PK_NR);
+        continue;
+      }
       for (int64_t k = 0; k < K; k++)
         for (int64_t j = 0; j < w; j++) {
           int64_t n = jp * PK_NR + j;

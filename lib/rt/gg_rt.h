@@ -177,7 +177,7 @@ typedef struct gg_conv {
 } gg_conv;
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, bool relu);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, bool relu);
-/* col (the im2col buffer) holds (C/groups) * kernel * (spatial + 32) elements: the emitter sizes it.
+/* col (the im2col buffer) holds (C/groups) * kernel * spatial elements, (spatial + 32) for the packed one: the emitter sizes it.
  * relu: ReLU applied to the output (a ReLU the emitter fused). gg_rt_conv_packed_f32: the same with
  * the weight packed (side 0, Cout x Cin*kernel, groups == 1, not transposed). */
 void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu);
