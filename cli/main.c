@@ -88,7 +88,7 @@ static const char usage_compile[] =
   "                       (gg_open and gcc-graph run --weights then take the .pt2's path)\n"
   "  --weights embedded   put the weights inside the .so (the default)\n"
   "  --cc CC              the C compiler (default: cc)\n"
-  "  --cflags FLAGS       its optimization flags (default: -O3 -fno-math-errno)\n"
+  "  --cflags FLAGS       its optimization flags (default: -O3 -fno-math-errno -fno-trapping-math)\n"
   "  --keep               keep the build folder and say where it is\n"
   "  -v                   print the compiler command\n"
   "  --time-report        print the time and peak memory of each stage (like gcc -ftime-report)\n"

@@ -269,6 +269,9 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o);
 
 static bool is_so_output(const CompileOptions *o) { return !o->sources_only; }
 
+/* -fno-trapping-math lets GCC vectorize loops with float selects (scalar.h's float32 functions) */
+#define DEFAULT_CFLAGS "-O3 -fno-math-errno -fno-trapping-math"
+
 /* The cache key: everything the output depends on. The compiler's version and every option that
  * changes the generated code, then the model's bytes and the weights file's. */
 static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
@@ -276,7 +279,7 @@ static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
   sha256_init(&h);
   char opts[1024];
   snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g|cuda %d %s %s",
-           GG_VERSION, o->cc ? o->cc : "cc", o->cflags ? o->cflags : "-O3 -fno-math-errno", o->external_weights, o->tr.on, o->tr.loss,
+           GG_VERSION, o->cc ? o->cc : "cc", o->cflags ? o->cflags : DEFAULT_CFLAGS, o->external_weights, o->tr.on, o->tr.loss,
            o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps, o->cuda,
            o->cuda_arch ? o->cuda_arch : "-", o->nvcc ? o->nvcc : "-");
   sha256_update(&h, opts, strlen(opts) + 1);
@@ -575,7 +578,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   /* cc: relative names only, so the output does not depend on the folder. With -j 2 or more the
    * model and the runtime compile at once, then link; else one cc does all. */
   char *cflags[48];
-  int nf = split_flags(c, o->cflags ? o->cflags : "-O3 -fno-math-errno", cflags, 40);
+  int nf = split_flags(c, o->cflags ? o->cflags : DEFAULT_CFLAGS, cflags, 40);
   const char *compile_flags[] = {"-std=gnu11", "-fPIC", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu", NULL};
   /* -z nodelete: dlclose must not unload the model (and libgomp) under OpenMP's idle worker threads */
   const char *link_flags[] = {"-shared", "-Wl,--build-id=none", "-Wl,-z,nodelete", "-o", "model.so", NULL};

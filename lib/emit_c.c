@@ -272,6 +272,12 @@ static void kopen(Em *e, int id, bool checks, bool host) {
   else fprintf(e->k, "static %s k%d(", checks ? "int" : "void", id);
 }
 
+/* kopen for a CPU kernel whose loops vectorize: also built for AVX-512 (GG_VEC, gg_rt.h) */
+static void kopen_vec(Em *e, int id) {
+  if (!e->cuda) fputs("GG_VEC ", e->k);
+  kopen(e, id, false, false);
+}
+
 /* The symbols' values, the last parameter: a pointer on the CPU, a struct by value on the GPU. */
 static void ksyms(Em *e) { fputs(e->kdev ? ", const gg_s S) {\n  const int64_t *s = S.v; (void)s;\n" : ", const int64_t *s) {\n  (void)s;\n", e->k); }
 
@@ -518,6 +524,7 @@ static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
     gg_log(e->c, LOG_OUTPUT_CODE, "node %s: miscompiled on purpose (GCC_GRAPH_TEST_MISCOMPILE)", gg_quote(e->c, n->name));
     return "f_test_miscompile";
   }
+  if (plan->use_float && plan->f32name && !e->cuda) return plan->f32name;
   return plan->use_float ? plan->fname : plan->iname;
 }
 
@@ -653,7 +660,7 @@ int emit_pointwise(Em *e, Node *n) {
     FILE *f = e->k;
     int id = e->nk++;
     kernel_begin(e, n, "pointwise");
-    kopen(e, id, false, false);
+    kopen_vec(e, id);
     fprintf(f, "%s *restrict y", ctype(out->dt));
     for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
     ksyms(e);
@@ -1042,7 +1049,7 @@ int emit_scan(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, cum ? "scan" : "softmax");
-  kopen(e, id, false, false);
+  if (cum) kopen(e, id, false, false); else kopen_vec(e, id);
   fprintf(f, "%s *restrict y, const %s *x", ctype(out->dt), ctype(x->dt));
   ksyms(e);
   int cl = cum ? open_loops_work(e, k, osz, true, x->rank ? x->sizes[d] : NULL) : open_rows(e, k, osz, x->rank ? x->sizes[d] : NULL);
@@ -1074,21 +1081,29 @@ int emit_scan(Em *e, Node *n) {
     fputs("; if (v > m || isnan(v)) m = v; }\n", f);
     row_combine(e, "m", true);
     fputs("    if (isinf(m) && m < 0) m = 0;\n", f);
-    if (!logsm && !e->cuda) {   /* rows that fit: each exponential once, kept in double (not on the GPU: no room) */
-      fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) { ex[j] = exp(", f);
-      load_f(f, x->dt, "x", xi);
-      fputs(" - m); z += ex[j]; }\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
+    /* float32 on the CPU: the float32 exponential (scalar.h), which vectorizes */
+    const char *ex = x->dt == DT_F32 && !e->cuda ? "gg_expf" : "exp";
+    if (!logsm && !e->cuda) {   /* rows that fit: each exponential once (not on the GPU: no room) */
+      if (x->dt == DT_F32)   /* m is one of the floats, so x - m rounds as in float64 */
+        fprintf(f, "    if (L <= 1024) {\n      float ex[1024];\n      const float mf = (float)m;\n"
+                   "      for (int64_t j = 0; j < L; j++) ex[j] = gg_expf(x[%s] - mf);\n", xi);
+      else {
+        fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) ex[j] = exp(", f);
+        load_f(f, x->dt, "x", xi);
+        fputs(" - m);\n", f);
+      }
+      fputs("      for (int64_t j = 0; j < L; j++) z += ex[j];\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
       store(f, out->dt, true, "y", yi, "ex[j] * rz");
       fputs("      continue;\n    }\n", f);
     }
-    fprintf(f, "    %s z += exp(", row_for(e));
+    fprintf(f, "    %s z += %s(", row_for(e), ex);
     load_f(f, x->dt, "x", xi);
     fputs(" - m);\n", f);
     row_combine(e, "z", false);
     fprintf(f, logsm ? "    const double lz = log(z);\n    %s {\n      double v = " : "    %s {\n      double v = ", row_for(e));
     load_f(f, x->dt, "x", xi);
     fputs(";\n      ", f);
-    store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : "exp(v - m) / z");
+    store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : arena_printf(e->a, "%s(v - m) / z", ex));
     fputs("    }\n", f);
   }
   close_loops(e, cl);

@@ -214,6 +214,7 @@ typedef struct PwPlan {
   double (*f)(const double *);
   int64_t (*fi)(const int64_t *);
   const char *fname, *iname;
+  const char *f32name;    /* scalar.h's float32 version of fname for float32 operands, or NULL */
   bool use_float;
   DType comp;             /* the promoted operand dtype */
 } PwPlan;

@@ -256,6 +256,11 @@ int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
   if (p->comp == DT_BOOL && !strcmp(op->name, "bitwise_not")) {   /* on bool, bitwise not is logical not */
     p->f = f_logical_not; p->fname = "f_logical_not"; p->use_float = true;
   }
+  /* the costly functions have float32 versions (scalar.h) that compiled CPU code uses on float32 */
+  static const char *const f32[][2] = {{"f_exp", "f32_exp"}, {"f_sigmoid", "f32_sigmoid"}, {"f_silu", "f32_silu"},
+                                       {"f_erf", "f32_erf"}, {"f_gelu_erf", "f32_gelu_erf"}};
+  for (size_t k = 0; p->use_float && p->comp == DT_F32 && p->fname && k < sizeof f32 / sizeof *f32; k++)
+    if (!strcmp(p->fname, f32[k][0])) p->f32name = f32[k][1];
   if (p->use_float && !p->f) return gg_error(c, "node %s (%s): not defined for %s", gg_quote(c, n->name), gg_quote(c, n->target), dtype_name(p->comp));
   return 0;
 }

@@ -1,11 +1,14 @@
 /* scalar.h: the scalar function of every pointwise op, on float64 or int64 operands.
  * One definition serves the reference interpreter (through the op table) and the generated C code
- * (gcc-graph embeds this file into every compiled model), so compiled code computes exactly what the
- * oracle computes. Plain C99 with <math.h> and <stdint.h> only; also valid CUDA C++. Operands arrive in schema order. */
+ * (gcc-graph embeds this file into every compiled model), so compiled code computes what the oracle
+ * computes (float32 tensors on the CPU take the float32 versions near the end for exp, erf, gelu,
+ * sigmoid and silu). Plain C99 with <math.h>, <stdint.h> and <string.h> only; also valid CUDA C++.
+ * Operands arrive in schema order. */
 #ifndef GG_SCALAR_H
 #define GG_SCALAR_H
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
@@ -186,6 +189,46 @@ GG_SCALAR double f_gelu_tanh(const double *x) {
   const double k = 0.79788456080286535588;  /* sqrt(2/pi) */
   return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
 }
+/* float32 versions of the costly functions, which compiled float32 kernels use on the CPU (PyTorch
+ * computes these in float32 with vectorized approximations too). Straight-line code, no calls, so
+ * that GCC vectorizes the loops around them (with -fno-trapping-math for the selects). gg_expf:
+ * Cody-Waite reduction by ln 2 and Cephes' polynomial (within 2 ulp; 0 below -87.6, where the result
+ * is under FLT_MIN). gg_erff: its series below |x| = 0.5, Abramowitz-Stegun 7.1.26 above (1.5e-7
+ * absolute). The interpreter, the oracle, keeps float64. Not under nvcc (the GPU has its own). */
+#ifndef __CUDACC__
+static inline float gg_expf(float x) {
+  float big = x > 88.0f ? 1.0f : 0.0f;   /* scaled by 2^(n-1) * 2 near the top, so that 2^(n-1) fits */
+  float xc = x < -87.6f ? -87.6f : x > 88.75f ? 88.75f : x;
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest */
+  float r = xc - n * 0.693145751953125f - n * 1.428606820309417232e-6f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)(n - big) + 127) << 23;
+  float s;
+  memcpy(&s, &bits, sizeof s);
+  float y = p * s * (1.0f + big);
+  return x != x ? x : x > 88.72283905f ? INFINITY : x < -87.6f ? 0.0f : y;
+}
+static inline float gg_erff(float x) {
+  float a = fabsf(x), z = x * x;
+  float s = x * (1.1283791671f + z * (-0.37612638903f + z * (0.11283791671f + z * (-0.026866170645f +
+            z * (0.0052239776254f + z * (-0.00085483270234f + z * 0.00012055332981f))))));
+  float t = 1.0f / (1.0f + 0.3275911f * a);
+  float q = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  float l = copysignf(1.0f - q * gg_expf(-z), x);
+  return a < 0.5f ? s : l;
+}
+static inline double f32_exp(const double *x) { return gg_expf((float)x[0]); }
+static inline double f32_sigmoid(const double *x) { return 1.0f / (1.0f + gg_expf(-(float)x[0])); }
+static inline double f32_silu(const double *x) { return (float)x[0] / (1.0f + gg_expf(-(float)x[0])); }
+static inline double f32_erf(const double *x) { return gg_erff((float)x[0]); }
+static inline double f32_gelu_erf(const double *x) { float v = (float)x[0]; return 0.5f * v * (1.0f + gg_erff(v * 0.70710678118654752440f)); }
+#endif
 GG_SCALAR double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
 GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
 GG_SCALAR double f_logical_not(const double *x) { return x[0] == 0; }

@@ -1,7 +1,9 @@
 /* unit.c: unit tests of the pieces below the interpreter: symbolic sizes, dtypes and promotion, the
- * op table's schema reader, safetensors round trips, and shape rules on hand-built nodes.
+ * op table's schema reader, safetensors round trips, shape rules on hand-built nodes, and the
+ * accuracy of scalar.h's float32 functions against libm in float64.
  * Prints failures and "N passed, N failed". */
 #include "../lib/gg.h"
+#include "../lib/scalar.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -223,12 +225,37 @@ static void test_shapes(void) {
   ctx_free(c);
 }
 
+/* the float32 exp and erf that compiled float32 kernels use, swept against libm's float64 */
+static void test_float32_functions(void) {
+  double worst_exp = 0, worst_erf = 0, worst_erf_rel = 0;
+  for (double x = -87.5; x < 88.72; x += 3e-4) {
+    float f = (float)x;
+    worst_exp = fmax(worst_exp, fabs(gg_expf(f) - exp((double)f)) / exp((double)f));
+  }
+  for (double x = -6; x < 6; x += 1e-5) {
+    float f = (float)x;
+    double r = erf((double)f), d = fabs(gg_erff(f) - r);
+    worst_erf = fmax(worst_erf, d);
+    if (fabs(f) < 0.5f && f != 0) worst_erf_rel = fmax(worst_erf_rel, d / fabs(r));
+  }
+  CHECK(worst_exp < 1.2e-7);        /* two float32 ulps */
+  CHECK(worst_erf < 4e-7);          /* Abramowitz-Stegun 7.1.26 and rounding */
+  CHECK(worst_erf_rel < 2.4e-7);    /* the series keeps small values' relative accuracy */
+  CHECK(gg_expf(-INFINITY) == 0 && gg_expf(-100) == 0 && isinf(gg_expf(INFINITY)) && isinf(gg_expf(88.73f)) && isnan(gg_expf(NAN)));
+  CHECK(gg_expf(0) == 1 && gg_expf(88.72f) > 3.3e38f && gg_expf(-87.3f) > 1e-38f);
+  CHECK(gg_erff(INFINITY) == 1 && gg_erff(-INFINITY) == -1 && isnan(gg_erff(NAN)) && gg_erff(0) == 0);
+  double v[] = {-INFINITY, -100, 0, 100, INFINITY};
+  CHECK(f32_sigmoid(&v[0]) == 0 && f32_sigmoid(&v[2]) == 0.5 && f32_sigmoid(&v[4]) == 1);
+  CHECK(f32_gelu_erf(&v[1]) == 0 && f32_gelu_erf(&v[3]) == 100 && f32_silu(&v[3]) == 100 && isinf(f32_gelu_erf(&v[4])));
+}
+
 int main(void) {
   test_expr();
   test_dtype();
   test_schema();
   test_safetensors();
   test_shapes();
+  test_float32_functions();
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }

@@ -23,6 +23,15 @@ extern "C" {
 #define GG_HD static inline
 #endif
 
+/* Kernels whose loops vectorize (pointwise chains, softmax rows) are built twice by GCC, for x86-64
+ * and for x86-64-v4 (AVX-512), and the loader picks one for the CPU it runs on (an ifunc): a .so
+ * still runs on any x86-64. Not with clang (its OpenMP-outlined loops lose the target) nor nvcc. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(GG_NO_CLONES)
+#define GG_VEC __attribute__((target_clones("default", "arch=x86-64-v4")))
+#else
+#define GG_VEC
+#endif
+
 #define GG_RT_MAX_RANK 16
 #define GG_RT_ALIGN 64
 
