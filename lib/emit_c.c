@@ -1467,6 +1467,11 @@ int emit_norm(Em *e, Node *n) {
 
 /* ---------------------------------------------------------------- convolution and pooling */
 
+static bool const_is(const Expr *x, int64_t v) {
+  int64_t c;
+  return expr_is_const(x, &c) && c == v;
+}
+
 static const Expr *list_at(const Arg *a, int i) { return a->u.is[a->n == 1 ? 0 : i]; }
 
 int emit_conv(Em *e, Node *n) {
@@ -1502,10 +1507,24 @@ int emit_conv(Em *e, Node *n) {
   /* one group, float32: the weight (Cout x Cin*kernel) packed at gg_open, the columns in panels of 32 */
   int64_t g1;
   const char *pk = !tr && expr_is_const(groups, &g1) && g1 == 1 ? weight_pack(e, w, 0, cout, MUL(e, cin, ksp), MUL(e, cin, ksp), C(e, 1)) : NULL;
-  int col = new_stor(e, S_SCRATCH, 0, y->dtype, MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp));
+  /* packed and 2-D: the product reads the padded image's rows (of its phases, strided) in place of im2col
+   * (gg_rt_conv_packed_f32's rows); its scratch holds the row offsets, the padded image, the output
+   * over the padded width, and im2col's still fits (the same code goes to BLAS without AVX-512) */
+  int64_t sh, sw;
+  bool rows = pk && const_is(in[0], 1) && const_is(k[0], 1) && const_is(pd[0], 0) && const_is(st[0], 1) && expr_is_const(st[1], &sh) &&
+              expr_is_const(st[2], &sw) && sh >= 1 && sw >= 1;
+  const Expr *scratch = MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp);
+  if (rows) {   /* the phase images of Hq x Wq (gg_rt.h) */
+    const Expr *hq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[1], MUL(e, C(e, 2), pd[1])), C(e, sh - 1)), st[1]);
+    const Expr *wq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[2], MUL(e, C(e, 2), pd[2])), C(e, sw - 1)), st[2]);
+    scratch = expr_bin(e->a, E_MAX, scratch, ADD(e, ADD(e, MUL(e, C(e, 2), MUL(e, cin, ksp)), C(e, 16)),
+                                                 ADD(e, MUL(e, MUL(e, C(e, sh * sw), cin), MUL(e, hq, wq)), MUL(e, MUL(e, cout, os[1]), wq))));
+  }
+  int col = new_stor(e, S_SCRATCH, 0, y->dtype, scratch);
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : pk ? "convolution (im2col + GEMM, packed weight)" : "convolution (im2col + GEMM)");
+  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : rows ? "convolution (image rows in place + GEMM, packed weight)" :
+                     pk ? "convolution (im2col + GEMM, packed weight)" : "convolution (im2col + GEMM)");
   const char *T = ctype(y->dtype);
   kopen(e, id, false, true);
   fprintf(f, "%s *y, const %s *x, const %s *w, const %s *b, %s *col", T, T, T, T, T);
@@ -1517,7 +1536,7 @@ int emit_conv(Em *e, Node *n) {
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
   if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
   else {
-    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s);\n  else", relu ? "true" : "false");
+    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %s);\n  else", relu ? "true" : "false", rows ? "true" : "false");
     fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", relu ? "true" : "false");
   }
   kcall(e, id);

@@ -579,23 +579,33 @@ bool gg_rt_packed_ok(void) {
 }
 
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
- * the row and column biases and ReLU when given (the last slice of K) */
-static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                                                   int mr, int nr, bool acc, const float *rb, const float *cb, bool relu) {
+ * the row and column biases and ReLU when given (the last slice of K). With ro (a convolution read in
+ * place, conv_rows), row k of the B slice is the nr floats at b + ro[k] instead of a packed row. */
+static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const float *b, const int64_t *ro,
+                                                                   float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
+                                                                   const float *cb, bool relu) {
   __m512 c0[PK_MR], c1[PK_MR];
+  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
   for (int i = 0; i < PK_MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; k++) {
-    __m512 b0 = _mm512_loadu_ps(b), b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
+    __m512 b0, b1;
+    if (ro) {   /* masked: the columns past the last are not read (they may lie past the image) */
+      const float *bk = b + ro[k];
+      b0 = _mm512_maskz_loadu_ps(m0, bk);
+      b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
+    } else {
+      b0 = _mm512_loadu_ps(b);
+      b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
+      b += 16 * nv;
+    }
     for (int i = 0; i < PK_MR; i++) {
       __m512 av = _mm512_set1_ps(a[i]);
       c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
       if (nv > 1) c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
     }
     a += PK_MR;
-    b += 16 * nv;
   }
-  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0, zero = cb0;
   if (cb) {
     cb0 = _mm512_maskz_loadu_ps(m0, cb);
@@ -625,17 +635,20 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     if (nv > 1) _mm512_mask_storeu_ps(ci + 16, m1, v1);
   }
 }
-static GG_X512 void pk_tile32(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
-                              const float *cb, bool relu) {
-  pk_tile(2, kc, a, b, c, ldc, mr, nr, acc, rb, cb, relu);
-}
-static GG_X512 void pk_tile16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
-                              const float *cb, bool relu) {
-  pk_tile(1, kc, a, b, c, ldc, mr, nr, acc, rb, cb, relu);
-}
+#define PK_TILE(NAME, NV, RO)                                                                                                     \
+  static GG_X512 void NAME(int64_t kc, const float *a, const float *b, const int64_t *ro, float *c, int64_t ldc, int mr, int nr, bool acc, \
+                           const float *rb, const float *cb, bool relu) {                                                                \
+    pk_tile(NV, kc, a, b, RO, c, ldc, mr, nr, acc, rb, cb, relu);                                                                        \
+  }
+PK_TILE(pk_tile32, 2, NULL)
+PK_TILE(pk_tile16, 1, NULL)
+PK_TILE(pk_tile32_rows, 2, ro)
+PK_TILE(pk_tile16_rows, 1, ro)
 
-void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, bool relu) {
+/* The product on packed A and either packed B (Bp) or, with ro, B's rows read in place at Bp + ro[k]
+ * (+ the panel's first column): gg_rt_gemm_packed and conv_rows. */
+static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, const int64_t *ro, float *C, int64_t ldc,
+                     const float *row_bias, const float *col_bias, bool relu) {
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -658,7 +671,7 @@ void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const f
     for (int64_t ip = 0; ip < pm; ip++)
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
-        pk_tile32(0, zeros, zeros, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
+        pk_tile32(0, zeros, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
                   col_bias ? col_bias + jp * PK_NR : NULL, relu);
       }
     return;
@@ -672,19 +685,32 @@ void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const f
       for (int64_t jp = j0; jp < j1; jp++) {
         int64_t w = pk_width(N, jp);
         int nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
-        const float *bp = Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
+        const float *bp = ro ? Bp + jp * PK_NR : Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
         for (int64_t ip = i0; ip < i1; ip++) {
           int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
           const float *ap = Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
           float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
-          if (w == PK_NR) pk_tile32(kc, ap, bp, cc, ldc, mr, nr, k0 > 0, rb, cb, last && relu);
-          else pk_tile16(kc, ap, bp, cc, ldc, mr, nr, k0 > 0, rb, cb, last && relu);
+          bool acc = k0 > 0, rl = last && relu;
+          if (ro && w == PK_NR) pk_tile32_rows(kc, ap, bp, ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (ro) pk_tile16_rows(kc, ap, bp, ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (w == PK_NR) pk_tile32(kc, ap, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else pk_tile16(kc, ap, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
         }
       }
     }
   }
 }
+
+void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
+                       const float *col_bias, bool relu) {
+  gemm_run(M, N, K, Ap, Bp, NULL, C, ldc, row_bias, col_bias, relu);
+}
 #else
+static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, const int64_t *ro, float *C, int64_t ldc,
+                     const float *row_bias, const float *col_bias, bool relu) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)ro; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+  abort();   /* nothing is packed where gg_rt_packed_ok() is false */
+}
 bool gg_rt_packed_ok(void) { return false; }
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
                        const float *col_bias, bool relu) {
@@ -865,13 +891,64 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
   }
 }
 
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu) {
-  int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
-  bool same = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 && c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;
+/* A 2-D convolution without im2col. Stride 1: with the image padded to Hp x Wp, the column matrix's
+ * row (ic, kh, kw) at column q = oh * Wp + ow is xpad[ic][kh * dh][kw * dw + q], a run of the padded
+ * image starting at ro[row]. Stride (sh, sw): the padded image is split into sh * sw phase images of
+ * Hq x Wq = ceil(Hp / sh) x ceil(Wp / sw), phase (ph, pw) holding xpad[i * sh + ph][j * sw + pw]; tap
+ * (kh, kw) then reads phase (kh * dh % sh, kw * dw % sw) from (kh * dh / sh, kw * dw / sw) on, again
+ * a run per row. The product reads those runs in place over the wide grid of Wq columns per output
+ * row (the last Wq - Wo unused: Nw = (Ho - 1) * Wq + Wo columns in all), and the valid columns are
+ * copied out. Where Wq == Wo the wide grid is the output; stride 1 without padding reads the image
+ * as it is. col: ro (2 * K floats, rounded up to 16), the phase images, the wide output (the emitter
+ * sizes it). */
+static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu) {
+  int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], ph0 = c->pad[1], pw0 = c->pad[2];
+  int64_t Hq = (H + 2 * ph0 + sh - 1) / sh, Wq = (W + 2 * pw0 + sw - 1) / sw, Ho = c->out[1], Wo = c->out[2];
+  int64_t K = c->Cin * c->k[1] * c->k[2], Nw = (Ho - 1) * Wq + Wo, isp = H * W, osp = Ho * Wo, qsp = Hq * Wq;
+  bool copy = sh > 1 || sw > 1 || ph0 || pw0;
+  int64_t *ro = (int64_t *)col;
+  float *xq = col + (2 * K + 15) / 16 * 16, *wide = xq + (copy ? sh * sw * c->Cin * qsp : 0);
+  for (int64_t ic = 0, r = 0; ic < c->Cin; ic++)
+    for (int64_t kh = 0; kh < c->k[1]; kh++)
+      for (int64_t kw = 0; kw < c->k[2]; kw++) {
+        int64_t th = kh * c->dil[1], tw = kw * c->dil[2];
+        ro[r++] = ((th % sh * sw + tw % sw) * c->Cin + ic) * qsp + th / sh * Wq + tw / sw;
+      }
   for (int64_t n = 0; n < c->N; n++) {
-    const float *xn = x + n * c->Cin * isp;
-    if (same) gg_rt_pack(1, c->Cin, osp, xn, osp, 1, col);   /* a 1x1 convolution multiplies the image itself */
-    else im2col_pack(c, xn, col);
+    const float *xn = x + n * c->Cin * isp, *b = xn;
+    float *yn = y + n * c->Cout * osp, *out = Wq == Wo ? yn : wide;
+    if (copy) {   /* phase image (ph, pw) of channel ic, row i: xpad row i * sh + ph, every sw-th from pw */
+      _Pragma("omp parallel for schedule(static) if(c->Cin * H * W > 32768)")
+      for (int64_t t = 0; t < sh * sw * c->Cin; t++) {
+        int64_t ph = t / (sw * c->Cin), pw = t / c->Cin % sw, ic = t % c->Cin, lo, hi;
+        row_inside(pw - pw0, sw, W, Wq, &lo, &hi);
+        for (int64_t i = 0; i < Hq; i++) {
+          float *d = xq + t * qsp + i * Wq;
+          int64_t h = i * sh + ph - ph0;
+          if (h < 0 || h >= H) { memset(d, 0, sizeof(float) * (size_t)Wq); continue; }
+          const float *src = xn + (ic * H + h) * W + pw - pw0;
+          for (int64_t j = 0; j < lo; j++) d[j] = 0;
+          if (sw == 1) memcpy(d + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+          else for (int64_t j = lo; j < hi; j++) d[j] = src[j * sw];
+          for (int64_t j = hi; j < Wq; j++) d[j] = 0;
+        }
+      }
+      b = xq;
+    }
+    gemm_run(c->Cout, Nw, K, wp, b, ro, out, Nw, bias, NULL, relu);
+    if (out != yn) {
+      _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
+      for (int64_t oc = 0; oc < c->Cout; oc++)
+        for (int64_t oh = 0; oh < Ho; oh++) memcpy(yn + (oc * Ho + oh) * Wo, wide + oc * Nw + oh * Wq, sizeof(float) * (size_t)Wo);
+    }
+  }
+}
+
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, bool rows) {
+  int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
+  if (rows) { conv_rows(c, x, wp, bias, y, col, relu); return; }
+  for (int64_t n = 0; n < c->N; n++) {
+    im2col_pack(c, x + n * c->Cin * isp, col);
     gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, relu);
   }
 }
