@@ -1504,26 +1504,44 @@ int emit_conv(Em *e, Node *n) {
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
   Node *relu = epilogue_relu(e, n);
   if (relu) absorb(e, relu, n);
-  /* one group, float32: the weight (Cout x Cin*kernel) packed at gg_open, the columns in panels of 32 */
-  int64_t g1;
-  const char *pk = !tr && expr_is_const(groups, &g1) && g1 == 1 ? weight_pack(e, w, 0, cout, MUL(e, cin, ksp), MUL(e, cin, ksp), C(e, 1)) : NULL;
-  /* packed and 2-D: the product reads the padded image's rows (of its phases, strided) in place of im2col
-   * (gg_rt_conv_packed_f32's rows); its scratch holds the row offsets, the padded image, the output
-   * over the padded width, and im2col's still fits (the same code goes to BLAS without AVX-512) */
-  int64_t sh, sw;
-  bool rows = pk && const_is(in[0], 1) && const_is(k[0], 1) && const_is(pd[0], 0) && const_is(st[0], 1) && expr_is_const(st[1], &sh) &&
+  /* one group, float32: the weight packed at gg_open. 2-D: the product reads the padded image's rows
+   * (of its phases, when strided) in place of im2col (gg_rt_conv_packed_f32's modes 1 and 2), with the
+   * weight as A (Cout x Cin*kernel, the image over the padded width as B) or, where its tiles waste
+   * less (no padded columns, Cout a multiple of the panel width), as B (Cin*kernel x Cout, the output
+   * positions as A, the output transposed back). Its scratch holds the row and position offsets, the
+   * phase images and the wide or transposed output; im2col's fits too (without AVX-512 the same code
+   * goes to BLAS). */
+  int64_t g1, sh = 1, sw = 1, cv[4];
+  bool one_group = !tr && expr_is_const(groups, &g1) && g1 == 1 && !e->cuda && e->pack_ok;
+  bool rows = one_group && const_is(in[0], 1) && const_is(k[0], 1) && const_is(pd[0], 0) && const_is(st[0], 1) && expr_is_const(st[1], &sh) &&
               expr_is_const(st[2], &sw) && sh >= 1 && sw >= 1;
-  const Expr *scratch = MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp);
-  if (rows) {   /* the phase images of Hq x Wq (gg_rt.h) */
-    const Expr *hq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[1], MUL(e, C(e, 2), pd[1])), C(e, sh - 1)), st[1]);
-    const Expr *wq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[2], MUL(e, C(e, 2), pd[2])), C(e, sw - 1)), st[2]);
-    scratch = expr_bin(e->a, E_MAX, scratch, ADD(e, ADD(e, MUL(e, C(e, 2), MUL(e, cin, ksp)), C(e, 16)),
-                                                 ADD(e, MUL(e, MUL(e, C(e, sh * sw), cin), MUL(e, hq, wq)), MUL(e, MUL(e, cout, os[1]), wq))));
+  int mode = rows ? 1 : 0;
+  const Expr *hq = NULL, *wq = NULL;
+  if (rows) {
+    hq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[1], MUL(e, C(e, 2), pd[1])), C(e, sh - 1)), st[1]);
+    wq = expr_bin(e->a, E_FLOORDIV, ADD(e, ADD(e, in[2], MUL(e, C(e, 2), pd[2])), C(e, sw - 1)), st[2]);
+    /* the multiply-adds each way computes, padding included (panels of 8 rows; of 32 columns, or 16 for a last one of at most 16) */
+    if (expr_is_const(cout, &cv[0]) && expr_is_const(os[1], &cv[1]) && expr_is_const(os[2], &cv[2]) && expr_is_const(wq, &cv[3])) {
+      int64_t nw = (cv[1] - 1) * cv[3] + cv[2], osp = cv[1] * cv[2];
+      #define PAD8(v) (((v) + 7) / 8 * 8)
+      #define PAD32(v) ((v) / 32 * 32 + ((v) % 32 == 0 ? 0 : (v) % 32 <= 16 ? 16 : 32))
+      if (PAD8(osp) * PAD32(cv[0]) < PAD8(cv[0]) * PAD32(nw)) mode = 2;
+      #undef PAD8
+      #undef PAD32
+    }
   }
+  const Expr *kk = MUL(e, cin, ksp);
+  const char *pk = one_group ? mode == 2 ? weight_pack(e, w, 1, kk, cout, C(e, 1), kk) : weight_pack(e, w, 0, cout, kk, kk, C(e, 1)) : NULL;
+  if (!pk) mode = 0;
+  const Expr *scratch = MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp);
+  if (mode)
+    scratch = expr_bin(e->a, E_MAX, scratch, ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, sp, C(e, 16)))),
+                                                 ADD(e, MUL(e, MUL(e, C(e, sh * sw), cin), MUL(e, hq, wq)), MUL(e, MUL(e, cout, os[1]), wq))));
   int col = new_stor(e, S_SCRATCH, 0, y->dtype, scratch);
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : rows ? "convolution (image rows in place + GEMM, packed weight)" :
+  kernel_begin(e, n, tr ? "transposed convolution (GEMM + col2im)" : mode == 1 ? "convolution (packed weight x image rows in place)" :
+                     mode == 2 ? "convolution (image rows in place x packed weight, transposed)" :
                      pk ? "convolution (im2col + GEMM, packed weight)" : "convolution (im2col + GEMM)");
   const char *T = ctype(y->dtype);
   kopen(e, id, false, true);
@@ -1536,7 +1554,7 @@ int emit_conv(Em *e, Node *n) {
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
   if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
   else {
-    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %s);\n  else", relu ? "true" : "false", rows ? "true" : "false");
+    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %d);\n  else", relu ? "true" : "false", mode);
     fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", relu ? "true" : "false");
   }
   kcall(e, id);

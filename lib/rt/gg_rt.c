@@ -562,6 +562,9 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
   }
 }
 
+/* an operand read in place from a convolution's image (conv_rows, gemm_run) */
+typedef struct rows_src { const float *base; const int64_t *ro, *po; } rows_src;
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define GG_X512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
@@ -579,19 +582,24 @@ bool gg_rt_packed_ok(void) {
 }
 
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
- * the row and column biases and ReLU when given (the last slice of K). With ro (a convolution read in
- * place, conv_rows), row k of the B slice is the nr floats at b + ro[k] instead of a packed row. */
-static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const float *b, const int64_t *ro,
-                                                                   float *c, int64_t ldc, int mr, int nr, bool acc, const float *rb,
-                                                                   const float *cb, bool relu) {
+ * the row and column biases and ReLU when given (the last slice of K). Either operand may be read in
+ * place from a convolution's image (conv_rows): with bro, row k of the B slice is the nr floats at
+ * b + bro[k]; with aro, row i of the A slice at k is a[aro[k] + apo[i]]. */
+static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
+                                                                   const float *b, const int64_t *bro, float *c, int64_t ldc, int mr, int nr,
+                                                                   bool acc, const float *rb, const float *cb, bool relu) {
   __m512 c0[PK_MR], c1[PK_MR];
   __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
-  for (int i = 0; i < PK_MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+  int64_t po[PK_MR];
+  for (int i = 0; i < PK_MR; i++) {
+    c0[i] = c1[i] = _mm512_setzero_ps();
+    po[i] = apo ? apo[i] : i;
+  }
   for (int64_t k = 0; k < kc; k++) {
     __m512 b0, b1;
-    if (ro) {   /* masked: the columns past the last are not read (they may lie past the image) */
-      const float *bk = b + ro[k];
+    if (bro) {   /* masked: the columns past the last are not read (they may lie past the image) */
+      const float *bk = b + bro[k];
       b0 = _mm512_maskz_loadu_ps(m0, bk);
       b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
     } else {
@@ -599,12 +607,13 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
       b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
       b += 16 * nv;
     }
+    const float *ak = aro ? a + aro[k] : a;
     for (int i = 0; i < PK_MR; i++) {
-      __m512 av = _mm512_set1_ps(a[i]);
+      __m512 av = _mm512_set1_ps(ak[po[i]]);
       c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
       if (nv > 1) c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
     }
-    a += PK_MR;
+    if (!aro) a += PK_MR;
   }
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0, zero = cb0;
   if (cb) {
@@ -635,20 +644,24 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     if (nv > 1) _mm512_mask_storeu_ps(ci + 16, m1, v1);
   }
 }
-#define PK_TILE(NAME, NV, RO)                                                                                                     \
-  static GG_X512 void NAME(int64_t kc, const float *a, const float *b, const int64_t *ro, float *c, int64_t ldc, int mr, int nr, bool acc, \
-                           const float *rb, const float *cb, bool relu) {                                                                \
-    pk_tile(NV, kc, a, b, RO, c, ldc, mr, nr, acc, rb, cb, relu);                                                                        \
+#define PK_TILE(NAME, NV, ARO, APO, BRO)                                                                                          \
+  static GG_X512 void NAME(int64_t kc, const float *a, const int64_t *aro, const int64_t *apo, const float *b, const int64_t *bro, float *c, \
+                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, bool relu) {                          \
+    (void)aro; (void)apo; (void)bro;                                                                                                     \
+    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, relu);                                                             \
   }
-PK_TILE(pk_tile32, 2, NULL)
-PK_TILE(pk_tile16, 1, NULL)
-PK_TILE(pk_tile32_rows, 2, ro)
-PK_TILE(pk_tile16_rows, 1, ro)
+PK_TILE(pk_tile32, 2, NULL, NULL, NULL)
+PK_TILE(pk_tile16, 1, NULL, NULL, NULL)
+PK_TILE(pk_tile32_brows, 2, NULL, NULL, bro)
+PK_TILE(pk_tile16_brows, 1, NULL, NULL, bro)
+PK_TILE(pk_tile32_arows, 2, aro, apo, NULL)
+PK_TILE(pk_tile16_arows, 1, aro, apo, NULL)
 
-/* The product on packed A and either packed B (Bp) or, with ro, B's rows read in place at Bp + ro[k]
- * (+ the panel's first column): gg_rt_gemm_packed and conv_rows. */
-static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, const int64_t *ro, float *C, int64_t ldc,
-                     const float *row_bias, const float *col_bias, bool relu) {
+/* The product of packed panels (gg_rt_gemm_packed), or with one operand read in place from a
+ * convolution's image (conv_rows): rows_src ar (A: row k at output position i is base[ro[k] + po[i]])
+ * or br (B: row k is base[ro[k] + column]); the other operand is packed. */
+static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
+                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu) {
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -671,7 +684,7 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const flo
     for (int64_t ip = 0; ip < pm; ip++)
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
-        pk_tile32(0, zeros, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
+        pk_tile32(0, zeros, NULL, NULL, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
                   col_bias ? col_bias + jp * PK_NR : NULL, relu);
       }
     return;
@@ -685,16 +698,18 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const flo
       for (int64_t jp = j0; jp < j1; jp++) {
         int64_t w = pk_width(N, jp);
         int nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
-        const float *bp = ro ? Bp + jp * PK_NR : Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
+        const float *bp = br ? br->base + jp * PK_NR : Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
         for (int64_t ip = i0; ip < i1; ip++) {
           int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
-          const float *ap = Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
+          const float *ap = ar ? ar->base : Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
           float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
           bool acc = k0 > 0, rl = last && relu;
-          if (ro && w == PK_NR) pk_tile32_rows(kc, ap, bp, ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (ro) pk_tile16_rows(kc, ap, bp, ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (w == PK_NR) pk_tile32(kc, ap, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else pk_tile16(kc, ap, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
         }
       }
     }
@@ -703,12 +718,12 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const flo
 
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
                        const float *col_bias, bool relu) {
-  gemm_run(M, N, K, Ap, Bp, NULL, C, ldc, row_bias, col_bias, relu);
+  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, relu);
 }
 #else
-static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, const int64_t *ro, float *C, int64_t ldc,
-                     const float *row_bias, const float *col_bias, bool relu) {
-  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)ro; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
+                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 bool gg_rt_packed_ok(void) { return false; }
@@ -896,27 +911,33 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
  * image starting at ro[row]. Stride (sh, sw): the padded image is split into sh * sw phase images of
  * Hq x Wq = ceil(Hp / sh) x ceil(Wp / sw), phase (ph, pw) holding xpad[i * sh + ph][j * sw + pw]; tap
  * (kh, kw) then reads phase (kh * dh % sh, kw * dw % sw) from (kh * dh / sh, kw * dw / sw) on, again
- * a run per row. The product reads those runs in place over the wide grid of Wq columns per output
- * row (the last Wq - Wo unused: Nw = (Ho - 1) * Wq + Wo columns in all), and the valid columns are
- * copied out. Where Wq == Wo the wide grid is the output; stride 1 without padding reads the image
- * as it is. col: ro (2 * K floats, rounded up to 16), the phase images, the wide output (the emitter
- * sizes it). */
-static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu) {
+ * a run per row. Two ways to multiply (the emitter picks the one with less padding in the tiles):
+ * - mode 1, weight as A (Cout x K): the image is B, read in place over the wide grid of Wq columns per
+ *   output row (the last Wq - Wo unused: Nw = (Ho - 1) * Wq + Wo columns), the valid ones then copied
+ *   out (where Wq == Wo the wide grid is the output);
+ * - mode 2, image as A, weight as B (K x Cout): output position o reads at offset po[o] = oh * Wq + ow,
+ *   so there are no unused columns (49 outputs of 7x7 fill 56 rows, not 64 columns); the product is
+ *   the output transposed (positions x Cout), transposed back at the end.
+ * Stride 1 without padding reads the image as it is. col: ro (2 * K floats, rounded up to 16), po (2 *
+ * (positions + 8)), the phase images, the wide or transposed output (the emitter sizes it). */
+static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode) {
   int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], ph0 = c->pad[1], pw0 = c->pad[2];
   int64_t Hq = (H + 2 * ph0 + sh - 1) / sh, Wq = (W + 2 * pw0 + sw - 1) / sw, Ho = c->out[1], Wo = c->out[2];
   int64_t K = c->Cin * c->k[1] * c->k[2], Nw = (Ho - 1) * Wq + Wo, isp = H * W, osp = Ho * Wo, qsp = Hq * Wq;
   bool copy = sh > 1 || sw > 1 || ph0 || pw0;
-  int64_t *ro = (int64_t *)col;
-  float *xq = col + (2 * K + 15) / 16 * 16, *wide = xq + (copy ? sh * sw * c->Cin * qsp : 0);
+  int64_t *ro = (int64_t *)col, *po = ro + (K + 7) / 8 * 8;
+  float *xq = (float *)(po + (osp + PK_MR + 7) / 8 * 8), *out2 = xq + (copy ? sh * sw * c->Cin * qsp : 0);
   for (int64_t ic = 0, r = 0; ic < c->Cin; ic++)
     for (int64_t kh = 0; kh < c->k[1]; kh++)
       for (int64_t kw = 0; kw < c->k[2]; kw++) {
         int64_t th = kh * c->dil[1], tw = kw * c->dil[2];
         ro[r++] = ((th % sh * sw + tw % sw) * c->Cin + ic) * qsp + th / sh * Wq + tw / sw;
       }
+  if (mode == 2)   /* past the last position: the first (a row of the tile that is not stored) */
+    for (int64_t o = 0; o < osp + PK_MR; o++) po[o] = o < osp ? o / Wo * Wq + o % Wo : 0;
   for (int64_t n = 0; n < c->N; n++) {
     const float *xn = x + n * c->Cin * isp, *b = xn;
-    float *yn = y + n * c->Cout * osp, *out = Wq == Wo ? yn : wide;
+    float *yn = y + n * c->Cout * osp;
     if (copy) {   /* phase image (ph, pw) of channel ic, row i: xpad row i * sh + ph, every sw-th from pw */
       _Pragma("omp parallel for schedule(static) if(c->Cin * H * W > 32768)")
       for (int64_t t = 0; t < sh * sw * c->Cin; t++) {
@@ -935,18 +956,29 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
       }
       b = xq;
     }
-    gemm_run(c->Cout, Nw, K, wp, b, ro, out, Nw, bias, NULL, relu);
+    if (mode == 2) {
+      rows_src a = {b, ro, po};
+      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, relu);
+      _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
+      for (int64_t o0 = 0; o0 < osp; o0 += 64)   /* 64 positions x every channel per task */
+        for (int64_t oc = 0; oc < c->Cout; oc++)
+          for (int64_t o = o0; o < o0 + 64 && o < osp; o++) yn[oc * osp + o] = out2[o * c->Cout + oc];
+      continue;
+    }
+    rows_src bsrc = {b, ro, NULL};
+    float *out = Wq == Wo ? yn : out2;
+    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, relu);
     if (out != yn) {
       _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
       for (int64_t oc = 0; oc < c->Cout; oc++)
-        for (int64_t oh = 0; oh < Ho; oh++) memcpy(yn + (oc * Ho + oh) * Wo, wide + oc * Nw + oh * Wq, sizeof(float) * (size_t)Wo);
+        for (int64_t oh = 0; oh < Ho; oh++) memcpy(yn + (oc * Ho + oh) * Wo, out2 + oc * Nw + oh * Wq, sizeof(float) * (size_t)Wo);
     }
   }
 }
 
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, bool rows) {
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode) {
   int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
-  if (rows) { conv_rows(c, x, wp, bias, y, col, relu); return; }
+  if (mode) { conv_rows(c, x, wp, bias, y, col, relu, mode); return; }
   for (int64_t n = 0; n < c->N; n++) {
     im2col_pack(c, x + n * c->Cin * isp, col);
     gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, relu);

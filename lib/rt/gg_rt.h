@@ -188,11 +188,13 @@ void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const floa
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, bool relu);
 /* col (the im2col buffer) holds (C/groups) * kernel * spatial elements, (spatial + 32) for the packed one: the emitter sizes it.
  * relu: ReLU applied to the output (a ReLU the emitter fused). gg_rt_conv_packed_f32: the same with
- * the weight packed (side 0, Cout x Cin*kernel, groups == 1, not transposed); rows: a 2-D convolution
- * (in[0] == k[0] == stride[0] == 1, pad[0] == 0) that reads the padded image, split into stride[1] x
- * stride[2] phases of Hq x Wq = ceil(Hp / stride[1]) x ceil(Wp / stride[2]), in place of im2col, col
- * then holding 2 * Cin * kernel + 16 + stride[1] * stride[2] * Cin * Hq * Wq + Cout * Ho * Wq floats. */
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, bool rows);
+ * the weight packed (groups == 1, not transposed). mode 0: im2col into panels, the weight packed as
+ * side 0 (Cout x Cin*kernel). mode 1 and 2: a 2-D convolution (in[0] == k[0] == stride[0] == 1,
+ * pad[0] == 0) that reads the padded image, split into stride[1] x stride[2] phases of Hq x Wq =
+ * ceil(Hp / stride[1]) x ceil(Wp / stride[2]), in place of im2col; the weight packed as side 0 (mode 1)
+ * or side 1, Cin*kernel x Cout (mode 2); col holds 2 * (Cin * kernel + 8) + 2 * (spatial + 16) +
+ * stride[1] * stride[2] * Cin * Hq * Wq + Cout * Ho * Wq floats. */
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);
