@@ -584,10 +584,11 @@ bool gg_rt_packed_ok(void) {
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
  * the row and column biases and ReLU when given (the last slice of K). Either operand may be read in
  * place from a convolution's image (conv_rows): with bro, row k of the B slice is the nr floats at
- * b + bro[k]; with aro, row i of the A slice at k is a[aro[k] + apo[i]]. */
+ * b + bro[k]; with aro, row i of the A slice at k is a[aro[k] + apo[i]]. With ty, the finished tile is
+ * stored transposed there instead of in c (c then only holds partial sums of earlier slices). */
 static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
                                                                    const float *b, const int64_t *bro, float *c, int64_t ldc, int mr, int nr,
-                                                                   bool acc, const float *rb, const float *cb, bool relu) {
+                                                                   bool acc, const float *rb, const float *cb, bool relu, float *ty, int64_t tld) {
   __m512 c0[PK_MR], c1[PK_MR];
   __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
@@ -616,6 +617,7 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     if (!aro) a += PK_MR;
   }
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0, zero = cb0;
+  float t[PK_MR][PK_NR];
   if (cb) {
     cb0 = _mm512_maskz_loadu_ps(m0, cb);
     if (nv > 1) cb1 = _mm512_maskz_loadu_ps(m1, cb + 16);
@@ -640,28 +642,37 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
       v0 = _mm512_max_ps(zero, v0);   /* the second operand when either is NaN: NaN stays */
       v1 = _mm512_max_ps(zero, v1);
     }
+    if (ty) {
+      _mm512_storeu_ps(t[i], v0);
+      if (nv > 1) _mm512_storeu_ps(t[i] + 16, v1);
+      continue;
+    }
     _mm512_mask_storeu_ps(ci, m0, v0);
     if (nv > 1) _mm512_mask_storeu_ps(ci + 16, m1, v1);
   }
+  if (ty)   /* stored transposed, through the tile in L1: element (i, j) at ty[j * tld + i] */
+    for (int j = 0; j < nr; j++)
+      for (int i = 0; i < mr; i++) ty[j * tld + i] = t[i][j];
 }
-#define PK_TILE(NAME, NV, ARO, APO, BRO)                                                                                          \
+#define PK_TILE(NAME, NV, ARO, APO, BRO, TY)                                                                                      \
   static GG_X512 void NAME(int64_t kc, const float *a, const int64_t *aro, const int64_t *apo, const float *b, const int64_t *bro, float *c, \
-                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, bool relu) {                          \
-    (void)aro; (void)apo; (void)bro;                                                                                                     \
-    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, relu);                                                             \
+                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, bool relu, float *ty, int64_t tld) {  \
+    (void)aro; (void)apo; (void)bro; (void)ty;                                                                                           \
+    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, relu, TY, tld);                                                    \
   }
-PK_TILE(pk_tile32, 2, NULL, NULL, NULL)
-PK_TILE(pk_tile16, 1, NULL, NULL, NULL)
-PK_TILE(pk_tile32_brows, 2, NULL, NULL, bro)
-PK_TILE(pk_tile16_brows, 1, NULL, NULL, bro)
-PK_TILE(pk_tile32_arows, 2, aro, apo, NULL)
-PK_TILE(pk_tile16_arows, 1, aro, apo, NULL)
+PK_TILE(pk_tile32, 2, NULL, NULL, NULL, NULL)
+PK_TILE(pk_tile16, 1, NULL, NULL, NULL, NULL)
+PK_TILE(pk_tile32_brows, 2, NULL, NULL, bro, NULL)
+PK_TILE(pk_tile16_brows, 1, NULL, NULL, bro, NULL)
+PK_TILE(pk_tile32_arows, 2, aro, apo, NULL, ty)
+PK_TILE(pk_tile16_arows, 1, aro, apo, NULL, ty)
 
 /* The product of packed panels (gg_rt_gemm_packed), or with one operand read in place from a
  * convolution's image (conv_rows): rows_src ar (A: row k at output position i is base[ro[k] + po[i]])
- * or br (B: row k is base[ro[k] + column]); the other operand is packed. */
+ * or br (B: row k is base[ro[k] + column]); the other operand is packed. With ty, the product is
+ * stored transposed there (element (i, j) at ty[j * tld + i]), C holding only partial sums. */
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu) {
+                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu, float *ty, int64_t tld) {
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -669,10 +680,12 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
   /* a grid of gm x gn tiles of at most 16 x 8 panels (128 rows x 256 columns), refined until there
    * are two per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
    * so that tiles differ by at most one panel (an uneven split left one thread idle for a quarter of
-   * resnet18's 784-column products) */
+   * resnet18's 784-column products). Each row of tiles reads all of B, each column all of A: refined
+   * along the smaller operand's side (a 7x7 convolution's 9.4 MB of weights read twice had made it
+   * memory-bound) */
   int64_t gm = (pm + 15) / 16, gn = (pn + 7) / 8;
   while (gm * gn < 2 * nt && (gm < pm || gn < pn)) {
-    if (gn < pn && (pn * gm >= pm * gn || gm == pm)) gn++;
+    if (gn < pn && (M <= N || gm == pm)) gn++;
     else gm++;
   }
   for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
@@ -685,7 +698,10 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         pk_tile32(0, zeros, NULL, NULL, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
-                  col_bias ? col_bias + jp * PK_NR : NULL, relu);
+                  col_bias ? col_bias + jp * PK_NR : NULL, relu, NULL, 0);
+        if (ty)
+          for (int j = 0; j < nr; j++)
+            for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * PK_MR + i] = C[(ip * PK_MR + i) * ldc + jp * PK_NR + j];
       }
     return;
   }
@@ -704,12 +720,13 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
           const float *ap = ar ? ar->base : Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
           float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
           bool acc = k0 > 0, rl = last && relu;
-          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
-          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl);
+          float *tt = ty && last ? ty + jp * PK_NR * tld + ip * PK_MR : NULL;
+          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
+          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
+          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
+          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
+          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
+          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
         }
       }
     }
@@ -718,12 +735,13 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
 
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
                        const float *col_bias, bool relu) {
-  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, relu);
+  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, relu, NULL, 0);
 }
 #else
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu) {
+                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu, float *ty, int64_t tld) {
   (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+  (void)ty; (void)tld;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 bool gg_rt_packed_ok(void) { return false; }
@@ -917,7 +935,8 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
  *   out (where Wq == Wo the wide grid is the output);
  * - mode 2, image as A, weight as B (K x Cout): output position o reads at offset po[o] = oh * Wq + ow,
  *   so there are no unused columns (49 outputs of 7x7 fill 56 rows, not 64 columns); the product is
- *   the output transposed (positions x Cout), transposed back at the end.
+ *   the output transposed (positions x Cout), each finished tile stored transposed into y (the
+ *   transposed buffer holds the partial sums of K beyond one slice).
  * Stride 1 without padding reads the image as it is. col: ro (2 * K floats, rounded up to 16), po (2 *
  * (positions + 8)), the phase images, the wide or transposed output (the emitter sizes it). */
 static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode) {
@@ -958,16 +977,12 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
     }
     if (mode == 2) {
       rows_src a = {b, ro, po};
-      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, relu);
-      _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
-      for (int64_t o0 = 0; o0 < osp; o0 += 64)   /* 64 positions x every channel per task */
-        for (int64_t oc = 0; oc < c->Cout; oc++)
-          for (int64_t o = o0; o < o0 + 64 && o < osp; o++) yn[oc * osp + o] = out2[o * c->Cout + oc];
+      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, relu, yn, osp);
       continue;
     }
     rows_src bsrc = {b, ro, NULL};
     float *out = Wq == Wo ? yn : out2;
-    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, relu);
+    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, relu, NULL, 0);
     if (out != yn) {
       _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
       for (int64_t oc = 0; oc < c->Cout; oc++)
