@@ -48,11 +48,11 @@ case("conv3d", nn.Conv3d(2, 3, 3, padding=1, stride=(1, 2, 2)), r(1, 2, 4, 6, 6)
 case("conv_dilated_groups", nn.Conv2d(4, 8, 3, dilation=2, groups=4, padding=2, bias=False), r(2, 4, 9, 9))
 case("conv_unbatched", nn.Conv2d(3, 4, 3), r(3, 6, 6))
 # strided, dilated and 1-d convolutions of one group (compiled: read from the image's phases in place)
-case("conv_strides", Fn(lambda s, x: ((lambda y: s.c2(y) + s.c3(y))(torch.relu(s.c1(x))), s.c4(x), s.c5(x), s.c6(x.flatten(2)), s.c7(x), s.c8(x)),
+case("conv_strides", Fn(lambda s, x: ((lambda y: (s.c2(y) + s.c3(y), s.c8(y)))(torch.relu(s.c1(x))), s.c4(x), s.c5(x), s.c6(x.flatten(2)), s.c7(x)),
                         c1=nn.Conv2d(3, 8, 7, stride=2, padding=3), c2=nn.Conv2d(8, 8, 3, stride=2, padding=1),
                         c3=nn.Conv2d(8, 8, 1, stride=2, bias=False), c4=nn.Conv2d(3, 6, 3, stride=(2, 1), padding=(1, 2), dilation=(2, 1)),
                         c5=nn.Conv2d(3, 5, 3, stride=3, padding=1, dilation=2), c6=nn.Conv1d(3, 4, 3, stride=2, padding=1),
-                        c7=nn.Conv2d(3, 4, (1, 5), stride=(1, 2), padding=(0, 2)), c8=nn.Conv2d(3, 32, 3, stride=2, padding=2, dilation=2)),
+                        c7=nn.Conv2d(3, 4, (1, 5), stride=(1, 2), padding=(0, 2)), c8=nn.Conv2d(8, 64, 3, stride=2, padding=2, dilation=2)),
      r(2, 3, 13, 11))
 # resampling and pooling
 case("upsample_bilinear", Fn(lambda s, x: (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
