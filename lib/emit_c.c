@@ -1137,26 +1137,39 @@ static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, c
   return arena_printf(e->a, "pk%d", e->npacks++);
 }
 
-/* A ReLU that is the only reader of product or convolution n's output (same shape and dtype, CPU):
- * applied in n's epilogue while the tile is in registers; its node then only names n's output. */
-static Node *epilogue_relu(Em *e, Node *n) {
+/* An activation that is the only reader of product or convolution n's output (same shape and dtype,
+ * CPU): applied in n's epilogue while the tile is in cache; its node then only names n's output.
+ * ReLU on float32 and float64; gelu (erf form), hardswish, silu, sigmoid and hardsigmoid on float32, with the
+ * float32 functions their own kernels use (scalar.h). *act: its GG_ACT_* name. */
+static Node *epilogue_act(Em *e, Node *n, const char **act) {
+  static const char *const acts[][2] = {{"relu", "GG_ACT_RELU"}, {"gelu", "GG_ACT_GELU"}, {"hardswish", "GG_ACT_HARDSWISH"},
+                                        {"silu", "GG_ACT_SILU"}, {"sigmoid", "GG_ACT_SIGMOID"}, {"hardsigmoid", "GG_ACT_HARDSIGMOID"}};
   Value *v = n->outs[0];
   Node *u = e->user[v->id];
-  /* test_miscompiled: the test hook miscompiles the ReLU's own kernel, which must then exist */
-  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || strcmp(u->op->name, "relu") || test_miscompiled(u) || u->nouts != 1 ||
-      u->outs[0]->dtype != v->dtype || !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype))
+  *act = "GG_ACT_NONE";
+  /* test_miscompiled: the test hook miscompiles the activation's own kernel, which must then exist */
+  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || test_miscompiled(u) || u->nouts != 1 || u->outs[0]->dtype != v->dtype ||
+      !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype) || u->args[0].k != AK_TENSOR || u->args[0].u.t != v)
     return NULL;
-  return u;
+  for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+    if (strcmp(u->op->name, acts[k][0]) || (k > 0 && v->dtype != DT_F32)) continue;
+    int i = ops_arg_index(u->op, "approximate");   /* gelu's tanh form has no epilogue */
+    if (i >= 0 && !(u->args[i].k == AK_STR && !strcmp(u->args[i].u.s, "none"))) return NULL;
+    *act = acts[k][1];
+    return u;
+  }
+  return NULL;
 }
 
-static void absorb(Em *e, Node *relu, Node *into) {
+static void absorb(Em *e, Node *act, Node *into) {
   if (!e->absorbed) e->absorbed = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->absorbed);
-  e->absorbed[relu->id] = true;
+  e->absorbed[act->id] = true;
   if (e->c->record) {
     if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
-    e->fused_into[relu->id] = into;
+    e->fused_into[act->id] = into;
   }
-  gg_log(e->c, LOG_FUSION, "node %s (relu) applied in the epilogue of %s (%s)", gg_quote(e->c, relu->name), gg_quote(e->c, into->name), into->op->name);
+  gg_log(e->c, LOG_FUSION, "node %s (%s) applied in the epilogue of %s (%s)", gg_quote(e->c, act->name), act->op->name, gg_quote(e->c, into->name),
+         into->op->name);
 }
 
 /* A view usable as a BLAS matrix: one of its two last strides is 1. */
@@ -1276,10 +1289,11 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     Bb = broadcast_tv(e, &B, nb + 2, bs);
   }
   if (e->cuda) return matmul_cuda(e, n, out, &Ab, &Bb, nb, bias, alpha, beta);
-  Node *relu = epilogue_relu(e, n);
-  if (relu) absorb(e, relu, n);
+  const char *actname;
+  Node *act = epilogue_act(e, n, &actname);
+  if (act) absorb(e, act, n);
   /* a weight on the right of one float32 product: packed at gg_open; the left operand is packed per
-   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and ReLU go to the epilogue */
+   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and activation go to the epilogue */
   const TV *bt = bias ? &e->tv[bias->id] : NULL;
   int64_t unit;
   bool col_bias = bt && beta == 1 && bt->dt == dt && bt->rank == 1 && expr_same(e->g, bt->sizes[0], N) && expr_is_const(bt->strides[0], &unit) &&
@@ -1301,7 +1315,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   if (pk) {
     fprintf(f, "  if (pk) {\n    gg_rt_pack(0, M, K, a + %s, %s, %s, ap);\n", cx(e, Ab.offset), cx(e, Ab.strides[0]), cx(e, Ab.strides[1]));
     fprintf(f, "    gg_rt_gemm_packed(M, N, K, ap, pk, y, N, NULL, %s, %s);\n    return;\n  }\n",
-            bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", relu ? "true" : "false");
+            bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", actname);
   }
   /* a batch of small float32 products (attention heads): one product per thread, on the runtime's own
    * kernel; where BLAS runs them, one after another (concurrent calls into OpenBLAS serialize, and
@@ -1348,8 +1362,8 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
             nb > 1 ? arena_printf(e->a, " collapse(%d)", nb) : "", lbuf, lbuf);
     free(lbuf);
   }
-  if (bias || alpha != 1 || relu) {
-    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias, then ReLU */
+  if (bias || alpha != 1 || act) {
+    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias, then the activation */
     TV bb = bt ? broadcast_tv(e, bt, out->rank, out->sizes) : *out;
     int c2 = open_loops(e, out->rank, out->sizes, true);
     const char *yi = index_of(e, out, out->rank);
@@ -1360,7 +1374,12 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
       load_f(f, bt->dt, "bias", index_of(e, &bb, out->rank));
     }
     fputs(";\n    ", f);
-    if (relu) fputs("if (!(v > 0) && !isnan(v)) v = 0;\n    ", f);
+    if (act && !strcmp(act->op->name, "relu")) fputs("if (!(v > 0) && !isnan(v)) v = 0;\n    ", f);
+    else if (act) {   /* its own kernel's scalar function */
+      PwPlan ap;
+      if (pw_plan(e->c, act, &ap)) return -1;
+      fprintf(f, "{ const double a_[1] = {v}; v = %s(a_); }\n    ", scalar_fn(e, act, &ap));
+    }
     store(f, dt, true, "y", yi, "v");
     close_loops(e, c2);
   }
@@ -1502,8 +1521,9 @@ int emit_conv(Em *e, Node *n) {
   const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
-  Node *relu = epilogue_relu(e, n);
-  if (relu) absorb(e, relu, n);
+  const char *actname;
+  Node *act = epilogue_act(e, n, &actname);
+  if (act) absorb(e, act, n);
   /* one group, float32: the weight packed at gg_open. 2-D: the product reads the padded image's rows
    * (of its phases, when strided) in place of im2col (gg_rt_conv_packed_f32's modes 1 and 2), with the
    * weight as A (Cout x Cin*kernel, the image over the padded width as B) or, where its tiles waste
@@ -1559,8 +1579,8 @@ int emit_conv(Em *e, Node *n) {
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
   if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
   else {
-    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %d);\n  else", relu ? "true" : "false", mode);
-    fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", relu ? "true" : "false");
+    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %d);\n  else", actname, mode);
+    fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", actname);
   }
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));

@@ -290,17 +290,20 @@ expect 0 "weights folded                         agrees" -- "$GG" check $M/cnn_s
 expect 0 "batch norm 'batch_norm_1' folded into convolution 'conv2d_1'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/fold.so"
 expect 0 "linear 'linear_2' computed in the stacked product 'linear.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/bert_tiny/model.pt2 -o "$TMP/fold.so"
 expect 0 "linear 'linear_5' computed in the stacked product 'linear_4.stacked0.0'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/llama_tiny/model.pt2 -o "$TMP/fold.so"
-# a ReLU that alone reads a convolution or linear is applied in its epilogue (no kernel of its own),
-# not under the miscompile test hook (which needs the ReLU's own kernel)
+# an activation that alone reads a convolution or linear is applied in its epilogue (no kernel of its
+# own), not under the miscompile test hook (which needs the ReLU's own kernel)
 expect 0 "node 'relu_1' (relu) applied in the epilogue of 'batch_norm_1.fold0' (conv2d)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/fold.so"
 expect 0 "node 'relu' (relu) applied in the epilogue of 'linear' (linear)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mlp/model.pt2 -o "$TMP/mlpe.so"
+# float32 gelu, hardswish, hardsigmoid (silu, sigmoid) too, with their float32 functions
+expect 0 "node 'gelu' (gelu) applied in the epilogue of 'linear_4' (linear)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/bert_tiny/model.pt2 -o "$TMP/bte.so"
+expect 0 "node 'hardswish_' (hardswish) applied in the epilogue of 'batch_norm.fold0' (conv2d)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mobilenet_v3_small/model.pt2 -o "$TMP/mbe.so"
 env GCC_GRAPH_LOGS=fusion GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" compile $M/mlp/model.pt2 -o "$TMP/mlpm.so" 2>"$TMP/err" || no "compile with the miscompile hook: $(cat "$TMP/err")"
 if grep -q "applied in the epilogue" "$TMP/err"; then no "ReLU fused under GCC_GRAPH_TEST_MISCOMPILE=relu"; else ok; fi
 # weights packed at open for the runtime's AVX-512 kernel: the packed descriptors are in the source;
 # the same .so run on BLAS (GCC_GRAPH_BLAS_ONLY=1, what machines without AVX-512 run) agrees with
 # PyTorch too (every compiled case below runs on the packed kernel where this machine has AVX-512)
 if "$GG" compile $M/cnn_small/model.pt2 -S -o "$TMP/cs_src" 2>"$TMP/err" && grep -q "gg_rt_conv_packed_f32" "$TMP/cs_src/model.c" && grep -q "static const gg_pack_desc gg_packs" "$TMP/cs_src/model.c"; then ok; else no "cnn_small's convolutions are not on packed weights: $(cat "$TMP/err")"; fi
-for c in cnn_small mlp bert_tiny; do
+for c in cnn_small mlp bert_tiny mobilenet_v3_small; do
   "$GG" compile $M/$c/model.pt2 -o "$TMP/blas_$c.so" 2>"$TMP/err" || no "compile $c: $(cat "$TMP/err")"
   expect 0 "" -- env GCC_GRAPH_BLAS_ONLY=1 "$GG" run "$TMP/blas_$c.so" --inputs $M/$c/io.safetensors -o "$TMP/blas_$c.st"
   expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/blas_$c.st" $M/$c/io.safetensors

@@ -3,6 +3,7 @@
  * every model (BLAS matrix products, convolution by im2col + GEMM, pooling). It needs libc, libm,
  * libgomp and a CBLAS, nothing else. */
 #include "gg_rt.h"
+#include "scalar.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -562,6 +563,21 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
   }
 }
 
+/* The activations a product or convolution applies (GG_ACT_*), on float32 with scalar.h's float32
+ * functions, as the node's own kernel would compute them. */
+static inline float gg_rt_act(int act, float v) {
+  double d = v;
+  switch (act) {
+  case GG_ACT_RELU: return v > 0 ? v : (isnan(v) ? v : 0);
+  case GG_ACT_GELU: return (float)f32_gelu_erf(&d);
+  case GG_ACT_HARDSWISH: return (float)f_hardswish(&d);
+  case GG_ACT_SILU: return (float)f32_silu(&d);
+  case GG_ACT_SIGMOID: return (float)f32_sigmoid(&d);
+  case GG_ACT_HARDSIGMOID: return (float)f_hardsigmoid(&d);
+  default: return v;
+  }
+}
+
 /* an operand read in place from a convolution's image (conv_rows, gemm_run) */
 typedef struct rows_src { const float *base; const int64_t *ro, *po; } rows_src;
 
@@ -579,6 +595,21 @@ static void packed_setup(void) {
 bool gg_rt_packed_ok(void) {
   pthread_once(&packed_once, packed_setup);
   return packed_on;
+}
+
+/* The activation on a finished tile, in L1: one loop per activation, so that each vectorizes */
+static GG_X512 void act_rows(int act, float *c, int64_t ldc, int mr, int nr) {
+  for (int i = 0; i < mr; i++) {
+    float *r = c + i * ldc;
+    switch (act) {
+    case GG_ACT_GELU: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_GELU, r[j]); break;
+    case GG_ACT_HARDSWISH: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_HARDSWISH, r[j]); break;
+    case GG_ACT_SILU: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SILU, r[j]); break;
+    case GG_ACT_SIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SIGMOID, r[j]); break;
+    case GG_ACT_HARDSIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_HARDSIGMOID, r[j]); break;
+    default: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(act, r[j]); break;
+    }
+  }
 }
 
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
@@ -672,7 +703,7 @@ PK_TILE(pk_tile16_arows, 1, aro, apo, NULL, ty)
  * or br (B: row k is base[ro[k] + column]); the other operand is packed. With ty, the product is
  * stored transposed there (element (i, j) at ty[j * tld + i]), C holding only partial sums. */
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu, float *ty, int64_t tld) {
+                     int64_t ldc, const float *row_bias, const float *col_bias, int act, float *ty, int64_t tld) {
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -698,7 +729,8 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         pk_tile32(0, zeros, NULL, NULL, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
-                  col_bias ? col_bias + jp * PK_NR : NULL, relu, NULL, 0);
+                  col_bias ? col_bias + jp * PK_NR : NULL, act == GG_ACT_RELU, NULL, 0);
+        if (act > GG_ACT_RELU) act_rows(act, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr);
         if (ty)
           for (int j = 0; j < nr; j++)
             for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * PK_MR + i] = C[(ip * PK_MR + i) * ldc + jp * PK_NR + j];
@@ -719,7 +751,7 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
           int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
           const float *ap = ar ? ar->base : Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
           float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
-          bool acc = k0 > 0, rl = last && relu;
+          bool acc = k0 > 0, rl = last && act == GG_ACT_RELU;
           float *tt = ty && last ? ty + jp * PK_NR * tld + ip * PK_MR : NULL;
           if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
           else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
@@ -727,6 +759,10 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
           else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
           else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
           else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
+          if (last && act > GG_ACT_RELU) {   /* other activations on the finished tile, in L1 (elementwise: on its transposed copy too) */
+            if (tt) act_rows(act, tt, tld, nr, mr);
+            else act_rows(act, cc, ldc, mr, nr);
+          }
         }
       }
     }
@@ -734,20 +770,20 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
 }
 
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, bool relu) {
-  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, relu, NULL, 0);
+                       const float *col_bias, int act) {
+  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, act, NULL, 0);
 }
 #else
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, bool relu, float *ty, int64_t tld) {
-  (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+                     int64_t ldc, const float *row_bias, const float *col_bias, int act, float *ty, int64_t tld) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)act;
   (void)ty; (void)tld;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 bool gg_rt_packed_ok(void) { return false; }
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, bool relu) {
-  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)relu;
+                       const float *col_bias, int act) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)act;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 #endif
@@ -773,7 +809,7 @@ void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, i
   if (!gg_rt_packed_ok() || need > pack_cap) { blas_sgemm(M, N, K, A, sam, sak, B, sbk, sbn, C); return; }
   gg_rt_pack(0, M, K, A, sam, sak, pack_buf);
   gg_rt_pack(1, K, N, B, sbk, sbn, pack_buf + na);
-  gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, false);
+  gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, GG_ACT_NONE);
 }
 
 /* ---------------------------------------------------------------- convolution */
@@ -859,13 +895,17 @@ DEPTHWISE(depthwise_f64, double)
 IM2COL(float)
 IM2COL(double)
 
-#define RELU(T)                                                                                       \
-  static void relu_##T(T *y, int64_t n) {                                                             \
-    _Pragma("omp parallel for schedule(static) if(n > 32768)")                                        \
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);                \
-  }
-RELU(float)
-RELU(double)
+/* the fused activation as a pass over a convolution's output (the BLAS and depthwise paths) */
+static void act_float(float *y, int64_t n, int act) {
+  if (act == GG_ACT_NONE) return;
+  _Pragma("omp parallel for schedule(static) if(n > 32768)")
+  for (int64_t i = 0; i < n; i++) y[i] = gg_rt_act(act, y[i]);
+}
+static void act_double(double *y, int64_t n, int act) {   /* float64: the emitter fuses ReLU only */
+  if (act != GG_ACT_RELU) return;
+  _Pragma("omp parallel for schedule(static) if(n > 32768)")
+  for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);
+}
 
 /* im2col written straight into the B panels of gg_rt_gemm_packed (one pass, no plain column matrix):
  * row (ic, k0, k1, k2) of the column matrix holds, for every output position, the input it reads at
@@ -939,7 +979,7 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
  *   transposed buffer holds the partial sums of K beyond one slice).
  * Stride 1 without padding reads the image as it is. col: ro (2 * K floats, rounded up to 16), po (2 *
  * (positions + 8)), the phase images, the wide or transposed output (the emitter sizes it). */
-static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode) {
+static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode) {
   int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], ph0 = c->pad[1], pw0 = c->pad[2];
   int64_t Hq = (H + 2 * ph0 + sh - 1) / sh, Wq = (W + 2 * pw0 + sw - 1) / sw, Ho = c->out[1], Wo = c->out[2];
   int64_t K = c->Cin * c->k[1] * c->k[2], Nw = (Ho - 1) * Wq + Wo, isp = H * W, osp = Ho * Wo, qsp = Hq * Wq;
@@ -977,12 +1017,12 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
     }
     if (mode == 2) {
       rows_src a = {b, ro, po};
-      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, relu, yn, osp);
+      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, act, yn, osp);
       continue;
     }
     rows_src bsrc = {b, ro, NULL};
     float *out = Wq == Wo ? yn : out2;
-    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, relu, NULL, 0);
+    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, act, NULL, 0);
     if (out != yn) {
       _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
       for (int64_t oc = 0; oc < c->Cout; oc++)
@@ -991,23 +1031,23 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
   }
 }
 
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode) {
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode) {
   int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
-  if (mode) { conv_rows(c, x, wp, bias, y, col, relu, mode); return; }
+  if (mode) { conv_rows(c, x, wp, bias, y, col, act, mode); return; }
   for (int64_t n = 0; n < c->N; n++) {
     im2col_pack(c, x + n * c->Cin * isp, col);
-    gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, relu);
+    gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, act);
   }
 }
 
 #define CONV(NAME, T, GEMMF, DW)                                                                      \
-  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col, bool relu) {      \
+  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col, int act) {        \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
     int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
     if (!c->transposed && icg == 1 && G > 1) {                                                        \
       DW(c, x, w, bias, y);                                                                           \
-      if (relu) relu_##T(y, c->N * c->Cout * osp);                                                    \
+      act_##T(y, c->N * c->Cout * osp, act);                                                          \
       return;                                                                                         \
     }                                                                                                 \
     for (int64_t n = 0; n < c->N; n++)                                                                \
@@ -1050,7 +1090,7 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
           for (int64_t oc = 0; oc < ocg; oc++)                                                        \
             for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
         }                                                                                             \
-        if (relu) relu_##T(yg, ocg * osp);                                                            \
+        act_##T(yg, ocg * osp, act);                                                                  \
       }                                                                                               \
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)

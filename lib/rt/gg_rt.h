@@ -168,15 +168,19 @@ GG_HD uint16_t gg_f2bf(float f) {
 void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C);
 void gg_rt_dgemm(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak, const double *B, int64_t sbk, int64_t sbn, double *C);
 
+/* The activation a product or convolution applies to its output: a node the emitter fused into it
+ * (GG_ACT_RELU for float32 and float64; the others, float32 only, with scalar.h's float32 functions) */
+enum { GG_ACT_NONE, GG_ACT_RELU, GG_ACT_GELU, GG_ACT_HARDSWISH, GG_ACT_SILU, GG_ACT_SIGMOID, GG_ACT_HARDSIGMOID };
+
 /* float32 products on packed panels (x86-64 with AVX-512, checked at run time): C = A @ B (+ row_bias
- * per row, + col_bias per column, then ReLU if relu), A packed by gg_rt_pack side 0, B side 1, C with
+ * per row, + col_bias per column, then the activation act), A packed by gg_rt_pack side 0, B side 1, C with
  * leading dimension ldc. gg_rt_packed_ok() says whether this machine runs them. Pack sizes are in
  * floats. */
 bool gg_rt_packed_ok(void);
 int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols);
 void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst);
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, bool relu);
+                       const float *col_bias, int act);
 
 /* Convolution of contiguous NC[D]HW input with contiguous weight, as 3-d with unit dims. */
 typedef struct gg_conv {
@@ -184,17 +188,17 @@ typedef struct gg_conv {
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
   bool transposed;
 } gg_conv;
-void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, bool relu);
-void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, bool relu);
+void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, int act);
+void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, int act);
 /* col (the im2col buffer) holds (C/groups) * kernel * spatial elements, (spatial + 32) for the packed one: the emitter sizes it.
- * relu: ReLU applied to the output (a ReLU the emitter fused). gg_rt_conv_packed_f32: the same with
+ * act: the activation applied to the output (GG_ACT_*; float64: none or ReLU). gg_rt_conv_packed_f32: the same with
  * the weight packed (groups == 1, not transposed). mode 0: im2col into panels, the weight packed as
  * side 0 (Cout x Cin*kernel). mode 1 and 2: a 2-D convolution (in[0] == k[0] == stride[0] == 1,
  * pad[0] == 0) that reads the padded image, split into stride[1] x stride[2] phases of Hq x Wq =
  * ceil(Hp / stride[1]) x ceil(Wp / stride[2]), in place of im2col; the weight packed as side 0 (mode 1)
  * or side 1, Cin*kernel x Cout (mode 2); col holds 2 * (Cin * kernel + 8) + 2 * (spatial + 16) +
  * stride[1] * stride[2] * Cin * Hq * Wq + Cout * Ho * Wq floats. */
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, bool relu, int mode);
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);
