@@ -198,7 +198,7 @@ GG_SCALAR double f_gelu_tanh(const double *x) {
 #ifndef __CUDACC__
 static inline float gg_expf(float x) {
   float big = x > 88.0f ? 1.0f : 0.0f;   /* scaled by 2^(n-1) * 2 near the top, so that 2^(n-1) fits */
-  float xc = x < -87.6f ? -87.6f : x > 88.75f ? 88.75f : x;
+  float xc = x < -87.6f ? -87.6f : x > 88.75f ? 88.75f : x == x ? x : 0.0f;   /* NaN: any value, replaced below */
   float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest */
   float r = xc - n * 0.693145751953125f - n * 1.428606820309417232e-6f;
   float p = 1.9875691500e-4f;
@@ -208,7 +208,7 @@ static inline float gg_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)(n - big) + 127) << 23;
+  uint32_t bits = (uint32_t)((int32_t)(n - big) + 127) << 23;
   float s;
   memcpy(&s, &bits, sizeof s);
   float y = p * s * (1.0f + big);
