@@ -61,7 +61,7 @@ typedef struct Em {
   bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
   int npacks;
   PackDesc *packs;      /* the weights packed at gg_open, in the order of w[nweights + j] */
-  bool *absorbed;           /* by node id: a ReLU applied by the product or convolution it follows */
+  bool *absorbed;           /* by node id: an activation applied by the product or convolution it follows */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -624,7 +624,7 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
 }
 
 int emit_pointwise(Em *e, Node *n) {
-  if (e->absorbed && e->absorbed[n->id]) {   /* a ReLU its product or convolution applied */
+  if (e->absorbed && e->absorbed[n->id]) {   /* an activation its product or convolution applied */
     TV *src = tv_of(e, n, n->args[0].u.t);
     if (!src) return -1;
     e->tv[n->outs[0]->id] = *src;

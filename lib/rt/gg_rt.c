@@ -1,6 +1,6 @@
 /* gg_rt.c: the runtime inside every compiled model: the entry points of gcc_graph.h, implemented
  * over the descriptor the generated code provides (gg__desc), and the kernels that are the same for
- * every model (BLAS matrix products, convolution by im2col + GEMM, pooling). It needs libc, libm,
+ * every model (matrix products on its own AVX-512 kernel or BLAS, convolutions, pooling). It needs libc, libm,
  * libgomp and a CBLAS, nothing else. */
 #include "gg_rt.h"
 #include "scalar.h"
@@ -511,8 +511,8 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
 
 /* Our own float32 kernel, for the products whose one operand is a weight (inference on the CPU):
  * the weight is packed once, at gg_open, into the panels the kernel reads; the other operand is
- * packed per call (for a convolution, im2col writes the panels directly), and the bias and a fused
- * ReLU are applied while a tile is in registers. OpenBLAS would pack the weight again on every call
+ * packed per call (a 2-d convolution's image is read in place instead: conv_rows), and the bias and a
+ * fused activation are applied while a tile is in registers or L1. OpenBLAS would pack the weight again on every call
  * (9.4 MB for each of resnet18's last convolutions, for 49 output columns). The kernel is AVX-512,
  * chosen at run time, so a .so built on one x86-64 machine runs on another; elsewhere (and with
  * GCC_GRAPH_BLAS_ONLY=1) no weight is packed and the products go to BLAS.
@@ -607,7 +607,7 @@ static GG_X512 void act_rows(int act, float *c, int64_t ldc, int mr, int nr) {
     case GG_ACT_SILU: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SILU, r[j]); break;
     case GG_ACT_SIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SIGMOID, r[j]); break;
     case GG_ACT_HARDSIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_HARDSIGMOID, r[j]); break;
-    default: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(act, r[j]); break;
+    default: break;   /* ReLU is applied in registers (pk_tile) */
     }
   }
 }
