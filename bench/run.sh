@@ -5,13 +5,16 @@
 # PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
 # compared. Prints a table with milliseconds, the speed ratio, compile seconds, and the fraction of
 # the machine's measured sgemm ceiling each model reaches (FLOPs of its matrix products and
-# convolutions / time / ceiling). TARGET=cuda compiles with --target cuda and runs PyTorch on the GPU
+# convolutions / time / ceiling). ROUNDS=N times gcc-graph, eager and torch.compile in N rounds that
+# alternate between them (medians of ITERS runs each; the table shows the median round, and a line
+# under each model every round), so that a noisy machine's slow stretches hit all sides alike. TARGET=cuda compiles with --target cuda and runs PyTorch on the GPU
 # (the ceiling is then cuBLAS's float32 GEMM rate, bench/gpu_ceiling.py).
 set -u
 BUILD=${BUILD:-build}
 GG=$BUILD/gcc-graph
 THREADS=${THREADS:-$(nproc)}
 ITERS=${ITERS:-30}
+ROUNDS=${ROUNDS:-1}
 # a Python with torch and NumPy if there is one, else one with NumPy (for the weights)
 PY=
 for p in ${PYTHON:-} python3 /usr/bin/python3; do
@@ -61,29 +64,32 @@ for m in "$@"; do
   t0=$(date +%s.%N)
   "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" $TRAINFLAG -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
   t1=$(date +%s.%N)
-  ours=$("$GG" bench "$W/$n.so" --inputs "$W/$n/input.safetensors" --iters "$ITERS" | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+  bench_cmd="$GG bench $W/$n.so --inputs $W/$n/input.safetensors --iters $ITERS"
   "$GG" run "$W/$n.so" --inputs "$W/$n/input.safetensors" -o "$W/$n.out.st" >/dev/null
   if [ "$TRAIN" = 1 ]; then   # forward + backward FLOPs
     flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" --train | sed -n 's/^matrix FLOPs: forward \([0-9.e+]*\), backward \([0-9.e+]*\)/\1 \2/p' | awk '{print $1 + $2}')
   else
     flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" | sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p')
   fi
-  ref="-"; ratio="-"
-  if [ $have_torch = 1 ]; then
-    ref=$("$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" 2>"$W/err" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+  ref="-"; ratio="-"; tc=; line=
+  if [ $have_torch = 1 ]; then   # both sides timed by the PyTorch script, in alternating rounds
+    line=$(TORCH_REF_COMPILE=$TC "$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" "$ROUNDS" $bench_cmd 2>"$W/err" | tail -n 1)
+    ref=$(echo "$line" | sed -n 's/.*"eager_ms": \([0-9.]*\).*/\1/p')
+    ours=$(echo "$line" | sed -n 's/.*"gcc_graph_ms": \([0-9.]*\).*/\1/p')
+    tc=$(echo "$line" | sed -n 's/.*"compile_ms": \([0-9.]*\).*/\1/p')
+    tcs=$(echo "$line" | sed -n 's/.*"compile_s": \([0-9.]*\).*/\1/p')
     [ -n "$ref" ] || { echo "$n: PyTorch failed: $(tail -n 1 "$W/err")"; ref="-"; }
   fi
+  [ -n "$ref" ] && [ "$ref" != "-" ] || ours=$($bench_cmd | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
   [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
   gf=$(echo "$flops $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 / ($2 * 1e6); else print "-" }')
   of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
   printf "%-26s %10s %10s %8s %9.2f %9s %8s" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 $t0" | awk '{print $1 - $2}')" "$gf" "$of"
-  if [ "$TC" = 1 ] && [ $have_torch = 1 ]; then
-    line=$(TORCH_REF_COMPILE=1 "$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.refc" 2>"$W/errc" | tail -n 1)
-    tc=$(echo "$line" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
-    tcs=$(echo "$line" | sed -n 's/.*"compile_s": \([0-9.]*\).*/\1/p')
-    if [ -n "$tc" ]; then printf " %12.3f %8s %10.1f" "$tc" "$(echo "$tc $ours" | awk '{printf "%.2fx", $1 / $2}')" "$tcs"; else printf " failed: %s" "$(tail -n 1 "$W/errc" | cut -c1-60)"; fi
+  if [ "$TC" = 1 ] && [ "$ref" != "-" ]; then
+    if [ -n "$tc" ]; then printf " %12.3f %8s %10.1f" "$tc" "$(echo "$tc $ours" | awk '{printf "%.2fx", $1 / $2}')" "$tcs"; else printf " failed: %s" "$(tail -n 1 "$W/err" | cut -c1-60)"; fi
   fi
   echo
+  [ "$ROUNDS" -gt 1 ] && [ -n "$line" ] && echo "  rounds: $(echo "$line" | sed -n 's/.*"rounds": \({[^}]*}\).*/\1/p')"
   if [ "$ref" != "-" ]; then
     "$PY" - "$W/$n.out.st" "$W/$n.ref" <<'PYEOF' || echo "$n: OUTPUTS DIFFER from PyTorch"
 import json, struct, sys, numpy as np

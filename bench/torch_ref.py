@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""torch_ref.py MODEL_DIR WEIGHTS INPUT THREADS ITERS OUT: PyTorch eager on the same weights and input.
+"""torch_ref.py MODEL_DIR WEIGHTS INPUT THREADS ITERS OUT [ROUNDS [GCC_GRAPH_BENCH...]]: PyTorch eager
+(and torch.compile with TORCH_REF_COMPILE=1) on the same weights and input as gcc-graph.
 
 Builds the PyTorch module that the bench model was exported from (torchvision's, or the plain
 definitions below, whose parameter names match the exported graph), loads WEIGHTS, runs INPUT with
-THREADS threads, prints {"median_ms": ...} and writes its output to OUT (raw float32) so that the
-harness can check the two agree."""
-import json, os, statistics, struct, sys, time
+THREADS threads and writes its output to OUT (raw float32) so that the harness can check the two
+agree. Times eager, torch.compile and the gcc-graph bench command given (an argv) in ROUNDS rounds
+that alternate between them (torch_ref_io.interleaved) and prints one JSON line:
+{"eager_ms", "compile_ms", "gcc_graph_ms": medians over the rounds, "compile_s", "rounds": ...}."""
+import json, os, sys, time
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ref_io import load_st
+from torch_ref_io import interleaved, load_st
 from train_models import Block
 
 model_dir, weights, inp, threads, iters, out_path = sys.argv[1:7]
@@ -43,17 +46,21 @@ sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 m = m.to(dev)
 x = x.to(dev)
 compile_s = 0.0
+fns = {"eager": lambda: m(x)}
 if os.environ.get("TORCH_REF_COMPILE") == "1":   # torch.compile (Inductor), compile time measured apart
-    t0 = time.perf_counter()
-    m = torch.compile(m)
-    with torch.no_grad(): m(x)
-    sync()
-    compile_s = time.perf_counter() - t0
+    try:
+        t0 = time.perf_counter()
+        mc = torch.compile(m)
+        with torch.no_grad(): mc(x)
+        sync()
+        compile_s = time.perf_counter() - t0
+        fns["compile"] = lambda: mc(x)
+    except Exception as e:   # the table says "failed" with this line
+        print(f"torch.compile failed: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+rounds = int(sys.argv[7]) if len(sys.argv) > 7 else 1
 with torch.no_grad():
-    for _ in range(3): y = m(x)
-    sync()
-    ts = []
-    for _ in range(int(iters)):
-        t0 = time.perf_counter(); y = m(x); sync(); ts.append((time.perf_counter() - t0) * 1e3)
+    med, per = interleaved(fns, int(iters), rounds, sys.argv[8:], sync)
+    y = m(x)
 y.detach().cpu().numpy().astype(np.float32).tofile(out_path)
-print(json.dumps({"median_ms": statistics.median(ts), "torch": torch.__version__, "threads": torch.get_num_threads(), "compile_s": compile_s}))
+print(json.dumps({"eager_ms": med["eager"], "compile_ms": med.get("compile"), "gcc_graph_ms": med.get("gcc-graph"),
+                  "compile_s": compile_s, "rounds": per, "torch": torch.__version__, "threads": torch.get_num_threads()}))
