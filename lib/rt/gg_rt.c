@@ -524,7 +524,12 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
  * L1) against every A panel of the tile (their slices in L2). */
 #define PK_MR 8
 #define PK_NR 32
+#ifndef PK_KC   /* tuning knobs (-D in --cflags): the depth of a slice of K, tiles per thread */
 #define PK_KC 384
+#endif
+#ifndef PK_TILES_PER_THREAD
+#define PK_TILES_PER_THREAD 2
+#endif
 
 static int64_t pk_width(int64_t N, int64_t jp) { return N - jp * PK_NR <= 16 ? 16 : PK_NR; }
 
@@ -578,6 +583,27 @@ static inline float gg_rt_act(int act, float v) {
   }
 }
 
+/* y[0:n] = act(y[0:n]): one loop per activation, so that each vectorizes */
+#define ACT_SPAN(act, y, n)                                                                           \
+  do {                                                                                                \
+    float *y_ = (y);                                                                                  \
+    int64_t n_ = (n);                                                                                 \
+    switch (act) {                                                                                    \
+    case GG_ACT_RELU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_RELU, y_[j]); break;  \
+    case GG_ACT_GELU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_GELU, y_[j]); break;  \
+    case GG_ACT_HARDSWISH: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_HARDSWISH, y_[j]); break; \
+    case GG_ACT_SILU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_SILU, y_[j]); break;  \
+    case GG_ACT_SIGMOID: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_SIGMOID, y_[j]); break; \
+    case GG_ACT_HARDSIGMOID: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_HARDSIGMOID, y_[j]); break; \
+    default: break;                                                                                   \
+    }                                                                                                 \
+  } while (0)
+static GG_VEC void act_span_float(float *y, int64_t n, int act) { ACT_SPAN(act, y, n); }
+static void act_span_double(double *y, int64_t n, int act) {   /* float64: the emitter fuses ReLU only */
+  if (act == GG_ACT_RELU)
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);
+}
+
 /* an operand read in place from a convolution's image (conv_rows, gemm_run) */
 typedef struct rows_src { const float *base; const int64_t *ro, *po; } rows_src;
 
@@ -597,19 +623,9 @@ bool gg_rt_packed_ok(void) {
   return packed_on;
 }
 
-/* The activation on a finished tile, in L1: one loop per activation, so that each vectorizes */
+/* The activation on a finished tile, in L1 */
 static GG_X512 void act_rows(int act, float *c, int64_t ldc, int mr, int nr) {
-  for (int i = 0; i < mr; i++) {
-    float *r = c + i * ldc;
-    switch (act) {
-    case GG_ACT_GELU: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_GELU, r[j]); break;
-    case GG_ACT_HARDSWISH: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_HARDSWISH, r[j]); break;
-    case GG_ACT_SILU: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SILU, r[j]); break;
-    case GG_ACT_SIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_SIGMOID, r[j]); break;
-    case GG_ACT_HARDSIGMOID: for (int j = 0; j < nr; j++) r[j] = gg_rt_act(GG_ACT_HARDSIGMOID, r[j]); break;
-    default: break;   /* ReLU is applied in registers (pk_tile) */
-    }
-  }
+  for (int i = 0; i < mr; i++) ACT_SPAN(act, c + i * ldc, nr);
 }
 
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
@@ -707,15 +723,19 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if ((double)M * (double)N * (double)K < 2e6) nt = 1;
+  /* one thread for a product too small to share (a fork and join costs microseconds), unless its
+   * operands are large: a product of one row (a linear layer at batch 1) is memory-bound, and many
+   * threads read its weight faster than one (resnet18's 2 MB classifier: 0.27 ms on one thread of the
+   * 16-core host) */
+  if ((double)M * (double)N * (double)K < 2e5 && (double)(M + N) * (double)K < 65536) nt = 1;
   /* a grid of gm x gn tiles of at most 16 x 8 panels (128 rows x 256 columns), refined until there
-   * are two per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
+   * are PK_TILES_PER_THREAD (2) per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
    * so that tiles differ by at most one panel (an uneven split left one thread idle for a quarter of
    * resnet18's 784-column products). Each row of tiles reads all of B, each column all of A: refined
    * along the smaller operand's side (a 7x7 convolution's 9.4 MB of weights read twice had made it
    * memory-bound) */
   int64_t gm = (pm + 15) / 16, gn = (pn + 7) / 8;
-  while (gm * gn < 2 * nt && (gm < pm || gn < pn)) {
+  while (gm * gn < PK_TILES_PER_THREAD * nt && (gm < pm || gn < pn)) {
     if (gn < pn && (M <= N || gm == pm)) gn++;
     else gm++;
   }
@@ -824,38 +844,113 @@ static inline void row_inside(int64_t off, int64_t s, int64_t in, int64_t n, int
 }
 
 
-/* Depthwise (one input channel per group): direct loops, one output plane per task; the inner loop
- * runs along the output row. im2col + GEMM would multiply a 1-row matrix per channel. */
+/* Phase image (ph, pw) of a plane of H x W padded by (ph0, pw0) for strides (sh, sw): row i is the
+ * padded row i * sh + ph, every sw-th element from pw; Hq x Wq, zeros outside the plane. Tap (th, tw)
+ * of output (oh, ow) reads phase (th % sh, tw % sw) at (oh + th / sh, ow + tw / sw), so a tap reads
+ * the output rows of one phase image as one contiguous run (conv_rows, depthwise). */
+#define PHASE(T)                                                                                      \
+  static void phase_##T(const T *xc, int64_t H, int64_t W, int64_t sh, int64_t sw, int64_t ph0, int64_t pw0, int64_t Hq, \
+                        int64_t Wq, int64_t ph, int64_t pw, T *d) {                                   \
+    int64_t lo, hi;                                                                                   \
+    row_inside(pw - pw0, sw, W, Wq, &lo, &hi);                                                        \
+    for (int64_t i = 0; i < Hq; i++, d += Wq) {                                                       \
+      int64_t h = i * sh + ph - ph0;                                                                  \
+      if (h < 0 || h >= H) { memset(d, 0, sizeof(T) * (size_t)Wq); continue; }                       \
+      const T *src = xc + h * W + pw - pw0;                                                           \
+      for (int64_t j = 0; j < lo; j++) d[j] = 0;                                                      \
+      if (sw == 1) memcpy(d + lo, src + lo, sizeof(T) * (size_t)(hi - lo));                           \
+      else for (int64_t j = lo; j < hi; j++) d[j] = src[j * sw];                                      \
+      for (int64_t j = hi; j < Wq; j++) d[j] = 0;                                                     \
+    }                                                                                                 \
+  }
+PHASE(float)
+PHASE(double)
+
+/* Depthwise (one input channel per group), one output plane per task; im2col + GEMM would multiply a
+ * 1-row matrix per channel. 2-d: the input channel's phase images (phase_T) go to the thread's buffer,
+ * and each tap is one multiply-add along a run of (Ho - 1) * Wq + Wo outputs over the phase image's
+ * width (as conv_rows reads the image), long and contiguous whatever the plane's width (mobilenet's
+ * 7 x 7 planes: 77 per tap, where a row of 7 per tap and row had cost more in bounds than in
+ * arithmetic); the valid columns are copied out. 3-d convolutions, or a buffer that cannot grow,
+ * take direct loops along the output row. */
 #define DEPTHWISE(NAME, T)                                                                            \
-  static void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y) {                  \
+  static __thread T *NAME##_buf;                                                                      \
+  static __thread size_t NAME##_cap;                                                                  \
+  static void NAME##_direct(const gg_conv *c, const T *xp, const T *wp, T b0, T *yp) {                \
+    for (int64_t o0 = 0; o0 < c->out[0]; o0++)                                                        \
+      for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                    \
+        T *row = yp + (o0 * c->out[1] + o1) * c->out[2];                                              \
+        for (int64_t o2 = 0; o2 < c->out[2]; o2++) row[o2] = b0;                                      \
+        for (int64_t k0 = 0; k0 < c->k[0]; k0++) {                                                    \
+          int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                                \
+          if (i0 < 0 || i0 >= c->in[0]) continue;                                                     \
+          for (int64_t k1 = 0; k1 < c->k[1]; k1++) {                                                  \
+            int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                              \
+            if (i1 < 0 || i1 >= c->in[1]) continue;                                                   \
+            const T *xr = xp + (i0 * c->in[1] + i1) * c->in[2];                                       \
+            for (int64_t k2 = 0; k2 < c->k[2]; k2++) {                                                \
+              T wv = wp[(k0 * c->k[1] + k1) * c->k[2] + k2];                                          \
+              int64_t off = k2 * c->dil[2] - c->pad[2], s = c->stride[2];                             \
+              int64_t lo, hi;                                                                         \
+              row_inside(off, s, c->in[2], c->out[2], &lo, &hi);                                      \
+              for (int64_t o2 = lo; o2 < hi; o2++) row[o2] += wv * xr[o2 * s + off];                  \
+            }                                                                                         \
+          }                                                                                           \
+        }                                                                                             \
+      }                                                                                               \
+  }                                                                                                   \
+  /* acc[0:Nw] = b0 + the taps over the phase images xq (built for AVX-512 too: GG_VEC). Tap       \
+   * (th, tw) = (kh, kw) * dil is at phase (th % sh, tw % sw), offset (th / sh, tw / sw): both       \
+   * stepped along, without a division per tap (they cost more than a small plane's tap). */         \
+  static GG_VEC void NAME##_taps(const gg_conv *c, const T *xq, int64_t Wq, int64_t qsp, int64_t Nw, const T *wp, T b0, T *acc) { \
+    int64_t sh = c->stride[1], sw = c->stride[2];                                                     \
+    int64_t dqh = c->dil[1] / sh, drh = c->dil[1] % sh, dqw = c->dil[2] / sw, drw = c->dil[2] % sw;   \
+    for (int64_t o = 0; o < Nw; o++) acc[o] = b0;                                                     \
+    for (int64_t kh = 0, qh = 0, rh = 0; kh < c->k[1]; kh++) {                                        \
+      for (int64_t kw = 0, qw = 0, rw = 0; kw < c->k[2]; kw++) {                                      \
+        const T *src = xq + (rh * sw + rw) * qsp + qh * Wq + qw;                                      \
+        T wv = wp[kh * c->k[2] + kw];                                                                 \
+        for (int64_t o = 0; o < Nw; o++) acc[o] += wv * src[o];                                       \
+        qw += dqw, rw += drw;                                                                         \
+        if (rw >= sw) qw++, rw -= sw;                                                                 \
+      }                                                                                               \
+      qh += dqh, rh += drh;                                                                           \
+      if (rh >= sh) qh++, rh -= sh;                                                                   \
+    }                                                                                                 \
+  }                                                                                                   \
+  static void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, int act) {         \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], mult = c->Cout / c->groups;                           \
+    int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], Ho = c->out[1], Wo = c->out[2]; \
+    int64_t Hq = (H + 2 * c->pad[1] + sh - 1) / sh, Wq = (W + 2 * c->pad[2] + sw - 1) / sw, qsp = Hq * Wq; \
+    int64_t Nw = (Ho - 1) * Wq + Wo;                                                                  \
+    bool plane = c->k[0] == 1 && c->in[0] == 1 && c->out[0] == 1 && Ho > 0 && Wo > 0;                 \
+    size_t need = (size_t)(sh * sw * qsp + Nw);                                                       \
     _Pragma("omp parallel for schedule(static)")                                                      \
     for (int64_t p = 0; p < c->N * c->Cout; p++) {                                                    \
       int64_t n = p / c->Cout, oc = p % c->Cout, ic = oc / mult;                                      \
       const T *xp = x + (n * c->Cin + ic) * isp, *wp = w + oc * ksp;                                  \
-      T *yp = y + p * osp;                                                                            \
-      for (int64_t o0 = 0; o0 < c->out[0]; o0++)                                                      \
-        for (int64_t o1 = 0; o1 < c->out[1]; o1++) {                                                  \
-          T *row = yp + (o0 * c->out[1] + o1) * c->out[2];                                            \
-          for (int64_t o2 = 0; o2 < c->out[2]; o2++) row[o2] = bias ? bias[oc] : (T)0;                \
-          for (int64_t k0 = 0; k0 < c->k[0]; k0++) {                                                  \
-            int64_t i0 = o0 * c->stride[0] - c->pad[0] + k0 * c->dil[0];                              \
-            if (i0 < 0 || i0 >= c->in[0]) continue;                                                   \
-            for (int64_t k1 = 0; k1 < c->k[1]; k1++) {                                                \
-              int64_t i1 = o1 * c->stride[1] - c->pad[1] + k1 * c->dil[1];                            \
-              if (i1 < 0 || i1 >= c->in[1]) continue;                                                 \
-              const T *xr = xp + (i0 * c->in[1] + i1) * c->in[2];                                     \
-              for (int64_t k2 = 0; k2 < c->k[2]; k2++) {                                              \
-                T wv = wp[(k0 * c->k[1] + k1) * c->k[2] + k2];                                        \
-                int64_t off = k2 * c->dil[2] - c->pad[2], s = c->stride[2];                           \
-                int64_t lo, hi;                                                                       \
-                row_inside(off, s, c->in[2], c->out[2], &lo, &hi);                                    \
-                for (int64_t o2 = lo; o2 < hi; o2++) row[o2] += wv * xr[o2 * s + off];                \
-              }                                                                                       \
-            }                                                                                         \
-          }                                                                                           \
+      T *yp = y + p * osp, b0 = bias ? bias[oc] : (T)0;                                               \
+      if (plane && need > NAME##_cap) {                                                               \
+        void *m = NULL;                                                                               \
+        if (!posix_memalign(&m, GG_RT_ALIGN, need * sizeof(T))) {                                    \
+          free(NAME##_buf);                                                                           \
+          NAME##_buf = m;                                                                             \
+          NAME##_cap = need;                                                                          \
         }                                                                                             \
+      }                                                                                               \
+      if (!plane || need > NAME##_cap) {                                                              \
+        NAME##_direct(c, xp, wp, b0, yp);                                                             \
+        act_span_##T(yp, osp, act);                                                                   \
+        continue;                                                                                     \
+      }                                                                                               \
+      T *xq = NAME##_buf;                                                                             \
+      for (int64_t ph = 0; ph < sh; ph++)                                                             \
+        for (int64_t pw = 0; pw < sw; pw++)                                                           \
+          phase_##T(xp, H, W, sh, sw, c->pad[1], c->pad[2], Hq, Wq, ph, pw, xq + (ph * sw + pw) * qsp); \
+      NAME##_taps(c, xq, Wq, qsp, Nw, wp, b0, xq + sh * sw * qsp);                                   \
+      for (int64_t oh = 0; oh < Ho; oh++) memcpy(yp + oh * Wo, xq + sh * sw * qsp + oh * Wq, sizeof(T) * (size_t)Wo); \
+      act_span_##T(yp, osp, act);                                                                     \
     }                                                                                                 \
   }
 DEPTHWISE(depthwise_f32, float)
@@ -895,17 +990,15 @@ DEPTHWISE(depthwise_f64, double)
 IM2COL(float)
 IM2COL(double)
 
-/* the fused activation as a pass over a convolution's output (the BLAS and depthwise paths) */
-static void act_float(float *y, int64_t n, int act) {
-  if (act == GG_ACT_NONE) return;
-  _Pragma("omp parallel for schedule(static) if(n > 32768)")
-  for (int64_t i = 0; i < n; i++) y[i] = gg_rt_act(act, y[i]);
-}
-static void act_double(double *y, int64_t n, int act) {   /* float64: the emitter fuses ReLU only */
-  if (act != GG_ACT_RELU) return;
-  _Pragma("omp parallel for schedule(static) if(n > 32768)")
-  for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);
-}
+/* the fused activation as a pass over a convolution's output (the BLAS path), in spans of 4096 */
+#define ACT_PASS(T)                                                                                   \
+  static void act_##T(T *y, int64_t n, int act) {                                                     \
+    if (act == GG_ACT_NONE) return;                                                                   \
+    _Pragma("omp parallel for schedule(static) if(n > 32768)")                                        \
+    for (int64_t i = 0; i < n; i += 4096) act_span_##T(y + i, n - i < 4096 ? n - i : 4096, act);      \
+  }
+ACT_PASS(float)
+ACT_PASS(double)
 
 /* im2col written straight into the B panels of gg_rt_gemm_packed (one pass, no plain column matrix):
  * row (ic, k0, k1, k2) of the column matrix holds, for every output position, the input it reads at
@@ -1000,18 +1093,8 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
     if (copy) {   /* phase image (ph, pw) of channel ic, row i: xpad row i * sh + ph, every sw-th from pw */
       _Pragma("omp parallel for schedule(static) if(c->Cin * H * W > 32768)")
       for (int64_t t = 0; t < sh * sw * c->Cin; t++) {
-        int64_t ph = t / (sw * c->Cin), pw = t / c->Cin % sw, ic = t % c->Cin, lo, hi;
-        row_inside(pw - pw0, sw, W, Wq, &lo, &hi);
-        for (int64_t i = 0; i < Hq; i++) {
-          float *d = xq + t * qsp + i * Wq;
-          int64_t h = i * sh + ph - ph0;
-          if (h < 0 || h >= H) { memset(d, 0, sizeof(float) * (size_t)Wq); continue; }
-          const float *src = xn + (ic * H + h) * W + pw - pw0;
-          for (int64_t j = 0; j < lo; j++) d[j] = 0;
-          if (sw == 1) memcpy(d + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
-          else for (int64_t j = lo; j < hi; j++) d[j] = src[j * sw];
-          for (int64_t j = hi; j < Wq; j++) d[j] = 0;
-        }
+        int64_t ph = t / (sw * c->Cin), pw = t / c->Cin % sw, ic = t % c->Cin;
+        phase_float(xn + ic * isp, H, W, sh, sw, ph0, pw0, Hq, Wq, ph, pw, xq + t * qsp);
       }
       b = xq;
     }
@@ -1046,8 +1129,7 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
     int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
     if (!c->transposed && icg == 1 && G > 1) {                                                        \
-      DW(c, x, w, bias, y);                                                                           \
-      act_##T(y, c->N * c->Cout * osp, act);                                                          \
+      DW(c, x, w, bias, y, act);                                                                      \
       return;                                                                                         \
     }                                                                                                 \
     for (int64_t n = 0; n < c->N; n++)                                                                \
