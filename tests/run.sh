@@ -6,6 +6,9 @@ BUILD=${BUILD:-build}
 GG=$BUILD/gcc-graph
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# the suite's compiled runtimes in its own cache (compile.c, runtime_cache_dir), not the user's
+export XDG_CACHE_HOME="$TMP/xdg"
+unset GCC_GRAPH_CACHE_DIR GCC_GRAPH_NO_CACHE
 pass=0
 fail=0
 
@@ -247,7 +250,7 @@ expect 0 "$M/mlp/model.pt2:" -- cat "$TMP/dep.d"
 expect 0 "" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/dep.so" -MF "$TMP/other.dep"
 expect 0 "$TMP/dep.so: $M/mlp/model.pt2" -- cat "$TMP/other.dep"
 expect 0 "-c model.c" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/j2.so" -j 2 -v
-expect 0 "model.c gg_rt.c" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/j1.so" -j1 -v
+expect 0 "model.c gg_rt.c" -- env GCC_GRAPH_NO_CACHE=1 "$GG" compile $M/mlp/model.pt2 -o "$TMP/j1.so" -j1 -v
 expect 0 "" -- "$GG" run "$TMP/j1.so" --inputs $M/mlp/io.safetensors -o "$TMP/j1.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/j1.st" $M/mlp/io.safetensors
 expect 2 "bad job count" -- "$GG" compile $M/mlp/model.pt2 -o "$TMP/j.so" -j 0
@@ -256,6 +259,18 @@ expect 0 "cache hit" -- env GCC_GRAPH_CACHE_DIR="$TMP/cache" "$GG" compile $M/ml
 expect 0 "" -- cmp "$TMP/c1.so" "$TMP/c2.so"
 expect 0 "[cache] miss" -- env GCC_GRAPH_CACHE_DIR="$TMP/cache" GCC_GRAPH_LOGS=cache "$GG" compile $M/mlp/model.pt2 -o "$TMP/c3.so" --cflags -O1
 expect 0 "[cache] hit" -- env GCC_GRAPH_CACHE_DIR="$TMP/cache" GCC_GRAPH_LOGS=cache "$GG" compile $M/mlp/model.pt2 -o "$TMP/c3.so" --cflags -O1
+# the compiled runtime, kept per compiler, flags and runtime source (by default under $XDG_CACHE_HOME):
+# another model takes it from there, and its .so is the one built without the cache
+expect 0 "[cache] runtime miss $TMP/rtc/gcc-graph/runtime-" -- env XDG_CACHE_HOME="$TMP/rtc" GCC_GRAPH_LOGS=cache "$GG" compile $M/mlp/model.pt2 -o "$TMP/r1.so"
+expect 0 "[cache] runtime hit" -- env XDG_CACHE_HOME="$TMP/rtc" GCC_GRAPH_LOGS=cache "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/r2.so"
+expect 0 "-c model.c" -- env XDG_CACHE_HOME="$TMP/rtc" "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/r2.so" -j1 -v
+expect 0 "" -- "$GG" run "$TMP/r2.so" --inputs $M/cnn_small/io.safetensors -o "$TMP/r2.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/r2.st" $M/cnn_small/io.safetensors
+expect 0 "" -- env GCC_GRAPH_NO_CACHE=1 "$GG" compile $M/cnn_small/model.pt2 -o "$TMP/r3.so"
+expect 0 "" -- cmp "$TMP/r2.so" "$TMP/r3.so"
+expect 0 "[cache] runtime miss" -- env XDG_CACHE_HOME="$TMP/rtc" GCC_GRAPH_LOGS=cache "$GG" compile $M/mlp/model.pt2 -o "$TMP/r4.so" --cflags "-O2 -fno-math-errno"
+expect 0 "" -- env XDG_CACHE_HOME="$TMP/rtc2" GCC_GRAPH_NO_CACHE=1 "$GG" compile $M/mlp/model.pt2 -o "$TMP/r5.so"
+expect 1 "" -- test -e "$TMP/rtc2"
 expect 1 "$(printf '\033[1;31merror:')" -- "$GG" run nowhere.pt2 --inputs x -o y -fdiagnostics-color=always
 expect 1 "gcc-graph: error: nowhere.pt2" -- "$GG" run nowhere.pt2 --inputs x -o y -fdiagnostics-color=never
 expect 1 "gcc-graph: error: nowhere.pt2" -- "$GG" run nowhere.pt2 --inputs x -o y
