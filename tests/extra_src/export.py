@@ -54,6 +54,16 @@ case("conv_strides", Fn(lambda s, x: ((lambda y: (s.c2(y) + s.c3(y), s.c8(y)))(t
                         c5=nn.Conv2d(3, 5, 3, stride=3, padding=1, dilation=2), c6=nn.Conv1d(3, 4, 3, stride=2, padding=1),
                         c7=nn.Conv2d(3, 4, (1, 5), stride=(1, 2), padding=(0, 2)), c8=nn.Conv2d(8, 64, 3, stride=2, padding=2, dilation=2)),
      r(2, 3, 13, 11))
+# depthwise convolutions (compiled: each tap one run over the channel's phase images): strided and
+# dilated at once, a channel multiplier with unequal strides and kernel sides, 1-d, a 7x7 plane of
+# 5x5 taps with hardswish and one with ReLU (the activation applied per plane)
+case("conv_depthwise", Fn(lambda s, x: (s.d1(x), s.d2(x), s.d3(x.flatten(2)), F.hardswish(s.d4(s.p(x))), torch.relu(s.d5(x))),
+                          d1=nn.Conv2d(4, 4, 3, stride=2, padding=2, dilation=2, groups=4),
+                          d2=nn.Conv2d(4, 8, (3, 5), stride=(2, 1), padding=(1, 2), groups=4, bias=False),
+                          d3=nn.Conv1d(4, 4, 5, stride=3, padding=2, groups=4),
+                          d4=nn.Conv2d(4, 4, 5, padding=2, groups=4), p=nn.AdaptiveAvgPool2d(7),
+                          d5=nn.Conv2d(4, 4, 3, stride=(1, 3), dilation=(3, 1), groups=4)),
+     r(2, 4, 13, 11))
 # resampling and pooling
 case("upsample_bilinear", Fn(lambda s, x: (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
                                           F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True))), r(1, 3, 5, 6))
