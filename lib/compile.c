@@ -290,11 +290,17 @@ static const char *compiler_id(Ctx *c, const char *cc) {
   return arena_printf(c->arena, "%s %lld %lld", real, (long long)st.st_size, (long long)st.st_mtime);
 }
 
+/* GCC_GRAPH_NO_CACHE=1: nothing compiled is kept or reused */
+static bool caches_off(void) {
+  const char *off = getenv("GCC_GRAPH_NO_CACHE");
+  return off && *off && strcmp(off, "0");
+}
+
 /* Where compiled runtimes are kept (compile_model_uncached): GCC_GRAPH_CACHE_DIR, else
  * $XDG_CACHE_HOME/gcc-graph or ~/.cache/gcc-graph; none with GCC_GRAPH_NO_CACHE=1. */
 static const char *runtime_cache_dir(Ctx *c) {
-  const char *off = getenv("GCC_GRAPH_NO_CACHE"), *d = getenv("GCC_GRAPH_CACHE_DIR");
-  if (off && *off && strcmp(off, "0")) return NULL;
+  const char *d = getenv("GCC_GRAPH_CACHE_DIR");
+  if (caches_off()) return NULL;
   if (d && *d) return d;
   const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
   if (x && *x == '/') return arena_printf(c->arena, "%s/gcc-graph", x);
@@ -487,10 +493,8 @@ int compile_schedule(Ctx *c, Graph *g) {
 
 int compile_model(Ctx *c, const CompileOptions *o) {
   /* GCC_GRAPH_CACHE_DIR: an unchanged model with unchanged options is a copy of the .so built before */
-  const char *cache = getenv("GCC_GRAPH_CACHE_DIR");
+  const char *cache = caches_off() ? NULL : getenv("GCC_GRAPH_CACHE_DIR");
   char key[65] = "", *cached = NULL;
-  const char *off = getenv("GCC_GRAPH_NO_CACHE");
-  if (off && *off && strcmp(off, "0")) cache = NULL;
   if (cache && *cache && is_so_output(o) && !o->keep && !o->debug_dir) {
     if (cache_key(c, o, key)) return -1;
     cached = arena_printf(c->arena, "%s/%s.so", cache, key);
