@@ -64,7 +64,6 @@ for m in "$@"; do
   t0=$(date +%s.%N)
   "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" $TRAINFLAG -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
   t1=$(date +%s.%N)
-  bench_cmd="$GG bench $W/$n.so --inputs $W/$n/input.safetensors --iters $ITERS"
   "$GG" run "$W/$n.so" --inputs "$W/$n/input.safetensors" -o "$W/$n.out.st" >/dev/null
   if [ "$TRAIN" = 1 ]; then   # forward + backward FLOPs
     flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" --train | sed -n 's/^matrix FLOPs: forward \([0-9.e+]*\), backward \([0-9.e+]*\)/\1 \2/p' | awk '{print $1 + $2}')
@@ -73,14 +72,15 @@ for m in "$@"; do
   fi
   ref="-"; ratio="-"; tc=; line=
   if [ $have_torch = 1 ]; then   # both sides timed by the PyTorch script, in alternating rounds
-    line=$(TORCH_REF_COMPILE=$TC "$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" "$ROUNDS" $bench_cmd 2>"$W/err" | tail -n 1)
+    line=$(TORCH_REF_COMPILE=$TC "$PY" $REF "$m" "$W/$n/weights.safetensors" "$W/$n/input.safetensors" "$THREADS" "$ITERS" "$W/$n.ref" "$ROUNDS" \
+      "$GG" bench "$W/$n.so" --inputs "$W/$n/input.safetensors" --iters "$ITERS" 2>"$W/err" | tail -n 1)
     ref=$(echo "$line" | sed -n 's/.*"eager_ms": \([0-9.]*\).*/\1/p')
     ours=$(echo "$line" | sed -n 's/.*"gcc_graph_ms": \([0-9.]*\).*/\1/p')
     tc=$(echo "$line" | sed -n 's/.*"compile_ms": \([0-9.]*\).*/\1/p')
     tcs=$(echo "$line" | sed -n 's/.*"compile_s": \([0-9.]*\).*/\1/p')
     [ -n "$ref" ] || { echo "$n: PyTorch failed: $(tail -n 1 "$W/err")"; ref="-"; }
   fi
-  [ -n "$ref" ] && [ "$ref" != "-" ] || ours=$($bench_cmd | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
+  [ -n "$ref" ] && [ "$ref" != "-" ] || ours=$("$GG" bench "$W/$n.so" --inputs "$W/$n/input.safetensors" --iters "$ITERS" | tail -n 1 | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p')
   [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
   gf=$(echo "$flops $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 / ($2 * 1e6); else print "-" }')
   of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
