@@ -28,6 +28,7 @@ typedef struct Stor {
 typedef struct TV {          /* a value as the generated code sees it: storage + strides */
   bool ok;
   Node *deferred;           /* a pointwise node computed inside its consumer's loop (fusion), no storage */
+  const char *cexpr;        /* a value already in the kernel, as a C expression (double): an epilogue's product */
   int stor;
   DType dt;
   int rank;
@@ -61,7 +62,7 @@ typedef struct Em {
   bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
   int npacks;
   PackDesc *packs;      /* the weights packed at gg_open, in the order of w[nweights + j] */
-  bool *absorbed;           /* by node id: an activation applied by the product or convolution it follows */
+  Value **absorbed;         /* by node id: computed in the epilogue of a product or convolution, whose output (this value) holds its result */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -584,6 +585,10 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
       free(buf);
       continue;
     }
+    if (ops[j].t.cexpr) {   /* the product an epilogue applies to (always a float plan) */
+      arg[j] = ops[j].t.cexpr;
+      continue;
+    }
     if (ops[j].t.deferred) {
       bool fl;
       const char *v = fused_value(e, f, ops[j].t.deferred, rank, sizes, P, &fl);
@@ -624,8 +629,8 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
 }
 
 int emit_pointwise(Em *e, Node *n) {
-  if (e->absorbed && e->absorbed[n->id]) {   /* an activation its product or convolution applied */
-    TV *src = tv_of(e, n, n->args[0].u.t);
+  if (e->absorbed && e->absorbed[n->id]) {   /* applied in a product's or convolution's epilogue: the result is in its output */
+    TV *src = tv_of(e, n, e->absorbed[n->id]);
     if (!src) return -1;
     e->tv[n->outs[0]->id] = *src;
     return 0;
@@ -1137,40 +1142,168 @@ static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, c
   return arena_printf(e->a, "pk%d", e->npacks++);
 }
 
-/* An activation that is the only reader of product or convolution n's output (same shape and dtype,
- * CPU): applied in n's epilogue while the tile is in cache; its node then only names n's output.
- * ReLU on float32 and float64; gelu (erf form), hardswish, silu, sigmoid and hardsigmoid on float32, with the
- * float32 functions their own kernels use (scalar.h). *act: its GG_ACT_* name. */
-static Node *epilogue_act(Em *e, Node *n, const char **act) {
-  static const char *const acts[][2] = {{"relu", "GG_ACT_RELU"}, {"gelu", "GG_ACT_GELU"}, {"hardswish", "GG_ACT_HARDSWISH"},
-                                        {"silu", "GG_ACT_SILU"}, {"sigmoid", "GG_ACT_SIGMOID"}, {"hardsigmoid", "GG_ACT_HARDSIGMOID"}};
-  Value *v = n->outs[0];
-  Node *u = e->user[v->id];
-  *act = "GG_ACT_NONE";
-  /* test_miscompiled: the test hook miscompiles the activation's own kernel, which must then exist */
-  if (e->cuda || e->uses[v->id] != 1 || !u || !u->op || test_miscompiled(u) || u->nouts != 1 || u->outs[0]->dtype != v->dtype ||
-      !same_shape(e, v, u->outs[0]) || !dtype_is_float(v->dtype) || u->args[0].k != AK_TENSOR || u->args[0].u.t != v)
-    return NULL;
-  for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
-    if (strcmp(u->op->name, acts[k][0]) || (k > 0 && v->dtype != DT_F32)) continue;
-    int i = ops_arg_index(u->op, "approximate");   /* gelu's tanh form has no epilogue */
-    if (i >= 0 && !(u->args[i].k == AK_STR && !strcmp(u->args[i].u.s, "none"))) return NULL;
-    *act = acts[k][1];
-    return u;
+/* The epilogue of product or convolution n: the chain of pointwise nodes after it, each the only
+ * reader of the one before (n's output first), over the same shape and dtype (float32 or float64, on
+ * the CPU), each other operand a scalar, a single element, or a tensor of that shape, contiguous and
+ * already computed (a residual): the runtime applies them to each finished tile or span of n's
+ * output while it is in cache (gg_epi, gg_rt.h), with the same scalar.h functions and rounding as
+ * their own kernel, and their nodes only name n's output. It saves writing and reading the output
+ * once per node, and the fork and join of a kernel. fn: the function written for it, x: the tensors
+ * it reads (GG_EPI_MAX at most). */
+#define EPI_MAX 8   /* gg_rt.h's GG_EPI_MAX */
+typedef struct Epi {
+  int n;
+  Node *chain[8];
+  const char *fn;
+  Params P;
+} Epi;
+
+static int64_t const_numel(Em *e, const Value *v) {
+  int64_t ne = 1, d;
+  for (int i = 0; i < v->rank; i++) {
+    if (!expr_is_const(v->sizes[i], &d)) return -1;
+    ne *= d;
   }
-  return NULL;
+  (void)e;
+  return ne;
 }
 
-static void absorb(Em *e, Node *act, Node *into) {
-  if (!e->absorbed) e->absorbed = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->absorbed);
-  e->absorbed[act->id] = true;
-  if (e->c->record) {
-    if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
-    e->fused_into[act->id] = into;
-  }
-  gg_log(e->c, LOG_FUSION, "node %s (%s) applied in the epilogue of %s (%s)", gg_quote(e->c, act->name), act->op->name, gg_quote(e->c, into->name),
-         into->op->name);
+/* May u join the chain after value v (its only reader), given the chain's operand storages so far in
+ * *P? Adds u's other operands to *P. */
+static bool epilogue_node(Em *e, Value *v, Node *u, Params *P) {
+  PwPlan plan;
+  if (e->uses[v->id] != 1 || !is_pointwise(u) || test_miscompiled(u) || u->outs[0]->dtype != v->dtype || !same_shape(e, v, u->outs[0]) ||
+      pw_plan(e->c, u, &plan) || !plan.use_float)
+    return false;
+  Params q = *P;
+  bool ok = true;
+  int nt = 0;
+  FOR_TENSOR_ARGS(u, a, {
+    if (++nt > 4) ok = false;
+    if (a == v || !ok) continue;
+    TV *t = &e->tv[a->id];
+    ok = t->ok && !t->deferred && !t->cexpr && (const_numel(e, a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))) && add_param(&q, t) >= 0 &&
+         q.n <= EPI_MAX;
+  })
+  if (ok) *P = q;
+  return ok;
 }
+
+/* Find n's epilogue (out: n's output storage) and write its function; ep->n == 0 when there is none
+ * (--target cuda, other dtypes, no such reader). The chain's nodes are absorbed. -1 on error. */
+static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
+  ep->n = 0;
+  ep->P.n = 0;
+  Value *v = n->outs[0];
+  if (e->cuda || (v->dtype != DT_F32 && v->dtype != DT_F64)) return 0;
+  while (ep->n < (int)(sizeof ep->chain / sizeof *ep->chain)) {
+    Node *u = e->user[v->id];
+    if (!u || !epilogue_node(e, v, u, &ep->P)) break;
+    ep->chain[ep->n++] = u;
+    v = u->outs[0];
+  }
+  if (!ep->n) return 0;
+  /* the kernel sees the output as a run of elements: the product's element is the seed, the chain's
+   * values before the last are computed inline, the operands are read at the same linear index */
+  Value *seed = n->outs[0];
+  const Expr *ne = numel(e, out);
+  int nsave = 0;
+  Value *saved_v[8 + 8 * 8 + 1];
+  TV saved[8 + 8 * 8 + 1];
+  saved_v[nsave] = seed;
+  saved[nsave++] = e->tv[seed->id];
+  char *ld = NULL;
+  size_t ldlen = 0;
+  FILE *lf = open_memstream(&ld, &ldlen);
+  load_f(lf, v->dtype, "yr", "j");
+  fclose(lf);
+  TV *t = &e->tv[seed->id];
+  memset(t, 0, sizeof *t);
+  *t = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
+  free(ld);
+  for (int k = 0; k < ep->n; k++) {
+    Node *u = ep->chain[k];
+    FOR_TENSOR_ARGS(u, a, {
+      if (a == seed || (k > 0 && a == ep->chain[k - 1]->outs[0])) continue;
+      saved_v[nsave] = a;
+      saved[nsave++] = e->tv[a->id];
+      TV *o = &e->tv[a->id];
+      bool one = const_numel(e, a) == 1;
+      o->rank = 1;
+      o->sizes[0] = one ? C(e, 1) : ne;
+      o->strides[0] = C(e, 1);
+    })
+    if (k < ep->n - 1) {
+      Value *w = u->outs[0];
+      saved_v[nsave] = w;
+      saved[nsave++] = e->tv[w->id];
+      e->tv[w->id] = (TV){.ok = true, .deferred = u, .dt = w->dtype, .rank = 1};
+    }
+  }
+  char *body = NULL;
+  size_t blen = 0;
+  FILE *bf = open_memstream(&body, &blen);
+  bool fl;
+  Params P = {0};
+  const char *val = fused_value(e, bf, ep->chain[ep->n - 1], 1, &ne, &P, &fl);
+  fclose(bf);
+  while (nsave--) e->tv[saved_v[nsave]->id] = saved[nsave];
+  if (!val || P.n > EPI_MAX) {
+    free(body);
+    ep->n = 0;
+    return val ? 0 : -1;
+  }
+  ep->P = P;
+  FILE *f = e->k;
+  const char *T = ctype(v->dtype);
+  ep->fn = arena_printf(e->a, "ep%d", e->nk);
+  fprintf(f, "\n/* the epilogue of node ");
+  comment(f, n->name);
+  fputs(":", f);
+  for (int k = 0; k < ep->n; k++) {
+    fputc(' ', f);
+    comment(f, ep->chain[k]->name);
+  }
+  fprintf(f, " */\nstatic GG_VEC void %s(const gg_epi *ep, void *yv, int64_t ld, int64_t rows, int64_t cols) {\n", ep->fn);
+  fputs("  const int64_t *s = ep->s;\n  (void)s;\n", f);
+  for (int j = 0; j < P.n; j++) fprintf(f, "  const %s *x%d = (const %s *)ep->x[%d];\n", ctype(P.tv[j].dt), j, ctype(P.tv[j].dt), j);
+  fprintf(f, "  for (int64_t r = 0; r < rows; r++) {\n    %s *restrict yr = (%s *)yv + r * ld;\n", T, T);
+  if (P.n) fprintf(f, "    const int64_t at = yr - (%s *)ep->y0;\n", T);   /* the operands' index */
+  fputs(P.n ? "    for (int64_t j = 0; j < cols; j++) {\n      const int64_t i0 = at + j;\n" : "    for (int64_t j = 0; j < cols; j++) {\n", f);
+  fputs(body, f);
+  free(body);
+  fputs("    ", f);
+  store(f, v->dtype, fl, "yr", "j", val);
+  fputs("    }\n  }\n}\n", f);
+  for (int k = 0; k < ep->n; k++) {
+    Node *u = ep->chain[k];
+    if (!e->absorbed) e->absorbed = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->absorbed);
+    e->absorbed[u->id] = n->outs[0];
+    if (e->c->record) {
+      if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
+      e->fused_into[u->id] = n;
+    }
+    gg_log(e->c, LOG_FUSION, "node %s (%s) applied in the epilogue of %s (%s)", gg_quote(e->c, u->name), u->op->name, gg_quote(e->c, n->name),
+           n->op->name);
+  }
+  return 0;
+}
+
+/* The epilogue in a kernel that calls the runtime: its tensors as parameters, the gg_epi built in the
+ * body (y: the output), and their storages in the call. epi_ref: what the runtime is given. */
+static void epi_params(Em *e, const Epi *ep) {
+  for (int j = 0; j < ep->P.n; j++) fprintf(e->k, ", const void *e%d", j);
+}
+static void epi_decl(Em *e, const Epi *ep) {
+  if (!ep->n) return;
+  fprintf(e->k, "  const gg_epi ep = {%s, y, {", ep->fn);
+  for (int j = 0; j < ep->P.n; j++) fprintf(e->k, "%se%d", j ? ", " : "", j);
+  fputs(ep->P.n ? "}, s};\n" : "NULL}, s};\n", e->k);
+}
+static void epi_args(Em *e, const Epi *ep) {
+  for (int j = 0; j < ep->P.n; j++) fprintf(e->r, ", %s", sname(e, ep->P.tv[j].stor));
+}
+static const char *epi_ref(const Epi *ep) { return ep->n ? "&ep" : "NULL"; }
 
 /* A view usable as a BLAS matrix: one of its two last strides is 1. */
 static bool blas_ok(Em *e, const TV *t) {
@@ -1289,11 +1422,10 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     Bb = broadcast_tv(e, &B, nb + 2, bs);
   }
   if (e->cuda) return matmul_cuda(e, n, out, &Ab, &Bb, nb, bias, alpha, beta);
-  const char *actname;
-  Node *act = epilogue_act(e, n, &actname);
-  if (act) absorb(e, act, n);
+  Epi ep;
+  if (epilogue(e, n, out, &ep)) return -1;
   /* a weight on the right of one float32 product: packed at gg_open; the left operand is packed per
-   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and activation go to the epilogue */
+   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and the epilogue go to each tile */
   const TV *bt = bias ? &e->tv[bias->id] : NULL;
   int64_t unit;
   bool col_bias = bt && beta == 1 && bt->dt == dt && bt->rank == 1 && expr_same(e->g, bt->sizes[0], N) && expr_is_const(bt->strides[0], &unit) &&
@@ -1309,13 +1441,15 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   kopen(e, id, false, true);
   fprintf(f, "%s *restrict y, const %s *a, const %s *b, const %s *bias", T, T, T, bias ? ctype(e->tv[bias->id].dt) : T);
   if (pk) fputs(", float *ap, const float *pk", f);
+  epi_params(e, &ep);
   ksyms(e);
   fputs("  (void)bias;\n", f);
+  epi_decl(e, &ep);
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
   if (pk) {
     fprintf(f, "  if (pk) {\n    gg_rt_pack(0, M, K, a + %s, %s, %s, ap);\n", cx(e, Ab.offset), cx(e, Ab.strides[0]), cx(e, Ab.strides[1]));
     fprintf(f, "    gg_rt_gemm_packed(M, N, K, ap, pk, y, N, NULL, %s, %s);\n    return;\n  }\n",
-            bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", actname);
+            bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", epi_ref(&ep));
   }
   /* a batch of small float32 products (attention heads): one product per thread, on the runtime's own
    * kernel; where BLAS runs them, one after another (concurrent calls into OpenBLAS serialize, and
@@ -1340,8 +1474,11 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   fprintf(f, "    const int64_t yo = %s;\n", linear_index(e, out->sizes, nb, 0));
   fprintf(f, "    %s *yy = y + yo * M * N;\n", T);
   const char *sam = cx(e, Ab.strides[nb]), *sak = cx(e, Ab.strides[nb + 1]), *sbk = cx(e, Bb.strides[nb]), *sbn = cx(e, Bb.strides[nb + 1]);
+  /* the epilogue on each product as it finishes, unless a bias or alpha comes first */
+  bool epi_late = ep.n && (bias || alpha != 1);
   if (blas)
-    fprintf(f, "    gg_rt_%cgemm(M, N, K, a + %s, %s, %s, b + %s, %s, %s, yy);\n", dt == DT_F32 ? 's' : 'd', ai, sam, sak, bi, sbk, sbn);
+    fprintf(f, "    gg_rt_%cgemm(M, N, K, a + %s, %s, %s, b + %s, %s, %s, yy, %s);\n", dt == DT_F32 ? 's' : 'd', ai, sam, sak, bi, sbk, sbn,
+            epi_late ? "NULL" : epi_ref(&ep));
   else {
     fprintf(f, "    for (int64_t m = 0; m < M; m++)\n      for (int64_t j = 0; j < N; j++) {\n        double acc = 0;\n");
     fprintf(f, "        for (int64_t q = 0; q < K; q++) acc += ");
@@ -1362,8 +1499,8 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
             nb > 1 ? arena_printf(e->a, " collapse(%d)", nb) : "", lbuf, lbuf);
     free(lbuf);
   }
-  if (bias || alpha != 1 || act) {
-    /* the epilogue while the product is hot in cache: y = alpha * y + beta * bias, then the activation */
+  if (bias || alpha != 1) {
+    /* while the product is hot in cache: y = alpha * y + beta * bias, then the epilogue */
     TV bb = bt ? broadcast_tv(e, bt, out->rank, out->sizes) : *out;
     int c2 = open_loops(e, out->rank, out->sizes, true);
     const char *yi = index_of(e, out, out->rank);
@@ -1374,19 +1511,15 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
       load_f(f, bt->dt, "bias", index_of(e, &bb, out->rank));
     }
     fputs(";\n    ", f);
-    if (act && !strcmp(act->op->name, "relu")) fputs("if (!(v > 0) && !isnan(v)) v = 0;\n    ", f);
-    else if (act) {   /* its own kernel's scalar function */
-      PwPlan ap;
-      if (pw_plan(e->c, act, &ap)) return -1;
-      fprintf(f, "{ const double a_[1] = {v}; v = %s(a_); }\n    ", scalar_fn(e, act, &ap));
-    }
     store(f, dt, true, "y", yi, "v");
     close_loops(e, c2);
+    if (epi_late) fprintf(f, "  gg_rt_epi_pass(&ep, y, sizeof(%s), %s);\n", T, cx(e, numel(e, out)));
   }
   fputs("}\n", f);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
   if (pk) fprintf(e->r, ", %s, %s", sname(e, apk), pk);
+  epi_args(e, &ep);
   kcall_end(e);
   (void)cl;
   return 0;
@@ -1521,9 +1654,8 @@ int emit_conv(Em *e, Node *n) {
   const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
-  const char *actname;
-  Node *act = epilogue_act(e, n, &actname);
-  if (act) absorb(e, act, n);
+  Epi ep;
+  if (epilogue(e, n, out, &ep)) return -1;
   /* one group, float32: the weight packed at gg_open. 2-D: the product reads the padded image's rows
    * (of its phases, when strided) in place of im2col (gg_rt_conv_packed_f32's modes 1 and 2), with the
    * weight as A (Cout x Cin*kernel, the image over the padded width as B) or, where its tiles waste
@@ -1572,19 +1704,22 @@ int emit_conv(Em *e, Node *n) {
   kopen(e, id, false, true);
   fprintf(f, "%s *y, const %s *x, const %s *w, const %s *b, %s *col", T, T, T, T, T);
   if (pk) fputs(", const float *pk", f);
+  epi_params(e, &ep);
   ksyms(e);
+  epi_decl(e, &ep);
   fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s};\n",
           batched ? cx(e, x->sizes[0]) : "1", cx(e, cin), cx(e, cout), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), tr ? "true" : "false");
   if (e->cuda) fprintf(f, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", y->dtype == DT_F64);
   else {
-    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %d);\n  else", actname, mode);
-    fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", actname);
+    if (pk) fprintf(f, "  if (pk) gg_rt_conv_packed_f32(&c, x, pk, b, y, col, %s, %d);\n  else", epi_ref(&ep), mode);
+    fprintf(f, "  gg_rt_conv_%s(&c, x, w, b, y, col, %s);\n}\n", y->dtype == DT_F32 ? "f32" : "f64", epi_ref(&ep));
   }
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, x->stor), sname(e, w->stor), b ? sname(e, b->stor) : "NULL", sname(e, col));
   if (pk) fprintf(e->r, ", %s", pk);
+  epi_args(e, &ep);
   kcall_end(e);
   return 0;
 }

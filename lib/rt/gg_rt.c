@@ -3,7 +3,6 @@
  * every model (matrix products on its own AVX-512 kernel or BLAS, convolutions, pooling). It needs libc, libm,
  * libgomp and a CBLAS, nothing else. */
 #include "gg_rt.h"
-#include "scalar.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -473,6 +472,19 @@ static void blas_setup(void) {
   if (blas_panels) openblas_set_num_threads(1);
 }
 
+/* The epilogue (the pointwise nodes fused after a product or convolution, gg_rt.h) on rows x cols
+ * elements of the output at y, element (i, j) at y[i * ld + j]; none when ep is NULL */
+static inline void epi_run(const gg_epi *ep, void *y, int64_t ld, int64_t rows, int64_t cols) {
+  if (ep && rows > 0 && cols > 0) ep->fn(ep, y, ld, rows, cols);
+}
+
+/* ... as a pass over n elements of the output from y (BLAS paths), in spans of 4096, shared by threads */
+void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
+  if (!ep) return;
+  _Pragma("omp parallel for schedule(static) if(n > 32768)")
+  for (int64_t i = 0; i < n; i += 4096) ep->fn(ep, (char *)y + (size_t)i * esize, 4096, 1, n - i < 4096 ? n - i : 4096);
+}
+
 /* An operand with a unit stride along its rows is row-major with leading dimension = the other
  * stride; with a unit stride along its columns, it is the transpose of a row-major matrix. */
 #define GEMM(NAME, T, CBLAS)                                                                          \
@@ -487,21 +499,31 @@ static void blas_setup(void) {
     CBLAS(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, 1, A, (int)lda, B, \
           (int)ldb, 0, C, (int)ldc);                                                                  \
   }                                                                                                   \
-  void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C) { \
+  void NAME(int64_t M, int64_t N, int64_t K, const T *A, int64_t sam, int64_t sak, const T *B, int64_t sbk, int64_t sbn, T *C, \
+            const gg_epi *ep) {                                                                       \
     if (M == 0 || N == 0) return;                                                                     \
-    if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); return; }                                 \
+    if (K == 0) { memset(C, 0, sizeof(T) * (size_t)(M * N)); epi_run(ep, C, N, M, N); return; }        \
     pthread_once(&blas_once, blas_setup);                                                             \
     int nt = omp_in_parallel() || !blas_panels ? 1 : omp_get_max_threads();                           \
     if (nt > 1 && (double)M * (double)N * (double)K < 4e6) nt = 1;                                    \
-    if (nt <= 1) { NAME##_one(M, N, K, A, sam, sak, B, sbk, sbn, C, N); return; }                      \
+    if (nt <= 1) {                                                                                    \
+      NAME##_one(M, N, K, A, sam, sak, B, sbk, sbn, C, N);                                            \
+      epi_run(ep, C, N, M, N);                                                                        \
+      return;                                                                                         \
+    }                                                                                                 \
     /* panels of columns when N is wide, else of rows; multiples of 16 keep the kernels aligned */     \
     bool cols = N >= M;                                                                               \
     int64_t len = cols ? N : M, step = ((len + nt - 1) / nt + 15) / 16 * 16;                           \
     _Pragma("omp parallel for schedule(static)")                                                      \
     for (int64_t at = 0; at < len; at += step) {                                                      \
       int64_t n = len - at < step ? len - at : step;                                                  \
-      if (cols) NAME##_one(M, n, K, A, sam, sak, B + at * sbn, sbk, sbn, C + at, N);                  \
-      else NAME##_one(n, N, K, A + at * sam, sam, sak, B, sbk, sbn, C + at * N, N);                   \
+      if (cols) {                                                                                     \
+        NAME##_one(M, n, K, A, sam, sak, B + at * sbn, sbk, sbn, C + at, N);                          \
+        epi_run(ep, C + at, N, M, n);                                                                 \
+      } else {                                                                                        \
+        NAME##_one(n, N, K, A + at * sam, sam, sak, B, sbk, sbn, C + at * N, N);                      \
+        epi_run(ep, C + at * N, N, n, N);                                                             \
+      }                                                                                               \
     }                                                                                                 \
   }
 GEMM(blas_sgemm, float, cblas_sgemm)
@@ -568,42 +590,6 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
   }
 }
 
-/* The activations a product or convolution applies (GG_ACT_*), on float32 with scalar.h's float32
- * functions, as the node's own kernel would compute them. */
-static inline float gg_rt_act(int act, float v) {
-  double d = v;
-  switch (act) {
-  case GG_ACT_RELU: return v > 0 ? v : (isnan(v) ? v : 0);
-  case GG_ACT_GELU: return (float)f32_gelu_erf(&d);
-  case GG_ACT_HARDSWISH: return (float)f_hardswish(&d);
-  case GG_ACT_SILU: return (float)f32_silu(&d);
-  case GG_ACT_SIGMOID: return (float)f32_sigmoid(&d);
-  case GG_ACT_HARDSIGMOID: return (float)f_hardsigmoid(&d);
-  default: return v;
-  }
-}
-
-/* y[0:n] = act(y[0:n]): one loop per activation, so that each vectorizes */
-#define ACT_SPAN(act, y, n)                                                                           \
-  do {                                                                                                \
-    float *y_ = (y);                                                                                  \
-    int64_t n_ = (n);                                                                                 \
-    switch (act) {                                                                                    \
-    case GG_ACT_RELU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_RELU, y_[j]); break;  \
-    case GG_ACT_GELU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_GELU, y_[j]); break;  \
-    case GG_ACT_HARDSWISH: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_HARDSWISH, y_[j]); break; \
-    case GG_ACT_SILU: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_SILU, y_[j]); break;  \
-    case GG_ACT_SIGMOID: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_SIGMOID, y_[j]); break; \
-    case GG_ACT_HARDSIGMOID: for (int64_t j = 0; j < n_; j++) y_[j] = gg_rt_act(GG_ACT_HARDSIGMOID, y_[j]); break; \
-    default: break;                                                                                   \
-    }                                                                                                 \
-  } while (0)
-static GG_VEC void act_span_float(float *y, int64_t n, int act) { ACT_SPAN(act, y, n); }
-static void act_span_double(double *y, int64_t n, int act) {   /* float64: the emitter fuses ReLU only */
-  if (act == GG_ACT_RELU)
-    for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0 ? y[i] : (isnan(y[i]) ? y[i] : 0);
-}
-
 /* an operand read in place from a convolution's image (conv_rows, gemm_run) */
 typedef struct rows_src { const float *base; const int64_t *ro, *po; } rows_src;
 
@@ -623,19 +609,14 @@ bool gg_rt_packed_ok(void) {
   return packed_on;
 }
 
-/* The activation on a finished tile, in L1 */
-static GG_X512 void act_rows(int act, float *c, int64_t ldc, int mr, int nr) {
-  for (int i = 0; i < mr; i++) ACT_SPAN(act, c + i * ldc, nr);
-}
-
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
- * the row and column biases and ReLU when given (the last slice of K). Either operand may be read in
+ * the row and column biases when given (the last slice of K). Either operand may be read in
  * place from a convolution's image (conv_rows): with bro, row k of the B slice is the nr floats at
  * b + bro[k]; with aro, row i of the A slice at k is a[aro[k] + apo[i]]. With ty, the finished tile is
  * stored transposed there instead of in c (c then only holds partial sums of earlier slices). */
 static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
                                                                    const float *b, const int64_t *bro, float *c, int64_t ldc, int mr, int nr,
-                                                                   bool acc, const float *rb, const float *cb, bool relu, float *ty, int64_t tld) {
+                                                                   bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {
   __m512 c0[PK_MR], c1[PK_MR];
   __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
@@ -663,7 +644,7 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     }
     if (!aro) a += PK_MR;
   }
-  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0, zero = cb0;
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   float t[PK_MR][PK_NR];
   if (cb) {
     cb0 = _mm512_maskz_loadu_ps(m0, cb);
@@ -685,10 +666,6 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
       v0 = _mm512_add_ps(v0, cb0);
       v1 = _mm512_add_ps(v1, cb1);
     }
-    if (relu) {
-      v0 = _mm512_max_ps(zero, v0);   /* the second operand when either is NaN: NaN stays */
-      v1 = _mm512_max_ps(zero, v1);
-    }
     if (ty) {
       _mm512_storeu_ps(t[i], v0);
       if (nv > 1) _mm512_storeu_ps(t[i] + 16, v1);
@@ -703,9 +680,9 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
 }
 #define PK_TILE(NAME, NV, ARO, APO, BRO, TY)                                                                                      \
   static GG_X512 void NAME(int64_t kc, const float *a, const int64_t *aro, const int64_t *apo, const float *b, const int64_t *bro, float *c, \
-                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, bool relu, float *ty, int64_t tld) {  \
-    (void)aro; (void)apo; (void)bro; (void)ty;                                                                                           \
-    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, relu, TY, tld);                                                    \
+                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {  \
+    (void)aro; (void)apo; (void)bro; (void)ty;                                                                                \
+    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, TY, tld);                                               \
   }
 PK_TILE(pk_tile32, 2, NULL, NULL, NULL, NULL)
 PK_TILE(pk_tile16, 1, NULL, NULL, NULL, NULL)
@@ -717,9 +694,10 @@ PK_TILE(pk_tile16_arows, 1, aro, apo, NULL, ty)
 /* The product of packed panels (gg_rt_gemm_packed), or with one operand read in place from a
  * convolution's image (conv_rows): rows_src ar (A: row k at output position i is base[ro[k] + po[i]])
  * or br (B: row k is base[ro[k] + column]); the other operand is packed. With ty, the product is
- * stored transposed there (element (i, j) at ty[j * tld + i]), C holding only partial sums. */
+ * stored transposed there (element (i, j) at ty[j * tld + i]), C holding only partial sums. The
+ * epilogue ep goes to each finished tile where it is stored, in L1. */
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, int act, float *ty, int64_t tld) {
+                     int64_t ldc, const float *row_bias, const float *col_bias, const gg_epi *ep, float *ty, int64_t tld) {
   if (M <= 0 || N <= 0) return;
   int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -749,11 +727,12 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         pk_tile32(0, zeros, NULL, NULL, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
-                  col_bias ? col_bias + jp * PK_NR : NULL, act == GG_ACT_RELU, NULL, 0);
-        if (act > GG_ACT_RELU) act_rows(act, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr);
-        if (ty)
+                  col_bias ? col_bias + jp * PK_NR : NULL, NULL, 0);
+        if (ty) {
           for (int j = 0; j < nr; j++)
             for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * PK_MR + i] = C[(ip * PK_MR + i) * ldc + jp * PK_NR + j];
+          epi_run(ep, ty + jp * PK_NR * tld + ip * PK_MR, tld, nr, mr);
+        } else epi_run(ep, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr);
       }
     return;
   }
@@ -771,18 +750,16 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
           int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
           const float *ap = ar ? ar->base : Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
           float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
-          bool acc = k0 > 0, rl = last && act == GG_ACT_RELU;
+          bool acc = k0 > 0;
           float *tt = ty && last ? ty + jp * PK_NR * tld + ip * PK_MR : NULL;
-          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
-          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, tt, tld);
-          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
-          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
-          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
-          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, rl, NULL, 0);
-          if (last && act > GG_ACT_RELU) {   /* other activations on the finished tile, in L1 (elementwise: on its transposed copy too) */
-            if (tt) act_rows(act, tt, tld, nr, mr);
-            else act_rows(act, cc, ldc, mr, nr);
-          }
+          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, tt, tld);
+          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, tt, tld);
+          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
+          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
+          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
+          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
+          if (last && tt) epi_run(ep, tt, tld, nr, mr);   /* the finished tile where it is stored, in L1 */
+          else if (last) epi_run(ep, cc, ldc, mr, nr);
         }
       }
     }
@@ -790,20 +767,20 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
 }
 
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, int act) {
-  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, act, NULL, 0);
+                       const float *col_bias, const gg_epi *ep) {
+  gemm_run(M, N, K, Ap, NULL, Bp, NULL, C, ldc, row_bias, col_bias, ep, NULL, 0);
 }
 #else
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
-                     int64_t ldc, const float *row_bias, const float *col_bias, int act, float *ty, int64_t tld) {
-  (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)act;
+                     int64_t ldc, const float *row_bias, const float *col_bias, const gg_epi *ep, float *ty, int64_t tld) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)ar; (void)Bp; (void)br; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)ep;
   (void)ty; (void)tld;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 bool gg_rt_packed_ok(void) { return false; }
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, int act) {
-  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)act;
+                       const float *col_bias, const gg_epi *ep) {
+  (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)ep;
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 #endif
@@ -815,7 +792,8 @@ void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const f
 static __thread float *pack_buf;
 static __thread size_t pack_cap;
 
-void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C) {
+void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C,
+                 const gg_epi *ep) {
   if (M == 0 || N == 0) return;
   size_t na = (size_t)gg_rt_pack_floats(0, M, K), need = na + (size_t)gg_rt_pack_floats(1, K, N);
   if (gg_rt_packed_ok() && need > pack_cap) {
@@ -826,10 +804,10 @@ void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, i
       pack_cap = need;
     }
   }
-  if (!gg_rt_packed_ok() || need > pack_cap) { blas_sgemm(M, N, K, A, sam, sak, B, sbk, sbn, C); return; }
+  if (!gg_rt_packed_ok() || need > pack_cap) { blas_sgemm(M, N, K, A, sam, sak, B, sbk, sbn, C, ep); return; }
   gg_rt_pack(0, M, K, A, sam, sak, pack_buf);
   gg_rt_pack(1, K, N, B, sbk, sbn, pack_buf + na);
-  gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, GG_ACT_NONE);
+  gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, ep);
 }
 
 /* ---------------------------------------------------------------- convolution */
@@ -918,7 +896,7 @@ PHASE(double)
       if (rh >= sh) qh++, rh -= sh;                                                                   \
     }                                                                                                 \
   }                                                                                                   \
-  static void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, int act) {         \
+  static void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, const gg_epi *ep) { \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], mult = c->Cout / c->groups;                           \
     int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], Ho = c->out[1], Wo = c->out[2]; \
@@ -941,7 +919,7 @@ PHASE(double)
       }                                                                                               \
       if (!plane || need > NAME##_cap) {                                                              \
         NAME##_direct(c, xp, wp, b0, yp);                                                             \
-        act_span_##T(yp, osp, act);                                                                   \
+        epi_run(ep, yp, osp, 1, osp);                                                                 \
         continue;                                                                                     \
       }                                                                                               \
       T *xq = NAME##_buf;                                                                             \
@@ -950,7 +928,7 @@ PHASE(double)
           phase_##T(xp, H, W, sh, sw, c->pad[1], c->pad[2], Hq, Wq, ph, pw, xq + (ph * sw + pw) * qsp); \
       NAME##_taps(c, xq, Wq, qsp, Nw, wp, b0, xq + sh * sw * qsp);                                   \
       for (int64_t oh = 0; oh < Ho; oh++) memcpy(yp + oh * Wo, xq + sh * sw * qsp + oh * Wq, sizeof(T) * (size_t)Wo); \
-      act_span_##T(yp, osp, act);                                                                     \
+      epi_run(ep, yp, osp, 1, osp);                                                                   \
     }                                                                                                 \
   }
 DEPTHWISE(depthwise_f32, float)
@@ -989,16 +967,6 @@ DEPTHWISE(depthwise_f64, double)
   }
 IM2COL(float)
 IM2COL(double)
-
-/* the fused activation as a pass over a convolution's output (the BLAS path), in spans of 4096 */
-#define ACT_PASS(T)                                                                                   \
-  static void act_##T(T *y, int64_t n, int act) {                                                     \
-    if (act == GG_ACT_NONE) return;                                                                   \
-    _Pragma("omp parallel for schedule(static) if(n > 32768)")                                        \
-    for (int64_t i = 0; i < n; i += 4096) act_span_##T(y + i, n - i < 4096 ? n - i : 4096, act);      \
-  }
-ACT_PASS(float)
-ACT_PASS(double)
 
 /* im2col written straight into the B panels of gg_rt_gemm_packed (one pass, no plain column matrix):
  * row (ic, k0, k1, k2) of the column matrix holds, for every output position, the input it reads at
@@ -1072,7 +1040,7 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
  *   transposed buffer holds the partial sums of K beyond one slice).
  * Stride 1 without padding reads the image as it is. col: ro (2 * K floats, rounded up to 16), po (2 *
  * (positions + 8)), the phase images, the wide or transposed output (the emitter sizes it). */
-static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode) {
+static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, const gg_epi *ep, int mode) {
   int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], ph0 = c->pad[1], pw0 = c->pad[2];
   int64_t Hq = (H + 2 * ph0 + sh - 1) / sh, Wq = (W + 2 * pw0 + sw - 1) / sw, Ho = c->out[1], Wo = c->out[2];
   int64_t K = c->Cin * c->k[1] * c->k[2], Nw = (Ho - 1) * Wq + Wo, isp = H * W, osp = Ho * Wo, qsp = Hq * Wq;
@@ -1100,36 +1068,38 @@ static void conv_rows(const gg_conv *c, const float *x, const float *wp, const f
     }
     if (mode == 2) {
       rows_src a = {b, ro, po};
-      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, act, yn, osp);
+      gemm_run(osp, c->Cout, K, NULL, &a, wp, NULL, out2, c->Cout, NULL, bias, ep, yn, osp);
       continue;
     }
     rows_src bsrc = {b, ro, NULL};
     float *out = Wq == Wo ? yn : out2;
-    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, act, NULL, 0);
-    if (out != yn) {
+    gemm_run(c->Cout, Nw, K, wp, NULL, NULL, &bsrc, out, Nw, bias, NULL, out == yn ? ep : NULL, NULL, 0);
+    if (out != yn) {   /* the valid columns copied out, then the epilogue on each plane while it is in cache */
       _Pragma("omp parallel for schedule(static) if(c->Cout * osp > 32768)")
-      for (int64_t oc = 0; oc < c->Cout; oc++)
+      for (int64_t oc = 0; oc < c->Cout; oc++) {
         for (int64_t oh = 0; oh < Ho; oh++) memcpy(yn + (oc * Ho + oh) * Wo, out2 + oc * Nw + oh * Wq, sizeof(float) * (size_t)Wo);
+        epi_run(ep, yn + oc * osp, osp, 1, osp);
+      }
     }
   }
 }
 
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode) {
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, const gg_epi *ep, int mode) {
   int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
-  if (mode) { conv_rows(c, x, wp, bias, y, col, act, mode); return; }
+  if (mode) { conv_rows(c, x, wp, bias, y, col, ep, mode); return; }
   for (int64_t n = 0; n < c->N; n++) {
     im2col_pack(c, x + n * c->Cin * isp, col);
-    gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, act);
+    gg_rt_gemm_packed(c->Cout, osp, c->Cin * ksp, wp, col, y + n * c->Cout * osp, osp, bias, NULL, ep);
   }
 }
 
 #define CONV(NAME, T, GEMMF, DW)                                                                      \
-  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col, int act) {        \
+  void NAME(const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col, const gg_epi *ep) { \
     int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2];           \
     int64_t ksp = c->k[0] * c->k[1] * c->k[2], G = c->groups;                                        \
     int64_t icg = c->Cin / G, ocg = c->Cout / G;                                                      \
     if (!c->transposed && icg == 1 && G > 1) {                                                        \
-      DW(c, x, w, bias, y, act);                                                                      \
+      DW(c, x, w, bias, y, ep);                                                                       \
       return;                                                                                         \
     }                                                                                                 \
     for (int64_t n = 0; n < c->N; n++)                                                                \
@@ -1142,10 +1112,10 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
           bool same = ksp == 1 && c->stride[0] == 1 && c->stride[1] == 1 && c->stride[2] == 1 &&      \
                       c->pad[0] == 0 && c->pad[1] == 0 && c->pad[2] == 0;                             \
           if (!same) im2col_##T(c, xg, icg, col);                                                     \
-          GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, same ? xg : col, osp, 1, yg); \
+          GEMMF(ocg, osp, icg * ksp, w + g * ocg * icg * ksp, icg * ksp, 1, same ? xg : col, osp, 1, yg, NULL); \
         } else {                                                                                      \
           /* col[(oc,k), i] = w[ic, (oc,k)]^T @ x[ic, i], then scatter-add into y (col2im) */         \
-          GEMMF(ocg * ksp, isp, icg, w + g * icg * ocg * ksp, 1, ocg * ksp, xg, isp, 1, col);         \
+          GEMMF(ocg * ksp, isp, icg, w + g * icg * ocg * ksp, 1, ocg * ksp, xg, isp, 1, col, NULL);   \
           memset(yg, 0, sizeof(T) * (size_t)(ocg * osp));                                             \
           _Pragma("omp parallel for schedule(static)")                                                \
           for (int64_t oc = 0; oc < ocg; oc++)                                                        \
@@ -1172,7 +1142,7 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
           for (int64_t oc = 0; oc < ocg; oc++)                                                        \
             for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
         }                                                                                             \
-        act_##T(yg, ocg * osp, act);                                                                  \
+        gg_rt_epi_pass(ep, yg, sizeof(T), ocg * osp);                                               \
       }                                                                                               \
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)
@@ -1225,7 +1195,7 @@ CONV(gg_rt_conv_f64, double, gg_rt_dgemm, depthwise_f64)
     for (int64_t n = 0; n < c->N; n++)                                                                \
       for (int64_t g = 0; g < G; g++) {                                                               \
         im2col_##T(c, x + (n * c->Cin + g * icg) * isp, icg, col);                                    \
-        GEMMF(ocg, icg * ksp, osp, dy + (n * c->Cout + g * ocg) * osp, osp, 1, col, 1, osp, tmp);     \
+        GEMMF(ocg, icg * ksp, osp, dy + (n * c->Cout + g * ocg) * osp, osp, 1, col, 1, osp, tmp, NULL); \
         T *d = dw + g * wn;                                                                           \
         _Pragma("omp parallel for schedule(static) if(wn > 32768)")                                   \
         for (int64_t i = 0; i < wn; i++) d[i] += tmp[i];                                              \

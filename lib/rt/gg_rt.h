@@ -163,24 +163,39 @@ GG_HD uint16_t gg_f2bf(float f) {
   return (uint16_t)(x >> 16);
 }
 
-/* Matrix products: C[b] = A[b] @ B[b] with element strides (a unit stride on one of the two matrix
- * dims of each operand), batched by the caller. Float types go to BLAS. */
-void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C);
-void gg_rt_dgemm(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak, const double *B, int64_t sbk, int64_t sbn, double *C);
+/* The pointwise nodes the emitter fused after a product or convolution (its epilogue; the emitter
+ * writes fn for each such kernel): fn applies them in place to rows x cols elements of the output,
+ * element (i, j) at y[i * ld + j], which is element (y - y0) + i * ld + j of the output tensor (float32,
+ * or float64 for a float64 output). x: the other tensors they read, indexed as the output; s: the
+ * symbols. Products and convolutions apply it to each finished tile or span while it is in cache;
+ * NULL: none. */
+#define GG_EPI_MAX 8
+typedef struct gg_epi {
+  void (*fn)(const struct gg_epi *ep, void *y, int64_t ld, int64_t rows, int64_t cols);
+  void *y0;
+  const void *x[GG_EPI_MAX];
+  const int64_t *s;
+} gg_epi;
+/* ep on n elements of the output from y (esize bytes each), as a pass shared by the threads */
+void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n);
 
-/* The activation a product or convolution applies to its output: a node the emitter fused into it
- * (GG_ACT_RELU for float32 and float64; the others, float32 only, with scalar.h's float32 functions) */
-enum { GG_ACT_NONE, GG_ACT_RELU, GG_ACT_GELU, GG_ACT_HARDSWISH, GG_ACT_SILU, GG_ACT_SIGMOID, GG_ACT_HARDSIGMOID };
+/* Matrix products: C[b] = A[b] @ B[b] with element strides (a unit stride on one of the two matrix
+ * dims of each operand), batched by the caller, then the epilogue ep (or NULL). Float types go to
+ * BLAS (float32 to the packed kernel where it runs). */
+void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn, float *C,
+                 const gg_epi *ep);
+void gg_rt_dgemm(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak, const double *B, int64_t sbk, int64_t sbn, double *C,
+                 const gg_epi *ep);
 
 /* float32 products on packed panels (x86-64 with AVX-512, checked at run time): C = A @ B (+ row_bias
- * per row, + col_bias per column, then the activation act), A packed by gg_rt_pack side 0, B side 1, C with
+ * per row, + col_bias per column, then the epilogue ep), A packed by gg_rt_pack side 0, B side 1, C with
  * leading dimension ldc. gg_rt_packed_ok() says whether this machine runs them. Pack sizes are in
  * floats. */
 bool gg_rt_packed_ok(void);
 int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols);
 void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst);
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
-                       const float *col_bias, int act);
+                       const float *col_bias, const gg_epi *ep);
 
 /* Convolution of contiguous NC[D]HW input with contiguous weight, as 3-d with unit dims. */
 typedef struct gg_conv {
@@ -188,17 +203,17 @@ typedef struct gg_conv {
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
   bool transposed;
 } gg_conv;
-void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, int act);
-void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, int act);
+void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, const gg_epi *ep);
+void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, const gg_epi *ep);
 /* col (the im2col buffer) holds (C/groups) * kernel * spatial elements, (spatial + 32) for the packed one: the emitter sizes it.
- * act: the activation applied to the output (GG_ACT_*; float64: none or ReLU). gg_rt_conv_packed_f32: the same with
+ * ep: the epilogue applied to the output (or NULL). gg_rt_conv_packed_f32: the same with
  * the weight packed (groups == 1, not transposed). mode 0: im2col into panels, the weight packed as
  * side 0 (Cout x Cin*kernel). mode 1 and 2: a 2-D convolution (in[0] == k[0] == stride[0] == 1,
  * pad[0] == 0) that reads the padded image, split into stride[1] x stride[2] phases of Hq x Wq =
  * ceil(Hp / stride[1]) x ceil(Wp / stride[2]), in place of im2col; the weight packed as side 0 (mode 1)
  * or side 1, Cin*kernel x Cout (mode 2); col holds 2 * (Cin * kernel + 8) + 2 * (spatial + 16) +
  * stride[1] * stride[2] * Cin * Hq * Wq + Cout * Ho * Wq floats. */
-void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, int act, int mode);
+void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, const gg_epi *ep, int mode);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);

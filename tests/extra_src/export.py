@@ -64,6 +64,21 @@ case("conv_depthwise", Fn(lambda s, x: (s.d1(x), s.d2(x), s.d3(x.flatten(2)), F.
                           d4=nn.Conv2d(4, 4, 5, padding=2, groups=4), p=nn.AdaptiveAvgPool2d(7),
                           d5=nn.Conv2d(4, 4, 3, stride=(1, 3), dilation=(3, 1), groups=4)),
      r(2, 4, 13, 11))
+# epilogues (compiled: pointwise nodes after a product or convolution applied to its finished tiles):
+# a residual computed before (the input), one computed after (the add then goes to the later
+# convolution), scalars only after a strided convolution, a linear layer's residual and tanh gelu,
+# an operand that broadcasts (not in the epilogue), a batched product divided by a scalar, addmm with
+# alpha and beta (the epilogue after the bias), a depthwise convolution's gate by a tensor, float64,
+# a residual computed inside its add (not in the epilogue), and a sum that is also an output
+case("epilogues", Fn(lambda s, x, y, c, m: (
+        (lambda h: (lambda a: (h, a, F.leaky_relu(s.c4(a), 0.1) * 0.5 - 1, torch.sigmoid(s.dw(a)) * a))(F.relu(s.c2(h) + s.c3(h))))(F.relu6(s.c1(x) + x)),
+        F.gelu(s.l1(x) + x, approximate="tanh"), s.l2(x) + m, torch.softmax((y @ y.transpose(-1, -2)) / 4, -1),
+        torch.relu(torch.addmm(c, y[0, 0], y[1, 0].t(), beta=2, alpha=0.5)), F.relu(s.cd(x.double()) + 1),
+        torch.relu(s.c5(x) + torch.tanh(x[:, :6])), (lambda p: (p, torch.relu(p)))(s.c6(x) + 1)),
+                     c1=nn.Conv2d(8, 8, 3, padding=1), c2=nn.Conv2d(8, 8, 3, padding=1), c3=nn.Conv2d(8, 8, 1),
+                     c4=nn.Conv2d(8, 16, 3, stride=2, padding=1), dw=nn.Conv2d(8, 8, 3, padding=1, groups=8), l1=nn.Linear(10, 10),
+                     l2=nn.Linear(10, 7), cd=nn.Conv2d(8, 4, 3).double(), c5=nn.Conv2d(8, 6, 1), c6=nn.Conv2d(8, 5, 3, stride=(1, 2))),
+     r(2, 8, 10, 10), r(2, 3, 5, 6), r(5, 5), r(7))
 # resampling and pooling
 case("upsample_bilinear", Fn(lambda s, x: (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
                                           F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True))), r(1, 3, 5, 6))
