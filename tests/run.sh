@@ -314,6 +314,19 @@ expect 0 "node 'gelu' (gelu) applied in the epilogue of 'linear_4' (linear)" -- 
 expect 0 "node 'hardswish_' (hardswish) applied in the epilogue of 'batch_norm.fold0' (conv2d)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mobilenet_v3_small/model.pt2 -o "$TMP/mbe.so"
 env GCC_GRAPH_LOGS=fusion GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" compile $M/mlp/model.pt2 -o "$TMP/mlpm.so" 2>"$TMP/err" || no "compile with the miscompile hook: $(cat "$TMP/err")"
 if grep -q "applied in the epilogue" "$TMP/err"; then no "ReLU fused under GCC_GRAPH_TEST_MISCOMPILE=relu"; else ok; fi
+# the epilogue is the chain of pointwise nodes after a product or convolution (tests/extra/epilogues):
+# a residual computed after the first convolution goes to the later one's epilogue; float64; addmm
+# (after its bias); a batched product; a residual computed inside its add, and a value that is also
+# an output, end the chain
+"$GG" explain tests/extra/epilogues/model.pt2 >"$TMP/epi_explain" 2>&1 || no "explain epilogues: $(tail -n 1 "$TMP/epi_explain")"
+for k in "'conv2d_2'  + add_1, relu" "'conv2d_3'  + leaky_relu, mul, sub" "'conv2d_4'  + sigmoid, mul_1" "'matmul'  + div" "'addmm'  + relu_1" \
+         "'conv2d_5'  + add_4, relu_2" "'conv2d_7'  + add_6\$" "'conv2d_6'\$"; do
+  if grep -q "$k" "$TMP/epi_explain"; then ok; else no "epilogues: no kernel $k in explain's schedule"; fi
+done
+# ... and gives PyTorch's answers on BLAS too (the epilogue after BLAS's product, per span)
+"$GG" compile tests/extra/epilogues/model.pt2 -o "$TMP/epi.so" 2>"$TMP/err" || no "compile epilogues: $(cat "$TMP/err")"
+expect 0 "" -- env GCC_GRAPH_BLAS_ONLY=1 "$GG" run "$TMP/epi.so" --inputs tests/extra/epilogues/io.safetensors -o "$TMP/epi_blas.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/epi_blas.st" tests/extra/epilogues/io.safetensors
 # weights packed at open for the runtime's AVX-512 kernel: the packed descriptors are in the source;
 # the same .so run on BLAS (GCC_GRAPH_BLAS_ONLY=1, what machines without AVX-512 run) agrees with
 # PyTorch too (every compiled case below runs on the packed kernel where this machine has AVX-512)

@@ -66,8 +66,9 @@ case("conv_depthwise", Fn(lambda s, x: (s.d1(x), s.d2(x), s.d3(x.flatten(2)), F.
      r(2, 4, 13, 11))
 # epilogues (compiled: pointwise nodes after a product or convolution applied to its finished tiles):
 # a residual computed before (the input), one computed after (the add then goes to the later
-# convolution), scalars only after a strided convolution, a linear layer's residual and tanh gelu,
-# an operand that broadcasts (not in the epilogue), a batched product divided by a scalar, addmm with
+# convolution), scalars only after a strided convolution, two linear layers reading x (stacked into
+# one product, so their adds are kernels of their own; one operand broadcasts), a batched product
+# divided by a scalar, addmm with
 # alpha and beta (the epilogue after the bias), a depthwise convolution's gate by a tensor, float64,
 # a residual computed inside its add (not in the epilogue), and a sum that is also an output
 case("epilogues", Fn(lambda s, x, y, c, m: (
