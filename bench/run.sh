@@ -45,16 +45,21 @@ if [ "$TARGET" = cuda ]; then
   TRAINFLAG="$TRAINFLAG --target cuda"
   CEIL=$("$PY" bench/gpu_ceiling.py 2>/dev/null)
 else
-  cc -O2 bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
+  # OpenBLAS's sgemm and an OpenMP copy; where PyTorch is installed, its own (MKL or oneDNN) too: the
+  # ceiling is the better of the two (the OpenBLAS some machines carry is slower than our kernel)
+  cc -O2 -fopenmp bench/ceiling.c -I/usr/include/x86_64-linux-gnu -lopenblas -o "$W/ceiling" 2>/dev/null
   CEIL=$(OPENBLAS_NUM_THREADS=$THREADS "$W/ceiling" 2>/dev/null)
+  TCEIL=$("$PY" bench/cpu_ceiling.py "$THREADS" 2>/dev/null)
 fi
-GFLOPS=$(echo "$CEIL" | sed -n 's/.*"sgemm_gflops": \([0-9.]*\).*/\1/p')
+best() { printf '%s\n%s\n' "$CEIL" "${TCEIL:-}" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" | sort -g | tail -n 1; }
+GFLOPS=$(best sgemm_gflops)
+GBS=$(best copy_gbs)
 echo "machine: $(nproc) cores, $THREADS threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-echo "ceilings: $CEIL"
+echo "ceilings: sgemm $GFLOPS GFLOP/s, copy $GBS GB/s (the better of: $CEIL ${TCEIL:-})"
 have_torch=0
 "$PY" -c "import torch, numpy" 2>/dev/null && have_torch=1
 TC=${TORCH_COMPILE:-0}
-printf "%-26s %10s %10s %8s %9s %9s %8s" model gcc-graph torch speedup compile_s gemm_gf of_ceil
+printf "%-26s %10s %10s %8s %9s %9s %8s %7s %6s" model gcc-graph torch speedup compile_s gemm_gf of_ceil gb_s of_bw
 [ "$TC" = 1 ] && printf " %12s %8s %10s" torch.compile speedup tc_compile_s
 echo
 for m in "$@"; do
@@ -68,7 +73,10 @@ for m in "$@"; do
   if [ "$TRAIN" = 1 ]; then   # forward + backward FLOPs
     flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" --train | sed -n 's/^matrix FLOPs: forward \([0-9.e+]*\), backward \([0-9.e+]*\)/\1 \2/p' | awk '{print $1 + $2}')
   else
-    flops=$("$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" | sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p')
+    "$GG" explain "$m/model.json" --weights "$W/$n/weights.safetensors" >"$W/explain" 2>/dev/null
+    flops=$(sed -n 's/^matrix FLOPs: \([0-9.e+]*\).*/\1/p' "$W/explain")
+    # bytes the schedule's kernels read and write (explain: "memory traffic: R KiB read, W KiB written")
+    kib=$(sed -n 's/^memory traffic: \([0-9.]*\) KiB read, \([0-9.]*\) KiB written.*/\1 \2/p' "$W/explain" | awk '{print $1 + $2}')
   fi
   ref="-"; ratio="-"; tc=; line=
   if [ $have_torch = 1 ]; then   # both sides timed by the PyTorch script, in alternating rounds
@@ -84,7 +92,9 @@ for m in "$@"; do
   [ "$ref" != "-" ] && ratio=$(echo "$ref $ours" | awk '{printf "%.2fx", $1 / $2}')
   gf=$(echo "$flops $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 / ($2 * 1e6); else print "-" }')
   of=$(echo "$gf $GFLOPS" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
-  printf "%-26s %10s %10s %8s %9.2f %9s %8s" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 $t0" | awk '{print $1 - $2}')" "$gf" "$of"
+  gbs=$(echo "${kib:-0} $ours" | awk '{ if ($1 > 0) printf "%.1f", $1 * 1024 / ($2 * 1e6); else print "-" }')
+  ofb=$(echo "$gbs ${GBS:-0}" | awk '{ if ($1 != "-" && $2 > 0) printf "%.0f%%", 100 * $1 / $2; else print "-" }')
+  printf "%-26s %10s %10s %8s %9.2f %9s %8s %7s %6s" "$n" "$ours" "$ref" "$ratio" "$(echo "$t1 $t0" | awk '{print $1 - $2}')" "$gf" "$of" "$gbs" "$ofb"
   if [ "$TC" = 1 ] && [ "$ref" != "-" ]; then
     if [ -n "$tc" ]; then printf " %12.3f %8s %10.1f" "$tc" "$(echo "$tc $ours" | awk '{printf "%.2fx", $1 / $2}')" "$tcs"; else printf " failed: %s" "$(tail -n 1 "$W/err" | cut -c1-60)"; fi
   fi

@@ -253,7 +253,7 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
       if (c->nkernels) memcpy(k, c->kernels, sizeof *k * (size_t)c->nkernels);
       c->kernels = k;
     }
-    c->kernels[c->nkernels++] = (KernelRec){e->nk - 1, what, n->name, n->target, NULL};
+    c->kernels[c->nkernels++] = (KernelRec){e->nk - 1, what, n->name, n->target, NULL, n->op ? n : NULL, NULL, 0, 0, 0};
   }
   fprintf(e->k, "\n/* %s: node ", what);
   comment(e->k, n->name);
@@ -435,6 +435,20 @@ static void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Op
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, what);
+  if (e->c->record && !n->op) {   /* a copy of an output (no node): its bytes from the tensors */
+    KernelRec *r = &e->c->kernels[e->c->nkernels - 1];
+    double ne = 1;
+    r->space = "[";
+    for (int d = 0; d < dst->rank; d++) {
+      int64_t h = expr_hint(e->g, dst->sizes[d]);
+      ne *= (double)h;
+      r->space = arena_printf(e->a, "%s%s%lld", r->space, d ? ", " : "", (long long)h);
+    }
+    r->space = arena_printf(e->a, "%s]", r->space);
+    r->written = ne * dtype_info(dst->dt)->size;
+    r->read = nops && ops[0].is_tensor ? ne * dtype_info(ops[0].t.dt)->size : 0;
+    r->flops = ne;
+  }
   kopen(e, id, false, false);
   fprintf(f, "%s *restrict y", ctype(dst->dt));
   for (int j = 0; j < nops; j++)
@@ -541,6 +555,37 @@ static bool same_shape(Em *e, const Value *a, const Value *b) {
   if (a->rank != b->rank) return false;
   for (int d = 0; d < a->rank; d++) if (!expr_same(e->g, a->sizes[d], b->sizes[d])) return false;
   return true;
+}
+
+/* A fusion refused, for explain's schedule (reader NULL: all of the value's readers) */
+static void refuse(Em *e, const Node *n, const Node *reader, const char *why) {
+  Ctx *c = e->c;
+  gg_log(c, LOG_FUSION, "node %s not fused%s%s: %s", gg_quote(c, n->name), reader ? " with " : "", reader ? gg_quote(c, reader->name) : "", why);
+  if (!c->record) return;
+  if (c->nrefused == c->cap_refused) {
+    c->cap_refused = c->cap_refused ? 2 * c->cap_refused : 64;
+    Refusal *r = arena_array(c->arena, (size_t)c->cap_refused, sizeof *r);
+    if (c->nrefused) memcpy(r, c->refused, sizeof *r * (size_t)c->nrefused);
+    c->refused = r;
+  }
+  c->refused[c->nrefused++] = (Refusal){n->name, reader ? reader->name : NULL, why};
+}
+
+/* Whether a pointwise node reads v (a fusion then was possible in principle) */
+static bool pointwise_reader(Em *e, const Value *v) {
+  for (int k = 0; k < e->g->nnodes; k++) {
+    Node *m = e->g->nodes[k];
+    if (is_pointwise(m)) FOR_TENSOR_ARGS(m, a, { if (a == v) return true; })
+  }
+  return false;
+}
+
+/* Why value v is not fused with its readers because of how many read it (NULL: one node does) */
+static const char *readers_why(Em *e, const Value *v) {
+  if (e->uses[v->id] == 1) return NULL;
+  for (int i = 0; i < e->g->noutputs; i++)
+    if (e->g->outputs[i].v == v) return "an output of the model (it must be stored)";
+  return arena_printf(e->a, "read by %d nodes (fused, it would be computed once per reader)", e->uses[v->id]);
 }
 
 /* Fusion legality: n is computed inside its only reader's loop when both are pointwise over the same
@@ -653,6 +698,11 @@ int emit_pointwise(Em *e, Node *n) {
     return 0;
   }
   if (n->nouts == 1) {
+    Value *ov = n->outs[0];
+    Node *u = e->user[ov->id];
+    const char *why = readers_why(e, ov);
+    if (why && pointwise_reader(e, ov)) refuse(e, n, NULL, why);
+    else if (!why && u && is_pointwise(u)) refuse(e, n, u, "its reader's output has another shape (a broadcast would compute it more than once)");
     TV *out = alloc_value(e, n->outs[0]);
     Params P = {0};
     char *body = NULL;
@@ -1168,25 +1218,31 @@ static int64_t const_numel(Em *e, const Value *v) {
   return ne;
 }
 
-/* May u join the chain after value v (its only reader), given the chain's operand storages so far in
- * *P? Adds u's other operands to *P. */
-static bool epilogue_node(Em *e, Value *v, Node *u, Params *P) {
+/* Why u (v's last reader) cannot join the chain after value v, or NULL when it can: then u's other
+ * operands join the chain's tensors *P. */
+static const char *epilogue_why(Em *e, Value *v, Node *u, Params *P) {
   PwPlan plan;
-  if (e->uses[v->id] != 1 || !is_pointwise(u) || test_miscompiled(u) || u->outs[0]->dtype != v->dtype || !same_shape(e, v, u->outs[0]) ||
-      pw_plan(e->c, u, &plan) || !plan.use_float)
-    return false;
+  const char *why = readers_why(e, v);
+  if (why) return why;
+  if (!is_pointwise(u)) return "its reader is not pointwise";
+  if (test_miscompiled(u)) return "GCC_GRAPH_TEST_MISCOMPILE names its reader's op";
+  if (u->outs[0]->dtype != v->dtype) return "its reader changes the dtype";
+  if (!same_shape(e, v, u->outs[0])) return "its reader's output has another shape";
+  if (pw_plan(e->c, u, &plan) || !plan.use_float) return "its reader computes in integers";
   Params q = *P;
-  bool ok = true;
   int nt = 0;
   FOR_TENSOR_ARGS(u, a, {
-    if (++nt > 4) ok = false;
-    if (a == v || !ok) continue;
+    if (++nt > 4) return "its reader has more than four tensor operands";
+    if (a == v) continue;
     TV *t = &e->tv[a->id];
-    ok = t->ok && !t->deferred && !t->cexpr && (const_numel(e, a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))) && add_param(&q, t) >= 0 &&
-         q.n <= EPI_MAX;
+    if (!t->ok) return arena_printf(e->a, "operand %s is computed after the product", gg_quote(e->c, a->name));
+    if (t->deferred || t->cexpr) return arena_printf(e->a, "operand %s is computed inside its reader's loop", gg_quote(e->c, a->name));
+    if (!(const_numel(e, a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))))
+      return arena_printf(e->a, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(e->c, a->name));
+    if (add_param(&q, t) < 0 || q.n > EPI_MAX) return "more than eight tensors read by the epilogue";
   })
-  if (ok) *P = q;
-  return ok;
+  *P = q;
+  return NULL;
 }
 
 /* Find n's epilogue (out: n's output storage) and write its function; ep->n == 0 when there is none
@@ -1198,7 +1254,12 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
   if (e->cuda || (v->dtype != DT_F32 && v->dtype != DT_F64)) return 0;
   while (ep->n < (int)(sizeof ep->chain / sizeof *ep->chain)) {
     Node *u = e->user[v->id];
-    if (!u || !epilogue_node(e, v, u, &ep->P)) break;
+    if (!u) break;
+    const char *why = epilogue_why(e, v, u, &ep->P);
+    if (why) {   /* noted where a pointwise node could have come next */
+      if (e->uses[v->id] == 1 ? is_pointwise(u) : pointwise_reader(e, v)) refuse(e, ep->n ? ep->chain[ep->n - 1] : n, e->uses[v->id] == 1 ? u : NULL, why);
+      break;
+    }
     ep->chain[ep->n++] = u;
     v = u->outs[0];
   }
@@ -2508,8 +2569,50 @@ static int mutated_weight(const Graph *g, const OutputSpec *o) {
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
  * float32 weights of products may be packed at gg_open (CPU inference). */
+/* explain's figures for kernel r: its iteration space (the output it writes; a product's or
+ * convolution's depth), the bytes of the tensors its node and the nodes fused into it read from
+ * outside and of what it writes, and FLOPs (2 per multiply-add of a product or convolution, 1 per
+ * output element of any other node), at the example sizes. mark: by value id, scratch. */
+static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
+  const Node *n = r->n;
+  const Graph *g = e->g;
+  if (!n || !n->nouts) return;
+  double rd = 0, wr = 0, fl = 0;
+  for (int pass = 0; pass < 2; pass++)   /* the values made inside the kernel, then what it reads */
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *m = g->nodes[k], *u = m;
+      while (u != n && e->fused_into && e->fused_into[u->id]) u = e->fused_into[u->id];
+      if (u != n) continue;
+      if (pass == 0) {
+        for (int i = 0; i < m->nouts; i++) mark[m->outs[i]->id] = stamp;
+        double mf = node_matrix_flops(g, m);
+        fl += mf > 0 ? mf : m->nouts ? (double)value_nbytes(g, m->outs[0]) / dtype_info(m->outs[0]->dtype)->size : 0;
+      } else
+        FOR_TENSOR_ARGS(m, a, {
+          if (mark[a->id] == stamp || mark[a->id] == -stamp) continue;
+          mark[a->id] = -stamp;
+          rd += (double)value_nbytes(g, a);
+        })
+    }
+  const Value *y = n->outs[0];
+  for (int i = 0; i < n->nouts; i++) wr += (double)value_nbytes(g, n->outs[i]);
+  char *sp = arena_strdup(e->a, "[");
+  double ne = 1;
+  for (int d = 0; d < y->rank; d++) {
+    int64_t h = expr_hint(g, y->sizes[d]);
+    ne *= (double)h;
+    sp = arena_printf(e->a, "%s%s%lld", sp, d ? ", " : "", (long long)h);
+  }
+  double mf = node_matrix_flops(g, n);
+  r->space = mf > 0 && ne > 0 ? arena_printf(e->a, "%s] x %.0f deep", sp, mf / (2 * ne)) : arena_printf(e->a, "%s]", sp);
+  r->read = rd;
+  r->written = wr;
+  r->flops = fl;
+}
+
 static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
+  int krec0 = c->nkernels;   /* this program's first kernel record */
   e->c = c;
   e->g = g;
   e->a = c->arena;
@@ -2624,6 +2727,8 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
           break;
         }
     }
+    int *mark = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *mark);
+    for (int r = krec0; r < c->nkernels; r++) kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
   }
   fprintf(out, "\n/* GCC_GRAPH_PROFILE: the time of each node's kernels. */\nstatic double gg_%s_prof[%d];\nstatic const char *const gg_%s_prof_names[] = {\n", p, nprof, p);
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }

@@ -18,14 +18,14 @@ static void print_value(FILE *f, const Graph *g, const Value *v) {
   fputc(']', f);
 }
 
-static int64_t value_bytes(const Graph *g, const Value *v) {
+int64_t value_nbytes(const Graph *g, const Value *v) {
   int64_t n = dtype_info(v->dtype) ? dtype_info(v->dtype)->size : 0;
   for (int d = 0; d < v->rank; d++) n *= expr_hint(g, v->sizes[d]);
   return n;
 }
 
 /* FLOPs of the matrix products and convolutions (at the symbols' example values): what BLAS does. */
-static double matrix_flops(const Graph *g, const Node *n) {
+double node_matrix_flops(const Graph *g, const Node *n) {
   if (!n->op || !n->nouts) return 0;
   const char *name = n->op->name;
   const Value *y = n->outs[0];
@@ -61,7 +61,7 @@ static double matrix_flops(const Graph *g, const Node *n) {
 
 double graph_matrix_flops(const Graph *g) {
   double f = 0;
-  for (int k = 0; k < g->nnodes; k++) f += matrix_flops(g, g->nodes[k]);
+  for (int k = 0; k < g->nnodes; k++) f += node_matrix_flops(g, g->nodes[k]);
   return f;
 }
 
@@ -129,8 +129,8 @@ int explain_graph(Graph *g, FILE *f) {
       fprintf(f, "  in.%d  %-24s ", v->user_index, gg_quote(c, v->name));
       print_value(f, g, v);
       fputc('\n', f);
-    } else if (v->input == IN_PARAM) { np++; pbytes += value_bytes(g, v); }
-    else if (v->input == IN_BUFFER) { nb++; bbytes += value_bytes(g, v); }
+    } else if (v->input == IN_PARAM) { np++; pbytes += value_nbytes(g, v); }
+    else if (v->input == IN_BUFFER) { nb++; bbytes += value_nbytes(g, v); }
     else nc++;
   }
   fputs("outputs:\n", f);
@@ -280,13 +280,25 @@ void explain_schedule(Ctx *c, FILE *f) {
   fprintf(f, "\nschedule (the compiled code): %d kernels, %d nodes computed inside another kernel's loops\n", c->nkernels, fused);
   fprintf(f, "intermediate memory: %.1f KiB planned (lifetimes that do not overlap share), %.1f KiB one after another\n",
           (double)c->scratch_planned / 1024, (double)c->scratch_naive / 1024);
+  double rd = 0, wr = 0, fl = 0;
+  for (int k = 0; k < c->nkernels; k++) rd += c->kernels[k].read, wr += c->kernels[k].written, fl += c->kernels[k].flops;
+  fprintf(f, "memory traffic: %.1f KiB read, %.1f KiB written; %.4g FLOPs (each kernel: its iteration space, the bytes it reads and writes, its FLOPs)\n",
+          rd / 1024, wr / 1024, fl);
   for (int k = 0; k < c->nkernels && k < 400; k++) {
     KernelRec *r = &c->kernels[k];
     fprintf(f, "  k%-4d %-44s %s", r->id, r->what, gg_quote(c, r->node));
     if (r->fused) fprintf(f, "  + %s", r->fused);
-    fputc('\n', f);
+    fprintf(f, "\n        %s  read %.1f KiB  written %.1f KiB  %.4g FLOPs\n", r->space ? r->space : "-", r->read / 1024, r->written / 1024, r->flops);
   }
   if (c->nkernels > 400) fprintf(f, "  ... and %d more\n", c->nkernels - 400);
+  if (c->nrefused) fprintf(f, "fusions refused: %d\n", c->nrefused);
+  for (int k = 0; k < c->nrefused && k < 200; k++) {
+    Refusal *r = &c->refused[k];
+    fprintf(f, "  %s", gg_quote(c, r->node));
+    if (r->reader) fprintf(f, " into %s", gg_quote(c, r->reader));
+    fprintf(f, ": %s\n", r->why);
+  }
+  if (c->nrefused > 200) fprintf(f, "  ... and %d more\n", c->nrefused - 200);
 }
 
 /* ---------------------------------------------------------------- explain --json */
@@ -336,7 +348,7 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     if (v->input == IN_USER) { cJSON_AddItemToArray(ins, o); continue; }
     cJSON_AddStringToObject(o, "kind", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant");
     if (v->fqn) cJSON_AddStringToObject(o, "fqn", v->fqn);
-    cJSON_AddNumberToObject(o, "bytes", (double)value_bytes(g, v));
+    cJSON_AddNumberToObject(o, "bytes", (double)value_nbytes(g, v));
     cJSON_AddItemToArray(ws, o);
   }
   for (int i = 0; i < g->noutputs; i++) {
@@ -391,11 +403,24 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
       cJSON_AddStringToObject(o, "kind", r->what);
       cJSON_AddStringToObject(o, "node", r->node);
       cJSON_AddStringToObject(o, "target", r->target);
+      cJSON_AddStringToObject(o, "space", r->space ? r->space : "");
+      cJSON_AddNumberToObject(o, "bytes_read", r->read);
+      cJSON_AddNumberToObject(o, "bytes_written", r->written);
+      cJSON_AddNumberToObject(o, "flops", r->flops);
       if (r->fused) {
         char *copy = arena_strdup(c->arena, r->fused);
         for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) { while (*t == ' ') t++; cJSON_AddItemToArray(fl, cJSON_CreateString(t)); }
       }
       cJSON_AddItemToArray(ks, o);
+    }
+    cJSON *rf = cJSON_AddArrayToObject(s, "refused");
+    for (int k = 0; k < c->nrefused; k++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "node", c->refused[k].node);
+      if (c->refused[k].reader) cJSON_AddStringToObject(o, "reader", c->refused[k].reader);
+      else cJSON_AddNullToObject(o, "reader");
+      cJSON_AddStringToObject(o, "why", c->refused[k].why);
+      cJSON_AddItemToArray(rf, o);
     }
   }
   if (fwd && bwd && st) {

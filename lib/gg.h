@@ -37,7 +37,12 @@ typedef struct KernelRec {
   int id;
   const char *what, *node, *target;   /* its kind, and the node it computes */
   const char *fused;                  /* nodes computed inside its loops, comma-separated, or NULL */
+  const struct Node *n;               /* the node (NULL for the copies of outputs) */
+  const char *space;                  /* its iteration space: the output it writes, and the depth of a product */
+  double read, written, flops;        /* bytes of the tensors it reads and writes, FLOPs (at the example sizes) */
 } KernelRec;
+
+typedef struct Refusal { const char *node, *reader, *why; } Refusal;   /* a fusion the emitter refused */
 
 typedef struct Ctx {
   Arena *arena;
@@ -48,6 +53,7 @@ typedef struct Ctx {
   /* the schedule, recorded when `record` is set (explain) */
   bool record;
   KernelRec *kernels; int nkernels, cap_kernels;
+  Refusal *refused; int nrefused, cap_refused;
   int64_t scratch_naive, scratch_planned;
   bool cuda;             /* generating for --target cuda (emit_c.c writes CUDA C) */
 } Ctx;
@@ -518,6 +524,8 @@ int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out);
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);
+double node_matrix_flops(const Graph *g, const struct Node *n);   /* a product's or convolution's FLOPs, else 0 */
+int64_t value_nbytes(const Graph *g, const Value *v);              /* at the example sizes */
 double graph_matrix_flops(const Graph *g);
 void explain_training(Graph *fwd, Graph *bwd, const PartitionStats *st, FILE *f);
 void explain_schedule(Ctx *c, FILE *f);

@@ -14,6 +14,8 @@ s = doc.get("schedule")
 assert s, "no schedule"
 need(s, schema["properties"]["schedule"]["required"], "schedule")
 for k in s["kernels"]: need(k, schema["properties"]["schedule"]["properties"]["kernels"]["items"]["required"], "a kernel")
+for r in s["refused"]: need(r, schema["properties"]["schedule"]["properties"]["refused"]["items"]["required"], "a refused fusion")
+assert all(k["bytes_written"] > 0 and k["flops"] > 0 for k in s["kernels"]), "a kernel without bytes or FLOPs"
 if sys.argv[1:] == ["training"]:
     need(doc["training"], schema["properties"]["training"]["required"], "training")
     assert doc["training"]["saved_bytes"] <= doc["training"]["saved_bytes_default"]

@@ -323,6 +323,15 @@ for k in "'conv2d_2'  + add_1, relu" "'conv2d_3'  + leaky_relu, mul, sub" "'conv
          "'conv2d_5'  + add_4, relu_2" "'conv2d_7'  + add_6\$" "'conv2d_6'\$"; do
   if grep -q "$k" "$TMP/epi_explain"; then ok; else no "epilogues: no kernel $k in explain's schedule"; fi
 done
+# explain shows each kernel's iteration space, bytes and FLOPs (conv2d: 2 x 1600 outputs x 72 deep, plus
+# one per element for the add and relu6; it reads x once, as its input and as the residual) and the
+# fusions refused, with why
+for k in "[2, 8, 10, 10] x 72 deep  read 8.5 KiB  written 6.2 KiB  2.336e+05 FLOPs" "fusions refused: 4" \
+         "'conv2d_1' into 'add_1': operand 'conv2d_2' is computed after the product" "'add_6': an output of the model"; do
+  if grep -qF "$k" "$TMP/epi_explain"; then ok; else no "epilogues: explain lacks '$k'"; fi
+done
+"$GG" explain tests/extra/epilogues/model.pt2 --json >"$TMP/epi.json" 2>"$TMP/err" || no "explain --json epilogues: $(cat "$TMP/err")"
+expect 0 "ok" -- sh -c "python3 tests/explain_json.py <'$TMP/epi.json'"
 # ... and gives PyTorch's answers on BLAS too (the epilogue after BLAS's product, per span)
 "$GG" compile tests/extra/epilogues/model.pt2 -o "$TMP/epi.so" 2>"$TMP/err" || no "compile epilogues: $(cat "$TMP/err")"
 expect 0 "" -- env GCC_GRAPH_BLAS_ONLY=1 "$GG" run "$TMP/epi.so" --inputs tests/extra/epilogues/io.safetensors -o "$TMP/epi_blas.st"
