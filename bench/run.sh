@@ -5,7 +5,8 @@
 # PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
 # compared. Prints a table with milliseconds, the speed ratio, compile seconds, and the fraction of
 # the machine's measured sgemm ceiling each model reaches (FLOPs of its matrix products and
-# convolutions / time / ceiling). ROUNDS=N times gcc-graph, eager and torch.compile in N rounds that
+# convolutions / time / ceiling) and of its copy bandwidth (the bytes explain's schedule reads and
+# writes / time / ceiling). ROUNDS=N times gcc-graph, eager and torch.compile in N rounds that
 # alternate between them (medians of ITERS runs each; the table shows the median round, and a line
 # under each model every round), so that a noisy machine's slow stretches hit all sides alike. TARGET=cuda compiles with --target cuda and runs PyTorch on the GPU
 # (the ceiling is then cuBLAS's float32 GEMM rate, bench/gpu_ceiling.py).
