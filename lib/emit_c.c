@@ -585,7 +585,7 @@ static const char *readers_why(Em *e, const Value *v) {
   if (e->uses[v->id] == 1) return NULL;
   for (int i = 0; i < e->g->noutputs; i++)
     if (e->g->outputs[i].v == v) return "an output of the model (it must be stored)";
-  return arena_printf(e->a, "read by %d nodes (fused, it would be computed once per reader)", e->uses[v->id]);
+  return arena_printf(e->a, "read %d times, so it is stored (fused into its readers, it would be computed once per read)", e->uses[v->id]);
 }
 
 /* Fusion legality: n is computed inside its only reader's loop when both are pointwise over the same
@@ -1208,13 +1208,12 @@ typedef struct Epi {
   Params P;
 } Epi;
 
-static int64_t const_numel(Em *e, const Value *v) {
+static int64_t const_numel(const Value *v) {
   int64_t ne = 1, d;
   for (int i = 0; i < v->rank; i++) {
     if (!expr_is_const(v->sizes[i], &d)) return -1;
     ne *= d;
   }
-  (void)e;
   return ne;
 }
 
@@ -1237,7 +1236,7 @@ static const char *epilogue_why(Em *e, Value *v, Node *u, Params *P) {
     TV *t = &e->tv[a->id];
     if (!t->ok) return arena_printf(e->a, "operand %s is computed after the product", gg_quote(e->c, a->name));
     if (t->deferred || t->cexpr) return arena_printf(e->a, "operand %s is computed inside its reader's loop", gg_quote(e->c, a->name));
-    if (!(const_numel(e, a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))))
+    if (!(const_numel(a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))))
       return arena_printf(e->a, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(e->c, a->name));
     if (add_param(&q, t) < 0 || q.n > EPI_MAX) return "more than eight tensors read by the epilogue";
   })
@@ -1289,7 +1288,7 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
       saved_v[nsave] = a;
       saved[nsave++] = e->tv[a->id];
       TV *o = &e->tv[a->id];
-      bool one = const_numel(e, a) == 1;
+      bool one = const_numel(a) == 1;
       o->rank = 1;
       o->sizes[0] = one ? C(e, 1) : ne;
       o->strides[0] = C(e, 1);
