@@ -23,6 +23,8 @@ typedef struct Stor {
   const Expr *nelem;        /* scratch: elements */
   int first, last;          /* scratch: the kernels that write it first and read it last */
   int64_t offset;           /* scratch: its place in the arena (planned when sizes are static) */
+  int inplace;              /* scratch: 1 + the storage its first kernel reads only at the index it writes
+                             * (it may take that one's memory if this kernel is its last reader), or 0 */
 } Stor;
 
 typedef struct TV {          /* a value as the generated code sees it: storage + strides */
@@ -179,7 +181,7 @@ static int new_stor(Em *e, int kind, int index, DType dt, const Expr *nelem) {
     if (e->nst) memcpy(n, e->st, sizeof *n * (size_t)e->nst);
     e->st = n;
   }
-  e->st[e->nst] = (Stor){kind, index, dt, nelem, e->nk, e->nk, 0};
+  e->st[e->nst] = (Stor){kind, index, dt, nelem, e->nk, e->nk, 0, 0};
   return e->nst++;
 }
 
@@ -598,7 +600,11 @@ static bool fusible(Em *e, Node *n) {
   return e->uses[v->id] == 1 && is_pointwise(u) && same_shape(e, v, u->outs[0]);
 }
 
-typedef struct Params { int n; TV tv[64]; } Params;
+typedef struct Params {
+  int n;
+  TV tv[64];
+  const char *ix[64];       /* the index each is read at, or "" when at several */
+} Params;
 
 static int add_param(Params *p, const TV *t) {
   for (int i = 0; i < p->n; i++)
@@ -648,6 +654,7 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
     size_t len = 0;
     FILE *bf = open_memstream(&buf, &len);
     const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
+    P->ix[p] = !P->ix[p] || !strcmp(P->ix[p], ix) ? ix : "";
     if (plan.use_float) load_f(bf, b.dt, ptr, ix); else load_i(bf, b.dt, ptr, ix);
     fclose(bf);
     arg[j] = arena_strdup(e->a, buf);
@@ -712,11 +719,22 @@ int emit_pointwise(Em *e, Node *n) {
     const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl);
     fclose(bf);
     if (!v) { free(body); return -1; }
+    /* in-place reuse: a scratch tensor of the same dtype and size read only at the index written may
+     * give this kernel's output its memory, if it dies here (plan_memory decides); y is then not
+     * restrict (reading x[i] and then writing y[i] at the same address vectorizes all the same) */
+    const char *oix = index_of(e, out, out->rank);
+    for (int j = 0; j < P.n; j++) {
+      Stor *ps = &e->st[P.tv[j].stor];
+      if (ps->kind == S_SCRATCH && P.tv[j].dt == out->dt && P.ix[j] && !strcmp(P.ix[j], oix) && expr_same(e->g, ps->nelem, e->st[out->stor].nelem)) {
+        e->st[out->stor].inplace = P.tv[j].stor + 1;
+        break;
+      }
+    }
     FILE *f = e->k;
     int id = e->nk++;
     kernel_begin(e, n, "pointwise");
     kopen_vec(e, id);
-    fprintf(f, "%s *restrict y", ctype(out->dt));
+    fprintf(f, e->st[out->stor].inplace ? "%s *y" : "%s *restrict y", ctype(out->dt));
     for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
     ksyms(e);
     int cl = open_loops(e, out->rank, out->sizes, true);
@@ -2502,32 +2520,48 @@ static void emit_output_shape(Em *e, const char *p, Value **outs, int n) {
 }
 
 /* Memory planning: place each scratch tensor at the lowest offset where it overlaps no tensor alive
- * at the same time (lifetimes: first writing kernel to last reading kernel), largest first. Returns
- * the arena size, or -1 when sizes are symbolic (then tensors are laid out one after another). */
+ * at the same time (lifetimes: first writing kernel to last reading kernel), largest first. In place:
+ * a pointwise kernel's output whose input of the same size dies at that kernel, read only at the
+ * index it writes (Stor.inplace), takes that input's memory; the two are placed as one tensor living
+ * from the input's first kernel to the output's last. Returns the arena size, or -1 when sizes are
+ * symbolic (then tensors are laid out one after another). */
 static int64_t plan_memory(Em *e) {
-  int n = 0;
-  int *ids = arena_array(e->a, (size_t)e->nst + 1, sizeof *ids);
-  int64_t *bytes = arena_array(e->a, (size_t)e->nst + 1, sizeof *bytes);
+  int n = 0, ninplace = 0;
+  int *ids = arena_array(e->a, (size_t)e->nst + 1, sizeof *ids), *root = arena_array(e->a, (size_t)e->nst + 1, sizeof *root);
+  int *last = arena_array(e->a, (size_t)e->nst + 1, sizeof *last);
+  bool *hosts = arena_array(e->a, (size_t)e->nst + 1, sizeof *hosts);
+  int64_t *bytes = arena_array(e->a, (size_t)e->nst + 1, sizeof *bytes), naive = 0;
   for (int i = 0; i < e->nst; i++) {
     if (e->st[i].kind != S_SCRATCH) continue;
     int64_t ne;
     if (!expr_is_const(e->st[i].nelem, &ne)) return -1;
     bytes[i] = (ne * dtype_info(e->st[i].dt)->size + 63) & ~INT64_C(63);
+    naive += bytes[i];
+    root[i] = i;
+    last[i] = e->st[i].last;
+    int p = e->st[i].inplace - 1;   /* created earlier, so already grouped */
+    if (p >= 0 && e->st[p].kind == S_SCRATCH && !hosts[p] && bytes[p] == bytes[i] && e->st[p].last == e->st[i].first) {
+      hosts[p] = true;
+      root[i] = root[p];
+      if (e->st[i].last > last[root[i]]) last[root[i]] = e->st[i].last;
+      ninplace++;
+      gg_log(e->c, LOG_MEMORY, "t%d written in place of t%d (kernel k%d is the last to read it)", i, p, e->st[i].first);
+      continue;
+    }
     ids[n++] = i;
   }
   /* largest first (ties by creation order, so the plan is deterministic) */
   for (int a = 1; a < n; a++)
     for (int b = a; b > 0 && bytes[ids[b]] > bytes[ids[b - 1]]; b--) { int t = ids[b]; ids[b] = ids[b - 1]; ids[b - 1] = t; }
-  int64_t total = 0, naive = 0;
+  int64_t total = 0;
   for (int k = 0; k < n; k++) {
     Stor *s = &e->st[ids[k]];
-    naive += bytes[ids[k]];
     int64_t at = 0;
     for (bool moved = true; moved;) {
       moved = false;
       for (int j = 0; j < k; j++) {
         Stor *o = &e->st[ids[j]];
-        bool live = !(o->last < s->first || s->last < o->first);
+        bool live = !(last[ids[j]] < s->first || last[ids[k]] < o->first);
         bool mem = !(o->offset + bytes[ids[j]] <= at || at + bytes[ids[k]] <= o->offset);
         if (live && mem) { at = o->offset + bytes[ids[j]]; moved = true; }
       }
@@ -2535,10 +2569,12 @@ static int64_t plan_memory(Em *e) {
     s->offset = at;
     if (at + bytes[ids[k]] > total) total = at + bytes[ids[k]];
   }
+  for (int i = 0; i < e->nst; i++)
+    if (e->st[i].kind == S_SCRATCH && root[i] != i) e->st[i].offset = e->st[root[i]].offset;
   e->scratch_naive = naive;
   e->scratch_planned = total;
-  gg_log(e->c, LOG_MEMORY, "%d intermediate tensors: %lld bytes one after another, %lld bytes when those whose lifetimes do not overlap share memory", n,
-         (long long)naive, (long long)total);
+  gg_log(e->c, LOG_MEMORY, "%d intermediate tensors: %lld bytes one after another, %lld bytes when those whose lifetimes do not overlap share memory (%d written in place of a dying input)",
+         n + ninplace, (long long)naive, (long long)total, ninplace);
   return total;
 }
 

@@ -332,6 +332,11 @@ for k in "[2, 8, 10, 10] x 72 deep  read 8.5 KiB  written 6.2 KiB  2.336e+05 FLO
 done
 "$GG" explain tests/extra/epilogues/model.pt2 --json >"$TMP/epi.json" 2>"$TMP/err" || no "explain --json epilogues: $(cat "$TMP/err")"
 expect 0 "ok" -- sh -c "python3 tests/explain_json.py <'$TMP/epi.json'"
+# in place: conv2d_6's output dies in the kernel of relu_3 (+ tanh, add_5), which reads it at the index
+# it writes, so relu_3 takes its memory; inplace_reuse reads each dying input at two indices (a + a.t(),
+# c + c[:, :1]): none in place (its compiled case fails if they were)
+expect 0 "(1 written in place of a dying input)" -- env GCC_GRAPH_LOGS=memory "$GG" compile tests/extra/epilogues/model.pt2 -o "$TMP/epi.so"
+expect 0 "(0 written in place of a dying input)" -- env GCC_GRAPH_LOGS=memory "$GG" compile tests/extra/inplace_reuse/model.pt2 -o "$TMP/ipr.so"
 # ... and gives PyTorch's answers on BLAS too (the epilogue after BLAS's product, per span)
 "$GG" compile tests/extra/epilogues/model.pt2 -o "$TMP/epi.so" 2>"$TMP/err" || no "compile epilogues: $(cat "$TMP/err")"
 expect 0 "" -- env GCC_GRAPH_BLAS_ONLY=1 "$GG" run "$TMP/epi.so" --inputs tests/extra/epilogues/io.safetensors -o "$TMP/epi_blas.st"

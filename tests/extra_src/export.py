@@ -80,6 +80,11 @@ case("epilogues", Fn(lambda s, x, y, c, m: (
                      c4=nn.Conv2d(8, 16, 3, stride=2, padding=1), dw=nn.Conv2d(8, 8, 3, padding=1, groups=8), l1=nn.Linear(10, 10),
                      l2=nn.Linear(10, 7), cd=nn.Conv2d(8, 4, 3).double(), c5=nn.Conv2d(8, 6, 1), c6=nn.Conv2d(8, 5, 3, stride=(1, 2))),
      r(2, 8, 10, 10), r(2, 3, 5, 6), r(5, 5), r(7))
+# in-place reuse (compiled: a pointwise kernel's output takes the memory of an input of its size that
+# dies there, when it reads that input only at the index it writes): a + a.t() and c + c[:, :1] read
+# their dying input at two indices (not in place), sin(b) * 2 at one (in place)
+case("inplace_reuse", Fn(lambda s, x, w: (lambda a: (lambda b: (lambda c: c + c[:, :1])(torch.sin(b) * 2))(a + a.t()))(torch.relu(x @ w))),
+     r(6, 5), r(5, 6))
 # resampling and pooling
 case("upsample_bilinear", Fn(lambda s, x: (F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
                                           F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True))), r(1, 3, 5, 6))
