@@ -52,6 +52,7 @@ typedef struct Em {
   int nk;                   /* kernels so far */
   int *uses;                /* by value id: reads by nodes and outputs */
   Node **user;              /* by value id: its only reader, when it has one */
+  bool *pw_read;            /* by value id: a pointwise node reads it (a refused fusion is worth noting) */
   int nfused;               /* nodes computed inside another's loop */
   int64_t scratch_naive, scratch_planned; /* bytes without and with reuse */
   Node **fused_into;        /* by node id: the node a fused node is computed inside (schedule records) */
@@ -212,6 +213,19 @@ static const Expr *numel(Em *e, const TV *t) {
   const Expr *n = C(e, 1);
   for (int d = 0; d < t->rank; d++) n = MUL(e, n, t->sizes[d]);
   return n;
+}
+
+/* explain's iteration space of a tensor: its sizes at the example values, "[2, 8, 10, 10]"; *ne: its
+ * elements */
+static const char *hint_shape(Em *e, int rank, const Expr *const *sizes, double *ne) {
+  const char *sp = "[";
+  *ne = 1;
+  for (int d = 0; d < rank; d++) {
+    int64_t h = expr_hint(e->g, sizes[d]);
+    *ne *= (double)h;
+    sp = arena_printf(e->a, "%s%s%lld", sp, d ? ", " : "", (long long)h);
+  }
+  return arena_printf(e->a, "%s]", sp);
 }
 
 static bool is_contiguous(Em *e, const TV *t) {
@@ -439,14 +453,8 @@ static void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Op
   kernel_begin(e, n, what);
   if (e->c->record && !n->op) {   /* a copy of an output (no node): its bytes from the tensors */
     KernelRec *r = &e->c->kernels[e->c->nkernels - 1];
-    double ne = 1;
-    r->space = "[";
-    for (int d = 0; d < dst->rank; d++) {
-      int64_t h = expr_hint(e->g, dst->sizes[d]);
-      ne *= (double)h;
-      r->space = arena_printf(e->a, "%s%s%lld", r->space, d ? ", " : "", (long long)h);
-    }
-    r->space = arena_printf(e->a, "%s]", r->space);
+    double ne;
+    r->space = hint_shape(e, dst->rank, dst->sizes, &ne);
     r->written = ne * dtype_info(dst->dt)->size;
     r->read = nops && ops[0].is_tensor ? ne * dtype_info(ops[0].t.dt)->size : 0;
     r->flops = ne;
@@ -571,15 +579,6 @@ static void refuse(Em *e, const Node *n, const Node *reader, const char *why) {
     c->refused = r;
   }
   c->refused[c->nrefused++] = (Refusal){n->name, reader ? reader->name : NULL, why};
-}
-
-/* Whether a pointwise node reads v (a fusion then was possible in principle) */
-static bool pointwise_reader(Em *e, const Value *v) {
-  for (int k = 0; k < e->g->nnodes; k++) {
-    Node *m = e->g->nodes[k];
-    if (is_pointwise(m)) FOR_TENSOR_ARGS(m, a, { if (a == v) return true; })
-  }
-  return false;
 }
 
 /* Why value v is not fused with its readers because of how many read it (NULL: one node does) */
@@ -708,7 +707,7 @@ int emit_pointwise(Em *e, Node *n) {
     Value *ov = n->outs[0];
     Node *u = e->user[ov->id];
     const char *why = readers_why(e, ov);
-    if (why && pointwise_reader(e, ov)) refuse(e, n, NULL, why);
+    if (why && e->pw_read[ov->id]) refuse(e, n, NULL, why);
     else if (!why && u && is_pointwise(u)) refuse(e, n, u, "its reader's output has another shape (a broadcast would compute it more than once)");
     TV *out = alloc_value(e, n->outs[0]);
     Params P = {0};
@@ -1253,7 +1252,7 @@ static const char *epilogue_why(Em *e, Value *v, Node *u, Params *P) {
     if (a == v) continue;
     TV *t = &e->tv[a->id];
     if (!t->ok) return arena_printf(e->a, "operand %s is computed after the product", gg_quote(e->c, a->name));
-    if (t->deferred || t->cexpr) return arena_printf(e->a, "operand %s is computed inside its reader's loop", gg_quote(e->c, a->name));
+    if (t->deferred) return arena_printf(e->a, "operand %s is computed inside its reader's loop", gg_quote(e->c, a->name));
     if (!(const_numel(a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))))
       return arena_printf(e->a, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(e->c, a->name));
     if (add_param(&q, t) < 0 || q.n > EPI_MAX) return "more than eight tensors read by the epilogue";
@@ -1274,7 +1273,7 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
     if (!u) break;
     const char *why = epilogue_why(e, v, u, &ep->P);
     if (why) {   /* noted where a pointwise node could have come next */
-      if (e->uses[v->id] == 1 ? is_pointwise(u) : pointwise_reader(e, v)) refuse(e, ep->n ? ep->chain[ep->n - 1] : n, e->uses[v->id] == 1 ? u : NULL, why);
+      if (e->pw_read[v->id]) refuse(e, ep->n ? ep->chain[ep->n - 1] : n, e->uses[v->id] == 1 ? u : NULL, why);
       break;
     }
     ep->chain[ep->n++] = u;
@@ -1295,9 +1294,7 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
   FILE *lf = open_memstream(&ld, &ldlen);
   load_f(lf, v->dtype, "yr", "j");
   fclose(lf);
-  TV *t = &e->tv[seed->id];
-  memset(t, 0, sizeof *t);
-  *t = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
+  e->tv[seed->id] = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
   free(ld);
   for (int k = 0; k < ep->n; k++) {
     Node *u = ep->chain[k];
@@ -2601,9 +2598,6 @@ static int mutated_weight(const Graph *g, const OutputSpec *o) {
   return w;
 }
 
-/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
- * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
- * float32 weights of products may be packed at gg_open (CPU inference). */
 /* explain's figures for kernel r: its iteration space (the output it writes; a product's or
  * convolution's depth), the bytes of the tensors its node and the nodes fused into it read from
  * outside and of what it writes, and FLOPs (2 per multiply-add of a product or convolution, 1 per
@@ -2629,22 +2623,18 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
           rd += (double)value_nbytes(g, a);
         })
     }
-  const Value *y = n->outs[0];
   for (int i = 0; i < n->nouts; i++) wr += (double)value_nbytes(g, n->outs[i]);
-  char *sp = arena_strdup(e->a, "[");
-  double ne = 1;
-  for (int d = 0; d < y->rank; d++) {
-    int64_t h = expr_hint(g, y->sizes[d]);
-    ne *= (double)h;
-    sp = arena_printf(e->a, "%s%s%lld", sp, d ? ", " : "", (long long)h);
-  }
-  double mf = node_matrix_flops(g, n);
-  r->space = mf > 0 && ne > 0 ? arena_printf(e->a, "%s] x %.0f deep", sp, mf / (2 * ne)) : arena_printf(e->a, "%s]", sp);
+  double ne, mf = node_matrix_flops(g, n);
+  r->space = hint_shape(e, n->outs[0]->rank, n->outs[0]->sizes, &ne);
+  if (mf > 0 && ne > 0) r->space = arena_printf(e->a, "%s x %.0f deep", r->space, mf / (2 * ne));
   r->read = rd;
   r->written = wr;
   r->flops = fl;
 }
 
+/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
+ * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
+ * float32 weights of products may be packed at gg_open (CPU inference). */
 static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
   int krec0 = c->nkernels;   /* this program's first kernel record */
@@ -2684,9 +2674,11 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   /* who reads what: fusion needs single readers */
   e->uses = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->uses);
   e->user = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->user);
+  e->pw_read = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->pw_read);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    FOR_TENSOR_ARGS(n, v, { e->uses[v->id]++; e->user[v->id] = n; })
+    bool pw = is_pointwise(n);
+    FOR_TENSOR_ARGS(n, v, { e->uses[v->id]++; e->user[v->id] = n; e->pw_read[v->id] |= pw; })
   }
   for (int i = 0; i < g->noutputs; i++) e->uses[g->outputs[i].v->id] += 2;
   int rc = 0;

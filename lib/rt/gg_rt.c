@@ -533,8 +533,8 @@ GEMM(gg_rt_dgemm, double, cblas_dgemm)
 
 /* Our own float32 kernel, for the products whose one operand is a weight (inference on the CPU):
  * the weight is packed once, at gg_open, into the panels the kernel reads; the other operand is
- * packed per call (a 2-d convolution's image is read in place instead: conv_rows), and the bias and a
- * fused activation are applied while a tile is in registers or L1. OpenBLAS would pack the weight again on every call
+ * packed per call (a 2-d convolution's image is read in place instead: conv_rows); the bias is added
+ * while a tile is in registers, the epilogue (gg_epi) applied while it is in L1. OpenBLAS would pack the weight again on every call
  * (9.4 MB for each of resnet18's last convolutions, for 49 output columns). The kernel is AVX-512,
  * chosen at run time, so a .so built on one x86-64 machine runs on another; elsewhere (and with
  * GCC_GRAPH_BLAS_ONLY=1) no weight is packed and the products go to BLAS.
@@ -1137,12 +1137,14 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
               }                                                                                       \
             }                                                                                         \
         }                                                                                             \
-        if (bias) {                                                                                   \
+        if (bias || ep) {   /* the bias, then the epilogue, per output plane while it is in cache */  \
           _Pragma("omp parallel for schedule(static) if(ocg * osp > 32768)")                          \
-          for (int64_t oc = 0; oc < ocg; oc++)                                                        \
-            for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];                 \
+          for (int64_t oc = 0; oc < ocg; oc++) {                                                      \
+            if (bias)                                                                                 \
+              for (int64_t o = 0; o < osp; o++) yg[oc * osp + o] += bias[g * ocg + oc];               \
+            epi_run(ep, yg + oc * osp, osp, 1, osp);                                                  \
+          }                                                                                           \
         }                                                                                             \
-        gg_rt_epi_pass(ep, yg, sizeof(T), ocg * osp);                                               \
       }                                                                                               \
   }
 CONV(gg_rt_conv_f32, float, gg_rt_sgemm, depthwise_f32)
