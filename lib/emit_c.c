@@ -33,8 +33,10 @@ typedef struct TV {          /* a value as the generated code sees it: storage +
   const char *cexpr;        /* a value already in the kernel, as a C expression (double): an epilogue's product */
   int stor;
   DType dt;
-  int rank;
-  const Expr *sizes[R], *strides[R], *offset;
+  union {                   /* its layout (view.c), as a whole (l) or by field */
+    Layout l;
+    struct { int rank; const Expr *sizes[R], *strides[R], *offset; };
+  };
 } TV;
 
 /* A weight matrix packed at gg_open (the runtime's gg_pack_desc) */
@@ -199,21 +201,10 @@ static void contiguous_tv(Em *e, TV *t, int stor, DType dt, int rank, const Expr
   t->ok = true;
   t->stor = stor;
   t->dt = dt;
-  t->rank = rank;
-  t->offset = C(e, 0);
-  const Expr *s = C(e, 1);
-  for (int d = rank - 1; d >= 0; d--) {
-    t->sizes[d] = sizes[d];
-    t->strides[d] = s;
-    s = MUL(e, s, sizes[d]);
-  }
+  layout_contiguous(e->a, &t->l, rank, sizes);
 }
 
-static const Expr *numel(Em *e, const TV *t) {
-  const Expr *n = C(e, 1);
-  for (int d = 0; d < t->rank; d++) n = MUL(e, n, t->sizes[d]);
-  return n;
-}
+static const Expr *numel(Em *e, const TV *t) { return layout_numel(e->a, &t->l); }
 
 /* explain's iteration space of a tensor: its sizes at the example values, "[2, 8, 10, 10]"; *ne: its
  * elements */
@@ -228,16 +219,7 @@ static const char *hint_shape(Em *e, int rank, const Expr *const *sizes, double 
   return arena_printf(e->a, "%s]", sp);
 }
 
-static bool is_contiguous(Em *e, const TV *t) {
-  const Expr *s = C(e, 1);
-  int64_t one;
-  for (int d = t->rank - 1; d >= 0; d--) {
-    bool unit = expr_is_const(t->sizes[d], &one) && one == 1;
-    if (!unit && !expr_same(e->g, t->strides[d], s)) return false;
-    s = MUL(e, s, t->sizes[d]);
-  }
-  return expr_is_const(t->offset, &one) && one == 0;
-}
+static bool is_contiguous(Em *e, const TV *t) { return layout_is_contiguous(e->g, e->a, &t->l); }
 
 /* A fresh contiguous scratch tensor for value v. */
 static TV *alloc_value(Em *e, Value *v) {
@@ -420,13 +402,7 @@ static const char *linear_index(Em *e, const Expr *const *sizes, int n, int firs
 /* A view of t broadcast to rank/sizes (stride 0 where t has size 1 or no dim). */
 static TV broadcast_tv(Em *e, const TV *t, int rank, const Expr *const *sizes) {
   TV b = *t;
-  b.rank = rank;
-  for (int d = rank - 1, s = t->rank - 1; d >= 0; d--, s--) {
-    int64_t v;
-    b.sizes[d] = sizes[d];
-    bool keep = s >= 0 && !(expr_is_const(t->sizes[s], &v) && v == 1 && !(expr_is_const(sizes[d], &v) && v == 1));
-    b.strides[d] = keep ? t->strides[s] : C(e, 0);
-  }
+  b.l = layout_broadcast(e->a, &t->l, rank, sizes);
   return b;
 }
 
@@ -767,26 +743,6 @@ int emit_pointwise(Em *e, Node *n) {
 int emit_gelu(Em *e, Node *n) { return emit_pointwise(e, n); }
 int emit_div_mode(Em *e, Node *n) { return emit_pointwise(e, n); }
 
-int emit_dropout(Em *e, Node *n) {
-  const Arg *tr = &n->args[ops_arg_index(n->op, "train")];
-  const Arg *p = &n->args[ops_arg_index(n->op, "p")];
-  if (tr->k == AK_BOOL && tr->u.b && p->u.f > 0) return efail(e, n, "dropout in training mode is random; export in eval mode");
-  /* the identity: the output is the input's storage (as a view), not a copy */
-  TV *src = tv_of(e, n, n->args[0].u.t);
-  if (!src) return -1;
-  e->tv[n->outs[0]->id] = *src;
-  return 0;
-}
-
-int emit_to(Em *e, Node *n) {
-  Value *x = n->args[ops_arg_index(n->op, "self")].u.t, *y = n->outs[0];
-  TV *src = tv_of(e, n, x);
-  if (!src) return -1;
-  if (n->op->view && x->dtype == y->dtype) { e->tv[y->id] = *src; return 0; }   /* to(): self when nothing changes */
-  copy_kernel(e, n, alloc_value(e, y), src);
-  return 0;
-}
-
 int emit_copy(Em *e, Node *n) {   /* copy_ after functionalization: src broadcast into self's shape */
   Value *y = n->outs[0];
   TV *src = tv_of(e, n, n->args[ops_arg_index(n->op, "src")].u.t);
@@ -806,149 +762,28 @@ static int64_t int_arg(Node *n, const char *name, int64_t dflt) {
 
 static int wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
 
-/* Strides for viewing t as sizes without a copy (PyTorch's computeStride, on static sizes). */
-static bool view_strides(Em *e, const TV *t, int rank, const Expr *const *sizes, const Expr **strides) {
-  int64_t osz[R], ost[R], nsz[R];
-  for (int d = 0; d < t->rank; d++)
-    if (!expr_is_const(t->sizes[d], &osz[d]) || !expr_is_const(t->strides[d], &ost[d])) return false;
-  for (int d = 0; d < rank; d++) if (!expr_is_const(sizes[d], &nsz[d])) return false;
-  int64_t numel = 1;
-  for (int d = 0; d < t->rank; d++) numel *= osz[d];
-  int64_t ns[R];
-  if (numel == 0 || t->rank == 0) {
-    for (int d = rank - 1, s = 1; d >= 0; d--) { ns[d] = s; s *= (int)(nsz[d] ? nsz[d] : 1); }
-  } else {
-    int view_d = rank - 1;
-    int64_t chunk = ost[t->rank - 1], tn = 1, vn = 1;
-    for (int td = t->rank - 1; td >= 0; td--) {
-      tn *= osz[td];
-      if (td == 0 || (osz[td - 1] != 1 && ost[td - 1] != tn * chunk)) {
-        while (view_d >= 0 && (vn < tn || nsz[view_d] == 1)) { ns[view_d] = vn * chunk; vn *= nsz[view_d]; view_d--; }
-        if (vn != tn) return false;
-        if (td > 0) { chunk = ost[td - 1]; tn = 1; vn = 1; }
-      }
-    }
-    if (view_d != -1) return false;
-  }
-  for (int d = 0; d < rank; d++) strides[d] = C(e, ns[d]);
-  return true;
-}
-
-int emit_reshape(Em *e, Node *n) {
-  Value *x = n->args[0].u.t, *y = n->outs[0];
-  TV *t = tv_of(e, n, x);
-  if (!t) return -1;
-  TV v = *t;
-  v.rank = y->rank;
-  memcpy(v.sizes, y->sizes, sizeof(Expr *) * (size_t)y->rank);
-  if (is_contiguous(e, t)) {
-    contiguous_tv(e, &v, t->stor, t->dt, y->rank, y->sizes);
-    v.offset = t->offset;
-  } else if (!view_strides(e, t, y->rank, y->sizes, v.strides)) {
-    TV *c = contiguous_of(e, n, x);
-    contiguous_tv(e, &v, c->stor, c->dt, y->rank, y->sizes);
-  }
-  e->tv[y->id] = v;
-  return 0;
-}
-
+/* Views (view.c's rules): the output indexes the input's storage; where PyTorch copies, a copy
+ * kernel into a fresh contiguous tensor (reshape: the input in its own order, then viewed). */
 int emit_view(Em *e, Node *n) {
-  const char *name = n->op->name;
   Value *x = n->args[0].u.t, *y = n->outs[0];
   TV *t = tv_of(e, n, x);
   if (!t) return -1;
-  TV v = *t;
-  if (!strcmp(name, "contiguous") && !is_contiguous(e, t)) { copy_kernel(e, n, alloc_value(e, y), t); return 0; }
-  if (!strcmp(name, "permute") || !strcmp(name, "transpose.int") || !strcmp(name, "t") || !strcmp(name, "movedim.int")) {
-    int perm[R];
-    for (int d = 0; d < t->rank; d++) perm[d] = d;
-    if (!strcmp(name, "permute")) {
-      const Arg *p = &n->args[1];
-      for (int i = 0; i < p->n; i++) { int64_t d; expr_is_const(p->u.is[i], &d); perm[i] = wrap(d, t->rank); }
-    } else if (!strcmp(name, "movedim.int")) {
-      int src = wrap(int_arg(n, "source", 0), t->rank), dst = wrap(int_arg(n, "destination", 0), t->rank), k = 0;
-      for (int d = 0; d < t->rank; d++) { if (k == dst) perm[k++] = src; if (d != src) perm[k++] = d; }
-      if (k == dst) perm[k++] = src;
-    } else if (t->rank >= 2) {
-      int a = !strcmp(name, "t") ? 0 : wrap(int_arg(n, "dim0", 0), t->rank), b = !strcmp(name, "t") ? 1 : wrap(int_arg(n, "dim1", 1), t->rank);
-      perm[a] = b;
-      perm[b] = a;
+  Layout outs[64];
+  if (n->nouts > 64) return efail(e, n, "too many outputs");
+  int r = view_layouts(e->g, n, &t->l, outs);
+  if (r < 0) return -1;
+  if (r == VIEW_COPY && view_is_reshape(n->op)) {
+    TV *c = contiguous_of(e, n, x), v;
+    contiguous_tv(e, &v, c->stor, c->dt, y->rank, y->sizes);
+    e->tv[y->id] = v;
+  } else if (r == VIEW_COPY) copy_kernel(e, n, alloc_value(e, y), t);
+  else {
+    bool mask = !strcmp(n->op->name, "native_dropout");   /* its mask has no storage */
+    for (int i = 0; i < (mask ? 1 : n->nouts); i++) {
+      TV v = *t;
+      v.l = outs[i];
+      e->tv[n->outs[i]->id] = v;
     }
-    for (int d = 0; d < t->rank; d++) { v.sizes[d] = t->sizes[perm[d]]; v.strides[d] = t->strides[perm[d]]; }
-  } else if (!strcmp(name, "unsqueeze")) {
-    int64_t d = int_arg(n, "dim", 0);
-    if (d < 0) d += t->rank + 1;
-    for (int k = t->rank; k > d; k--) { v.sizes[k] = t->sizes[k - 1]; v.strides[k] = t->strides[k - 1]; }
-    v.sizes[d] = C(e, 1);
-    v.strides[d] = d < t->rank ? MUL(e, t->strides[d], t->sizes[d]) : C(e, 1);
-    v.rank++;
-  } else if (!strncmp(name, "squeeze", 7) || !strcmp(name, "expand") || !strcmp(name, "expand_as")) {
-    /* keep each input dim the output keeps, by matching sizes from the right */
-    if (!strncmp(name, "expand", 6)) v = broadcast_tv(e, t, y->rank, y->sizes);
-    else {
-      int k = 0;
-      bool mask[R] = {0};
-      int di = ops_arg_index(n->op, "dim");
-      if (di < 0) for (int d = 0; d < t->rank; d++) mask[d] = true;
-      else if (n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
-      else for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
-      for (int d = 0; d < t->rank; d++) {
-        int64_t one;
-        if (mask[d] && expr_is_const(t->sizes[d], &one) && one == 1) continue;
-        v.sizes[k] = t->sizes[d];
-        v.strides[k++] = t->strides[d];
-      }
-      v.rank = k;
-    }
-  } else if (!strcmp(name, "select.int")) {
-    int d = wrap(int_arg(n, "dim", 0), t->rank);
-    const Expr *ix = n->args[ops_arg_index(n->op, "index")].u.i;
-    int64_t iv;
-    if (expr_is_const(ix, &iv) && iv < 0) ix = ADD(e, t->sizes[d], ix);
-    v.offset = ADD(e, t->offset, MUL(e, ix, t->strides[d]));
-    for (int k = d; k < t->rank - 1; k++) { v.sizes[k] = t->sizes[k + 1]; v.strides[k] = t->strides[k + 1]; }
-    v.rank--;
-  } else if (!strcmp(name, "slice.Tensor") || !strcmp(name, "narrow")) {
-    int d = wrap(int_arg(n, "dim", 0), t->rank);
-    /* the output size is known; the start is the slice's start, clamped as the shape rule did */
-    const Arg *sa = &n->args[ops_arg_index(n->op, "start")];
-    const Expr *start = sa->k == AK_INT ? sa->u.i : C(e, 0);
-    int64_t sv, sz;
-    if (expr_is_const(start, &sv) && sv < 0) {
-      if (!expr_is_const(t->sizes[d], &sz)) return efail(e, n, "negative slice start on a symbolic dim");
-      sv += sz;
-      start = C(e, sv < 0 ? 0 : sv);
-    } else if (expr_is_const(start, &sv) && expr_is_const(t->sizes[d], &sz) && sv > sz) start = C(e, sz);
-    int64_t step = strcmp(name, "narrow") ? int_arg(n, "step", 1) : 1;
-    v.offset = ADD(e, t->offset, MUL(e, start, t->strides[d]));
-    v.sizes[d] = y->sizes[d];
-    v.strides[d] = MUL(e, t->strides[d], C(e, step));
-  } else if (strcmp(name, "alias") && strcmp(name, "detach") && strcmp(name, "contiguous"))
-    return efail(e, n, "no view rule in the code generator");
-  if (v.rank != y->rank) return efail(e, n, "internal error: view rank %d, expected %d", v.rank, y->rank);
-  e->tv[y->id] = v;
-  return 0;
-}
-
-int emit_split(Em *e, Node *n) {
-  Value *x = n->args[0].u.t;
-  TV *t = tv_of(e, n, x);
-  if (!t) return -1;
-  int d = wrap(int_arg(n, "dim", 0), t->rank);
-  bool unbind = !strcmp(n->op->name, "unbind.int");
-  const Expr *at = C(e, 0);
-  for (int i = 0; i < n->nouts; i++) {
-    TV v = *t;
-    v.offset = ADD(e, t->offset, MUL(e, at, t->strides[d]));
-    if (unbind) {
-      for (int k = d; k < t->rank - 1; k++) { v.sizes[k] = t->sizes[k + 1]; v.strides[k] = t->strides[k + 1]; }
-      v.rank--;
-      at = ADD(e, at, C(e, 1));
-    } else {
-      v.sizes[d] = n->outs[i]->sizes[d];
-      at = ADD(e, at, v.sizes[d]);
-    }
-    e->tv[n->outs[i]->id] = v;
   }
   return 0;
 }

@@ -227,6 +227,28 @@ typedef struct PwPlan {
 struct Node;
 int pw_plan(Ctx *c, const struct Node *n, PwPlan *p);
 
+/* ---------------------------------------------------------------- views (view.c) */
+
+/* Where a tensor's elements are in its storage: sizes, strides and offset in elements. */
+typedef struct Layout {
+  int rank;
+  const Expr *sizes[GG_MAX_RANK], *strides[GG_MAX_RANK], *offset;
+} Layout;
+void layout_contiguous(Arena *a, Layout *l, int rank, const Expr *const *sizes);   /* row-major, offset 0 */
+const Expr *layout_numel(Arena *a, const Layout *l);
+bool layout_is_contiguous(const Graph *g, Arena *a, const Layout *l);
+Layout layout_broadcast(Arena *a, const Layout *l, int rank, const Expr *const *sizes);  /* stride 0 where broadcast */
+bool layout_same(const Graph *g, const Layout *x, const Layout *y);   /* the same elements at the same indices */
+/* Strides that view l as `sizes` without a copy (PyTorch's computeStride; static sizes only). */
+bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *const *sizes, const Expr **strides);
+/* The layouts of view node n's outputs (ops whose emitter is emit_view) from its input's layout in:
+ * VIEW_ALIAS (outs[0..nouts) set, views of the input's storage), VIEW_COPY (the output is a fresh
+ * contiguous tensor: PyTorch copies here too), or -1 with a message naming the node. */
+enum { VIEW_ALIAS = 0, VIEW_COPY = 1 };
+int view_layouts(struct Graph *g, const struct Node *n, const Layout *in, Layout *outs);
+bool view_is_reshape(const struct OpDef *op);   /* view, reshape, flatten...: a copy keeps the input's order */
+int emit_view(struct Em *e, struct Node *n);
+
 /* ---------------------------------------------------------------- the graph IR (load.c) */
 
 typedef enum { VK_TENSOR, VK_SYMINT, VK_SYMFLOAT, VK_SYMBOOL, VK_NONE } ValueKind;
