@@ -19,7 +19,7 @@
 typedef struct { const char *name, *text; } EmbeddedFile;
 extern const EmbeddedFile gg_embedded_files[];
 
-int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size,
+int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size,
                bool external, int64_t external_size);
 
 /* ---------------------------------------------------------------- metadata */
@@ -208,6 +208,7 @@ typedef struct Timer {
   Ctx *c;
   const char *debug_dir;    /* --debug-dir: each stage's graph, numbered, and timings.txt */
   Graph *g;
+  const Schedule *sched;    /* dumped by the schedule stage instead of the graph */
   int n;
 } Timer;
 
@@ -222,7 +223,8 @@ static void dump_graph(Timer *t, const char *name) {
   word[k] = 0;
   FILE *f = fopen(arena_printf(t->c->arena, "%s/%02d-%s.txt", t->debug_dir, ++t->n, word), "w");
   if (!f) return;
-  graph_print(t->g, f);
+  if (t->sched) schedule_print(t->sched, f);
+  else graph_print(t->g, f);
   fclose(f);
 }
 
@@ -484,7 +486,8 @@ int compile_schedule(Ctx *c, Graph *g) {
   FILE *f = open_memstream(&src, &len);
   TrainOptions none = {0};
   c->record = true;
-  int rc = emit_model(c, g, NULL, &none, f, "{}", offsets, 0, false, 0);
+  Schedule *s = schedule_graph(g, c->cuda);
+  int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, "{}", offsets, 0, false, 0) : -1;
   c->record = false;
   fclose(f);
   free(src);
@@ -518,7 +521,7 @@ int compile_model(Ctx *c, const CompileOptions *o) {
 }
 
 int compile_model_uncached(Ctx *c, const CompileOptions *o) {
-  Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, 0};
+  Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
   /* read and check */
@@ -595,12 +598,18 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
     if (rc) goto done;
     rc = -1;
   }
+  /* the schedule: what is fused where */
+  Schedule *sf = schedule_graph(g, o->cuda), *sb = sf && bwd ? schedule_graph(bwd, o->cuda) : NULL;
+  if (!sf || (bwd && !sb)) goto done;
+  tm.sched = sf;
+  stage(&tm, "schedule");
+  tm.sched = NULL;
   char *meta = model_metadata(g, bwd, &o->tr, &ps, external, bytes);
   char *src = NULL;
   size_t srclen = 0;
   FILE *mf = open_memstream(&src, &srclen);
   c->record = o->debug_dir != NULL;   /* --debug-dir: the schedule (kernels after fusion) too */
-  int erc = emit_model(c, g, bwd, &o->tr, mf, meta, offsets, blob, external, file_size);
+  int erc = emit_model(c, g, sf, bwd, sb, &o->tr, mf, meta, offsets, blob, external, file_size);
   c->record = false;
   fclose(mf);
   if (!erc && o->debug_dir) {

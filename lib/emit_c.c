@@ -52,12 +52,8 @@ typedef struct Em {
   Stor *st;
   int nst, capst;
   int nk;                   /* kernels so far */
-  int *uses;                /* by value id: reads by nodes and outputs */
-  Node **user;              /* by value id: its only reader, when it has one */
-  bool *pw_read;            /* by value id: a pointwise node reads it (a refused fusion is worth noting) */
-  int nfused;               /* nodes computed inside another's loop */
+  const Schedule *s;         /* what is fused where (schedule.c) */
   int64_t scratch_naive, scratch_planned; /* bytes without and with reuse */
-  Node **fused_into;        /* by node id: the node a fused node is computed inside (schedule records) */
   bool cuda;                /* --target cuda: kernels are __global__ functions launched on the run's stream */
   bool kdev;                /* the kernel being written runs on the GPU */
   const char *launch;       /* its grid-stride loop's length in threads (NULL: one thread) */
@@ -67,7 +63,6 @@ typedef struct Em {
   bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
   int npacks;
   PackDesc *packs;      /* the weights packed at gg_open, in the order of w[nweights + j] */
-  Value **absorbed;         /* by node id: computed in the epilogue of a product or convolution, whose output (this value) holds its result */
 } Em;
 
 static int efail(Em *e, Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -251,7 +246,7 @@ static void kernel_begin(Em *e, Node *n, const char *what) {
       if (c->nkernels) memcpy(k, c->kernels, sizeof *k * (size_t)c->nkernels);
       c->kernels = k;
     }
-    c->kernels[c->nkernels++] = (KernelRec){e->nk - 1, what, n->name, n->target, NULL, n->op ? n : NULL, NULL, 0, 0, 0};
+    c->kernels[c->nkernels++] = (KernelRec){e->nk - 1, what, n->name, n->target, NULL, 0, n->op ? n : NULL, NULL, 0, 0, 0};
   }
   fprintf(e->k, "\n/* %s: node ", what);
   comment(e->k, n->name);
@@ -515,13 +510,8 @@ static int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
 /* The scalar.h function a pointwise node computes with. GCC_GRAPH_TEST_MISCOMPILE=OP (tests only,
  * as Inductor's inject_relu_bug_TESTING_ONLY) makes every OP node compute wrongly, so that the
  * minifier can be shown to find it. */
-static bool test_miscompiled(const Node *n) {
-  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");
-  return bug && n->op && !strcmp(bug, n->op->name);
-}
-
 static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
-  if (plan->use_float && test_miscompiled(n)) {
+  if (plan->use_float && sched_test_miscompiled(n)) {
     gg_log(e->c, LOG_OUTPUT_CODE, "node %s: miscompiled on purpose (GCC_GRAPH_TEST_MISCOMPILE)", gg_quote(e->c, n->name));
     return "f_test_miscompile";
   }
@@ -532,48 +522,6 @@ static const char *scalar_fn(Em *e, Node *n, const PwPlan *plan) {
 int emit_pointwise(Em *e, Node *n);
 int emit_gelu(Em *e, Node *n);
 int emit_div_mode(Em *e, Node *n);
-
-static bool is_pointwise(const Node *n) {
-  return n && n->op && n->nouts == 1 && (n->op->emit == emit_pointwise || n->op->emit == emit_gelu || n->op->emit == emit_div_mode);
-}
-
-static bool same_shape(Em *e, const Value *a, const Value *b) {
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++) if (!expr_same(e->g, a->sizes[d], b->sizes[d])) return false;
-  return true;
-}
-
-/* A fusion refused, for explain's schedule (reader NULL: all of the value's readers) */
-static void refuse(Em *e, const Node *n, const Node *reader, const char *why) {
-  Ctx *c = e->c;
-  gg_log(c, LOG_FUSION, "node %s not fused%s%s: %s", gg_quote(c, n->name), reader ? " with " : "", reader ? gg_quote(c, reader->name) : "", why);
-  if (!c->record) return;
-  if (c->nrefused == c->cap_refused) {
-    c->cap_refused = c->cap_refused ? 2 * c->cap_refused : 64;
-    Refusal *r = arena_array(c->arena, (size_t)c->cap_refused, sizeof *r);
-    if (c->nrefused) memcpy(r, c->refused, sizeof *r * (size_t)c->nrefused);
-    c->refused = r;
-  }
-  c->refused[c->nrefused++] = (Refusal){n->name, reader ? reader->name : NULL, why};
-}
-
-/* Why value v is not fused with its readers because of how many read it (NULL: one node does) */
-static const char *readers_why(Em *e, const Value *v) {
-  if (e->uses[v->id] == 1) return NULL;
-  for (int i = 0; i < e->g->noutputs; i++)
-    if (e->g->outputs[i].v == v) return "an output of the model (it must be stored)";
-  return arena_printf(e->a, "read %d times, so it is stored (fused into its readers, it would be computed once per read)", e->uses[v->id]);
-}
-
-/* Fusion legality: n is computed inside its only reader's loop when both are pointwise over the same
- * shape (so no element is computed twice) and its value is not an output. It saves writing and
- * reading the intermediate tensor: two passes over its bytes. */
-static bool fusible(Em *e, Node *n) {
-  if (!is_pointwise(n)) return false;
-  Value *v = n->outs[0];
-  Node *u = e->user[v->id];
-  return e->uses[v->id] == 1 && is_pointwise(u) && same_shape(e, v, u->outs[0]);
-}
 
 typedef struct Params {
   int n;
@@ -656,35 +604,22 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
 }
 
 int emit_pointwise(Em *e, Node *n) {
-  if (e->absorbed && e->absorbed[n->id]) {   /* applied in a product's or convolution's epilogue: the result is in its output */
-    TV *src = tv_of(e, n, e->absorbed[n->id]);
+  if (e->s->role[n->id] == SN_EPILOGUE) {   /* applied in a product's or convolution's epilogue: the result is in its output */
+    TV *src = tv_of(e, n, e->s->into[n->id]->outs[0]);
     if (!src) return -1;
     e->tv[n->outs[0]->id] = *src;
     return 0;
   }
-  if (fusible(e, n)) {   /* computed where it is read */
+  if (e->s->role[n->id] == SN_FUSED) {   /* computed where it is read */
     TV *t = &e->tv[n->outs[0]->id];
     memset(t, 0, sizeof *t);
     t->ok = true;
     t->deferred = n;
     t->dt = n->outs[0]->dtype;
     t->rank = n->outs[0]->rank;
-    e->nfused++;
-    Node *u = e->user[n->outs[0]->id];
-    if (e->c->record && u) {   /* noted against the reader; the kernel that computes the reader claims it */
-      if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
-      e->fused_into[n->id] = u;
-    }
-    gg_log(e->c, LOG_FUSION, "node %s (%s) computed inside the loop of its only reader %s (%s)", gg_quote(e->c, n->name), n->op->name,
-           gg_quote(e->c, u ? u->name : "?"), u && u->op ? u->op->name : "?");
     return 0;
   }
   if (n->nouts == 1) {
-    Value *ov = n->outs[0];
-    Node *u = e->user[ov->id];
-    const char *why = readers_why(e, ov);
-    if (why && e->pw_read[ov->id]) refuse(e, n, NULL, why);
-    else if (!why && u && is_pointwise(u)) refuse(e, n, u, "its reader's output has another shape (a broadcast would compute it more than once)");
     TV *out = alloc_value(e, n->outs[0]);
     Params P = {0};
     char *body = NULL;
@@ -1069,52 +1004,14 @@ static int64_t const_numel(const Value *v) {
   return ne;
 }
 
-/* Why u (v's last reader) cannot join the chain after value v, or NULL when it can: then u's other
- * operands join the chain's tensors *P. */
-static const char *epilogue_why(Em *e, Value *v, Node *u, Params *P) {
-  PwPlan plan;
-  const char *why = readers_why(e, v);
-  if (why) return why;
-  if (!is_pointwise(u)) return "its reader is not pointwise";
-  if (test_miscompiled(u)) return "GCC_GRAPH_TEST_MISCOMPILE names its reader's op";
-  if (u->outs[0]->dtype != v->dtype) return "its reader changes the dtype";
-  if (!same_shape(e, v, u->outs[0])) return "its reader's output has another shape";
-  if (pw_plan(e->c, u, &plan) || !plan.use_float) return "its reader computes in integers";
-  Params q = *P;
-  int nt = 0;
-  FOR_TENSOR_ARGS(u, a, {
-    if (++nt > 4) return "its reader has more than four tensor operands";
-    if (a == v) continue;
-    TV *t = &e->tv[a->id];
-    if (!t->ok) return arena_printf(e->a, "operand %s is computed after the product", gg_quote(e->c, a->name));
-    if (t->deferred) return arena_printf(e->a, "operand %s is computed inside its reader's loop", gg_quote(e->c, a->name));
-    if (!(const_numel(a) == 1 || (same_shape(e, a, v) && is_contiguous(e, t))))
-      return arena_printf(e->a, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(e->c, a->name));
-    if (add_param(&q, t) < 0 || q.n > EPI_MAX) return "more than eight tensors read by the epilogue";
-  })
-  *P = q;
-  return NULL;
-}
-
-/* Find n's epilogue (out: n's output storage) and write its function; ep->n == 0 when there is none
- * (--target cuda, other dtypes, no such reader). The chain's nodes are absorbed. -1 on error. */
+/* Write the function of n's epilogue, the chain the schedule gave it (out: n's output storage); ep->n
+ * is 0 when it has none. -1 on error. */
 static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
-  ep->n = 0;
+  ep->n = e->s->nchain[n->id];
   ep->P.n = 0;
-  Value *v = n->outs[0];
-  if (e->cuda || (v->dtype != DT_F32 && v->dtype != DT_F64)) return 0;
-  while (ep->n < (int)(sizeof ep->chain / sizeof *ep->chain)) {
-    Node *u = e->user[v->id];
-    if (!u) break;
-    const char *why = epilogue_why(e, v, u, &ep->P);
-    if (why) {   /* noted where a pointwise node could have come next */
-      if (e->pw_read[v->id]) refuse(e, ep->n ? ep->chain[ep->n - 1] : n, e->uses[v->id] == 1 ? u : NULL, why);
-      break;
-    }
-    ep->chain[ep->n++] = u;
-    v = u->outs[0];
-  }
   if (!ep->n) return 0;
+  memcpy(ep->chain, e->s->chain[n->id], sizeof *ep->chain * (size_t)ep->n);
+  Value *v = ep->chain[ep->n - 1]->outs[0];
   /* the kernel sees the output as a run of elements: the product's element is the seed, the chain's
    * values before the last are computed inline, the operands are read at the same linear index */
   Value *seed = n->outs[0];
@@ -1160,8 +1057,7 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
   while (nsave--) e->tv[saved_v[nsave]->id] = saved[nsave];
   if (!val || P.n > EPI_MAX) {
     free(body);
-    ep->n = 0;
-    return val ? 0 : -1;
+    return val ? GG_INTERNAL(e->c) : -1;
   }
   ep->P = P;
   FILE *f = e->k;
@@ -1185,17 +1081,6 @@ static int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
   fputs("    ", f);
   store(f, v->dtype, fl, "yr", "j", val);
   fputs("    }\n  }\n}\n", f);
-  for (int k = 0; k < ep->n; k++) {
-    Node *u = ep->chain[k];
-    if (!e->absorbed) e->absorbed = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->absorbed);
-    e->absorbed[u->id] = n->outs[0];
-    if (e->c->record) {
-      if (!e->fused_into) e->fused_into = arena_array(e->a, (size_t)(e->g->nvalues + e->g->nnodes) + 1, sizeof *e->fused_into);
-      e->fused_into[u->id] = n;
-    }
-    gg_log(e->c, LOG_FUSION, "node %s (%s) applied in the epilogue of %s (%s)", gg_quote(e->c, u->name), u->op->name, gg_quote(e->c, n->name),
-           n->op->name);
-  }
   return 0;
 }
 
@@ -2445,8 +2330,7 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
   for (int pass = 0; pass < 2; pass++)   /* the values made inside the kernel, then what it reads */
     for (int k = 0; k < g->nnodes; k++) {
       Node *m = g->nodes[k], *u = m;
-      while (u != n && e->fused_into && e->fused_into[u->id]) u = e->fused_into[u->id];
-      if (u != n) continue;
+      if (sched_kernel_of(e->s, u) != n) continue;
       if (pass == 0) {
         for (int i = 0; i < m->nouts; i++) mark[m->outs[i]->id] = stamp;
         double mf = node_matrix_flops(g, m);
@@ -2470,12 +2354,13 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
  * float32 weights of products may be packed at gg_open (CPU inference). */
-static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
+static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
   Em E = {0}, *e = &E;
   int krec0 = c->nkernels;   /* this program's first kernel record */
   e->c = c;
   e->g = g;
   e->a = c->arena;
+  e->s = S;
   e->nk = kbase;
   e->tv = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->tv);
   e->cuda = c->cuda;
@@ -2506,16 +2391,6 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
     int w = g->outputs[i].kind == OUT_BUFFER_MUTATION ? mutated_weight(g, &g->outputs[i]) : -1;
     if (w >= 0) e->mutated[w] = true;
   }
-  /* who reads what: fusion needs single readers */
-  e->uses = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->uses);
-  e->user = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->user);
-  e->pw_read = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->pw_read);
-  for (int k = 0; k < g->nnodes; k++) {
-    Node *n = g->nodes[k];
-    bool pw = is_pointwise(n);
-    FOR_TENSOR_ARGS(n, v, { e->uses[v->id]++; e->user[v->id] = n; e->pw_read[v->id] |= pw; })
-  }
-  for (int i = 0; i < g->noutputs; i++) e->uses[g->outputs[i].v->id] += 2;
   int rc = 0;
   /* GCC_GRAPH_PROFILE: a clock tick after each node that ran code gives that node's time */
   const char **prof = arena_array(c->arena, (size_t)g->nnodes + 2, sizeof *prof);
@@ -2580,14 +2455,28 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   if (c->record) {   /* the schedule: each fused node under the kernel of the node it feeds (transitively) */
     c->scratch_naive += e->scratch_naive;
     c->scratch_planned += e->scratch_planned;
-    for (int k = 0; e->fused_into && k < g->nnodes; k++) {
-      Node *n = g->nodes[k], *u = e->fused_into[n->id];
-      while (u && e->fused_into[u->id]) u = e->fused_into[u->id];
-      for (int r = 0; u && r < c->nkernels; r++)
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *n = g->nodes[k];
+      if (S->role[n->id] == SN_KERNEL) continue;
+      const Node *u = sched_kernel_of(S, n);
+      for (int r = krec0; r < c->nkernels; r++)
         if (c->kernels[r].node == u->name) {
-          c->kernels[r].fused = c->kernels[r].fused ? arena_printf(c->arena, "%s, %s", c->kernels[r].fused, n->name) : n->name;
+          KernelRec *kr = &c->kernels[r];
+          const Node **f = arena_array(c->arena, (size_t)kr->nfused + 1, sizeof *f);
+          if (kr->nfused) memcpy(f, kr->fused, sizeof *f * (size_t)kr->nfused);
+          f[kr->nfused++] = n;
+          kr->fused = f;
           break;
         }
+    }
+    for (int k = 0; k < S->nrefused; k++) {
+      if (c->nrefused == c->cap_refused) {
+        c->cap_refused = c->cap_refused ? 2 * c->cap_refused : 64;
+        Refusal *r = arena_array(c->arena, (size_t)c->cap_refused, sizeof *r);
+        if (c->nrefused) memcpy(r, c->refused, sizeof *r * (size_t)c->nrefused);
+        c->refused = r;
+      }
+      c->refused[c->nrefused++] = S->refused[k];
     }
     int *mark = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *mark);
     for (int r = krec0; r < c->nkernels; r++) kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
@@ -2596,7 +2485,7 @@ static int emit_program(Ctx *c, Graph *g, const char *p, int kbase, bool with_gu
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
   fputs("};\n", out);
   P->nprof = nprof;
-  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, e->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
               e->npacks, e->packs};
   fputs(kbuf, out);
   /* guard, shapes, scratch, run */
@@ -2663,17 +2552,17 @@ static void ndim_list(FILE *out, const char *name, Value **v, int n) {
 /* Write the model's C file: the forward program (the model itself), and for a training model (bwd
  * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
  * weight i's bytes are (in the blob or the file). */
-int emit_model(Ctx *c, Graph *g, Graph *bwd, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
+int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
                int64_t blob_size, bool external, int64_t external_size) {
   char *fbuf = NULL, *bbuf = NULL;
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
   Prog F, B = {0};
-  int rc = emit_program(c, g, "m", 0, true, !bwd, ff, &F);
+  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, ff, &F);
   fclose(ff);
   if (!rc && bwd) {
     FILE *bf = open_memstream(&bbuf, &blen);
-    rc = emit_program(c, bwd, "b", F.nk, false, false, bf, &B);
+    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, bf, &B);
     fclose(bf);
   }
   if (rc) { free(fbuf); free(bbuf); return -1; }

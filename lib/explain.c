@@ -275,8 +275,7 @@ void graph_print(Graph *g, FILE *f) {
 
 void explain_schedule(Ctx *c, FILE *f) {
   int fused = 0;
-  for (int k = 0; k < c->nkernels; k++)
-    for (const char *p = c->kernels[k].fused; p; p = strstr(p + 1, ", ")) fused++;
+  for (int k = 0; k < c->nkernels; k++) fused += c->kernels[k].nfused;
   fprintf(f, "\nschedule (the compiled code): %d kernels, %d nodes computed inside another kernel's loops\n", c->nkernels, fused);
   fprintf(f, "intermediate memory: %.1f KiB planned (lifetimes that do not overlap share), %.1f KiB one after another\n",
           (double)c->scratch_planned / 1024, (double)c->scratch_naive / 1024);
@@ -287,7 +286,7 @@ void explain_schedule(Ctx *c, FILE *f) {
   for (int k = 0; k < c->nkernels && k < 400; k++) {
     KernelRec *r = &c->kernels[k];
     fprintf(f, "  k%-4d %-44s %s", r->id, r->what, gg_quote(c, r->node));
-    if (r->fused) fprintf(f, "  + %s", r->fused);
+    for (int j = 0; j < r->nfused; j++) fprintf(f, "%s%s", j ? ", " : "  + ", r->fused[j]->name);
     fprintf(f, "\n        %s  read %.1f KiB  written %.1f KiB  %.4g FLOPs\n", r->space ? r->space : "-", r->read / 1024, r->written / 1024, r->flops);
   }
   if (c->nkernels > 400) fprintf(f, "  ... and %d more\n", c->nkernels - 400);
@@ -407,10 +406,7 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
       cJSON_AddNumberToObject(o, "bytes_read", r->read);
       cJSON_AddNumberToObject(o, "bytes_written", r->written);
       cJSON_AddNumberToObject(o, "flops", r->flops);
-      if (r->fused) {
-        char *copy = arena_strdup(c->arena, r->fused);
-        for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) { while (*t == ' ') t++; cJSON_AddItemToArray(fl, cJSON_CreateString(t)); }
-      }
+      for (int j = 0; j < r->nfused; j++) cJSON_AddItemToArray(fl, cJSON_CreateString(r->fused[j]->name));
       cJSON_AddItemToArray(ks, o);
     }
     cJSON *rf = cJSON_AddArrayToObject(s, "refused");

@@ -36,7 +36,7 @@ enum {
 typedef struct KernelRec {
   int id;
   const char *what, *node, *target;   /* its kind, and the node it computes */
-  const char *fused;                  /* nodes computed inside its loops, comma-separated, or NULL */
+  const struct Node **fused; int nfused;   /* the nodes computed inside it (fused or in its epilogue) */
   const struct Node *n;               /* the node (NULL for the copies of outputs) */
   const char *space;                  /* its iteration space: the output it writes, and the depth of a product */
   double read, written, flops;        /* bytes of the tensors it reads and writes, FLOPs (at the example sizes) */
@@ -248,6 +248,37 @@ enum { VIEW_ALIAS = 0, VIEW_COPY = 1 };
 int view_layouts(struct Graph *g, const struct Node *n, const Layout *in, Layout *outs);
 bool view_is_reshape(const struct OpDef *op);   /* view, reshape, flatten...: a copy keeps the input's order */
 int emit_view(struct Em *e, struct Node *n);
+
+/* ---------------------------------------------------------------- the schedule (schedule.c) */
+
+/* What becomes of a node in the compiled code: its own kernel, computed inside its only reader's
+ * loop (pointwise into pointwise), or applied in the epilogue of the product or convolution before
+ * it (Schedule.into says which node). */
+typedef enum { SN_KERNEL, SN_FUSED, SN_EPILOGUE } SchedRole;
+#define SCHED_CHAIN_MAX 8   /* nodes in one epilogue */
+#define SCHED_EPI_MAX 8     /* tensors an epilogue reads (gg_rt.h's GG_EPI_MAX) */
+typedef struct Schedule {
+  struct Graph *g;
+  bool cuda;                /* --target cuda (no epilogues yet) */
+  /* by value id */
+  int *uses;                /* reads by nodes, +2 for an output of the model */
+  struct Node **reader;     /* its last reader: its only one when uses is 1 */
+  bool *pw_read;            /* a pointwise node reads it */
+  Layout *layout;           /* where its elements are: a view's, or a fresh tensor's (contiguous) */
+  int *storage;             /* the value whose storage holds it (itself, unless a view or in an epilogue) */
+  bool *has_layout;         /* computed so far (the walk is in graph order); fused values have none */
+  /* by node id */
+  unsigned char *role;      /* SchedRole */
+  struct Node **into;       /* SN_FUSED: its reader; SN_EPILOGUE: the product or convolution */
+  struct Node ***chain; int *nchain;   /* a product's or convolution's epilogue, in order */
+  Refusal *refused; int nrefused, cap_refused;   /* fusions refused, with why */
+  int nfused;               /* SN_FUSED nodes */
+} Schedule;
+Schedule *schedule_graph(struct Graph *g, bool cuda);   /* NULL with a message */
+const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
+bool sched_is_pointwise(const struct Node *n);
+void schedule_print(const Schedule *s, FILE *f);   /* a line per node: its kernel, fused, or in an epilogue */
+bool sched_test_miscompiled(const struct Node *n);   /* GCC_GRAPH_TEST_MISCOMPILE names its op (tests only) */
 
 /* ---------------------------------------------------------------- the graph IR (load.c) */
 
