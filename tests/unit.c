@@ -3,6 +3,7 @@
  * accuracy of scalar.h's float32 functions against libm in float64.
  * Prints failures and "N passed, N failed". */
 #include "../lib/gg.h"
+#include "../lib/rewrite.h"
 #include "../lib/scalar.h"
 
 #include <math.h>
@@ -225,6 +226,103 @@ static void test_shapes(void) {
   ctx_free(c);
 }
 
+/* Fusion rules on graphs built by hand (schedule.c): what is fused, what goes to an epilogue, and
+ * why the rest is refused, without generating code. */
+static Value *input(Graph *g, const char *name, int rank, const int64_t *sizes) {
+  Value *v = tval(g, name, DT_F32, rank, sizes);
+  v->input = IN_USER;
+  Value **in = arena_array(g->ctx->arena, (size_t)g->ninputs + 1, sizeof *in);
+  if (g->ninputs) memcpy(in, g->inputs, sizeof *in * (size_t)g->ninputs);
+  v->user_index = g->ninputs;
+  v->input_index = g->ninputs;
+  in[g->ninputs++] = v;
+  g->inputs = in;
+  return v;
+}
+
+/* the graph made of rw's nodes, with these outputs */
+static Schedule *sched_of(Graph *g, Rw *rw, bool cuda, int nout, Value **outs) {
+  g->nodes = rw->nodes;
+  g->nnodes = rw->n;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  g->outputs = arena_array(g->ctx->arena, (size_t)nout + 1, sizeof *g->outputs);
+  for (int i = 0; i < nout; i++) g->outputs[i] = (OutputSpec){.kind = OUT_USER, .v = outs[i]};
+  g->noutputs = nout;
+  return schedule_graph(g, cuda);
+}
+
+static bool refused(const Schedule *s, const char *node, const char *why) {
+  for (int k = 0; k < s->nrefused; k++)
+    if (!strcmp(s->refused[k].node, node) && strstr(s->refused[k].why, why)) return true;
+  return false;
+}
+
+static void test_schedule(void) {
+  Ctx *c = ctx_new();
+  ops_init(c);
+  Node orig = {.name = "n"};
+  /* relu -> add: relu computed in add's loop; add, an output, is a kernel */
+  {
+    Graph *g = empty_graph(c);
+    Rw rw = {.g = g, .orig = &orig};
+    Value *x = input(g, "x", 2, (int64_t[]){4, 5});
+    Value *r = CALL(&rw, NULL, "relu", "self", T(x)), *y = CALL(&rw, NULL, "add.Scalar", "self", T(r), "other", FL(1));
+    Schedule *s = sched_of(g, &rw, false, 1, &y);
+    CHECK(s && s->role[r->def->id] == SN_FUSED && s->into[r->def->id] == y->def && s->role[y->def->id] == SN_KERNEL && s->nfused == 1);
+    CHECK(s && sched_kernel_of(s, r->def) == y->def && s->nrefused == 0);
+  }
+  /* read twice, an output, a broadcast reader: each stored, each with its reason */
+  {
+    Graph *g = empty_graph(c);
+    Rw rw = {.g = g, .orig = &orig};
+    Value *x = input(g, "x", 2, (int64_t[]){4, 1}), *b = input(g, "b", 2, (int64_t[]){4, 5});
+    Value *r = CALL(&rw, NULL, "relu", "self", T(x));
+    Value *p = CALL(&rw, NULL, "add.Tensor", "self", T(r), "other", T(r));
+    Value *q = CALL(&rw, NULL, "neg", "self", T(p));                         /* p is also an output */
+    Value *e = CALL(&rw, NULL, "exp", "self", T(x));
+    Value *w = CALL(&rw, NULL, "mul.Tensor", "self", T(e), "other", T(b));   /* e broadcasts to [4, 5] */
+    Value *outs[3] = {p, q, w};
+    Schedule *s = sched_of(g, &rw, false, 3, outs);
+    CHECK(s && s->role[r->def->id] == SN_KERNEL && refused(s, r->def->name, "read 2 times"));
+    CHECK(s && s->role[p->def->id] == SN_KERNEL && refused(s, p->def->name, "an output of the model"));
+    CHECK(s && s->role[e->def->id] == SN_KERNEL && refused(s, e->def->name, "another shape"));
+    CHECK(s && s->nfused == 0);
+  }
+  /* linear -> add(residual) -> relu: both in the linear's epilogue on the CPU, none under CUDA */
+  for (int cuda = 0; cuda < 2; cuda++) {
+    Graph *g = empty_graph(c);
+    Rw rw = {.g = g, .orig = &orig};
+    Value *x = input(g, "x", 2, (int64_t[]){8, 16}), *w = input(g, "w", 2, (int64_t[]){32, 16}), *res = input(g, "res", 2, (int64_t[]){8, 32});
+    Value *l = CALL(&rw, NULL, "linear", "input", T(x), "weight", T(w));
+    Value *a = CALL(&rw, NULL, "add.Tensor", "self", T(l), "other", T(res));
+    Value *y = CALL(&rw, NULL, "relu", "self", T(a));
+    Schedule *s = sched_of(g, &rw, cuda, 1, &y);
+    if (!cuda) {
+      CHECK(s && s->nchain[l->def->id] == 2 && s->chain[l->def->id][0] == a->def && s->chain[l->def->id][1] == y->def);
+      CHECK(s && s->role[a->def->id] == SN_EPILOGUE && s->into[y->def->id] == l->def && sched_kernel_of(s, y->def) == l->def);
+      CHECK(s && s->storage[y->id] == l->id);   /* the result is in the product's output */
+    } else CHECK(s && s->nchain[l->def->id] == 0 && s->role[a->def->id] == SN_FUSED && s->role[y->def->id] == SN_KERNEL);
+  }
+  /* refused epilogues: a transposed (strided) residual, an operand computed after the product */
+  {
+    Graph *g = empty_graph(c);
+    Rw rw = {.g = g, .orig = &orig};
+    Value *x = input(g, "x", 2, (int64_t[]){8, 8}), *w = input(g, "w", 2, (int64_t[]){8, 8}), *z = input(g, "z", 2, (int64_t[]){8, 8});
+    Value *rt = CALL(&rw, NULL, "t", "self", T(z));
+    Value *l = CALL(&rw, NULL, "linear", "input", T(x), "weight", T(w));
+    Value *a = CALL(&rw, NULL, "add.Tensor", "self", T(l), "other", T(rt));
+    Value *l2 = CALL(&rw, NULL, "linear", "input", T(a), "weight", T(w));
+    Value *later = CALL(&rw, NULL, "sigmoid", "self", T(z));
+    Value *m = CALL(&rw, NULL, "mul.Tensor", "self", T(l2), "other", T(later));
+    Schedule *s = sched_of(g, &rw, false, 1, &m);
+    CHECK(s && !layout_is_contiguous(g, c->arena, &s->layout[rt->id]) && s->storage[rt->id] == z->id);
+    CHECK(s && s->nchain[l->def->id] == 0 && refused(s, l->def->name, "strided view"));
+    CHECK(s && s->nchain[l2->def->id] == 0 && refused(s, l2->def->name, "computed after the product"));
+    CHECK(s && s->role[later->def->id] == SN_FUSED);   /* sigmoid still goes into mul's loop */
+  }
+  ctx_free(c);
+}
+
 /* the float32 exp and erf that compiled float32 kernels use, swept against libm's float64 */
 static void test_float32_functions(void) {
   double worst_exp = 0, worst_erf = 0, worst_erf_rel = 0;
@@ -255,6 +353,7 @@ int main(void) {
   test_schema();
   test_safetensors();
   test_shapes();
+  test_schedule();
   test_float32_functions();
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
