@@ -526,7 +526,8 @@ int emit_div_mode(Em *e, Node *n);
 typedef struct Params {
   int n;
   TV tv[64];
-  const char *ix[64];       /* the index each is read at, or "" when at several */
+  Layout at[64];            /* the layout each is read at (broadcast to the kernel's shape) */
+  bool seen[64], several[64];  /* read at all; read at more than one layout */
 } Params;
 
 static int add_param(Params *p, const TV *t) {
@@ -577,7 +578,9 @@ static const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *co
     size_t len = 0;
     FILE *bf = open_memstream(&buf, &len);
     const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
-    P->ix[p] = !P->ix[p] || !strcmp(P->ix[p], ix) ? ix : "";
+    if (!P->seen[p]) P->at[p] = b.l;
+    else if (!layout_same(e->g, &P->at[p], &b.l)) P->several[p] = true;
+    P->seen[p] = true;
     if (plan.use_float) load_f(bf, b.dt, ptr, ix); else load_i(bf, b.dt, ptr, ix);
     fclose(bf);
     arg[j] = arena_strdup(e->a, buf);
@@ -629,13 +632,14 @@ int emit_pointwise(Em *e, Node *n) {
     const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl);
     fclose(bf);
     if (!v) { free(body); return -1; }
-    /* in-place reuse: a scratch tensor of the same dtype and size read only at the index written may
-     * give this kernel's output its memory, if it dies here (plan_memory decides); y is then not
-     * restrict (reading x[i] and then writing y[i] at the same address vectorizes all the same) */
-    const char *oix = index_of(e, out, out->rank);
+    /* in-place reuse: a scratch tensor of the same dtype and size read only at the index written (the
+     * output's layout) may give this kernel's output its memory, if it dies here (memplan.c decides);
+     * y is then not restrict (reading x[i] and then writing y[i] at the same address vectorizes all
+     * the same) */
     for (int j = 0; j < P.n; j++) {
       Stor *ps = &e->st[P.tv[j].stor];
-      if (ps->kind == S_SCRATCH && P.tv[j].dt == out->dt && P.ix[j] && !strcmp(P.ix[j], oix) && expr_same(e->g, ps->nelem, e->st[out->stor].nelem)) {
+      if (ps->kind == S_SCRATCH && P.tv[j].dt == out->dt && P.seen[j] && !P.several[j] && layout_same(e->g, &P.at[j], &out->l) &&
+          expr_same(e->g, ps->nelem, e->st[out->stor].nelem)) {
         e->st[out->stor].inplace = P.tv[j].stor + 1;
         break;
       }
@@ -2236,62 +2240,24 @@ static void emit_output_shape(Em *e, const char *p, Value **outs, int n) {
   fputs("  }\n}\n", f);
 }
 
-/* Memory planning: place each scratch tensor at the lowest offset where it overlaps no tensor alive
- * at the same time (lifetimes: first writing kernel to last reading kernel), largest first. In place:
- * a pointwise kernel's output whose input of the same size dies at that kernel, read only at the
- * index it writes (Stor.inplace), takes that input's memory; the two are placed as one tensor living
- * from the input's first kernel to the output's last. Returns the arena size, or -1 when sizes are
+/* Memory planning (memplan.c) of the program's scratch tensors: their offsets, or -1 when sizes are
  * symbolic (then tensors are laid out one after another). */
 static int64_t plan_memory(Em *e) {
-  int n = 0, ninplace = 0;
-  int *ids = arena_array(e->a, (size_t)e->nst + 1, sizeof *ids), *root = arena_array(e->a, (size_t)e->nst + 1, sizeof *root);
-  int *last = arena_array(e->a, (size_t)e->nst + 1, sizeof *last);
-  bool *hosts = arena_array(e->a, (size_t)e->nst + 1, sizeof *hosts);
-  int64_t *bytes = arena_array(e->a, (size_t)e->nst + 1, sizeof *bytes), naive = 0;
+  MemBuf *b = arena_array(e->a, (size_t)e->nst + 1, sizeof *b);
+  int *at = arena_array(e->a, (size_t)e->nst + 1, sizeof *at), n = 0;
   for (int i = 0; i < e->nst; i++) {
-    if (e->st[i].kind != S_SCRATCH) continue;
+    const Stor *st = &e->st[i];
+    if (st->kind != S_SCRATCH) continue;
     int64_t ne;
-    if (!expr_is_const(e->st[i].nelem, &ne)) return -1;
-    bytes[i] = (ne * dtype_info(e->st[i].dt)->size + 63) & ~INT64_C(63);
-    naive += bytes[i];
-    root[i] = i;
-    last[i] = e->st[i].last;
-    int p = e->st[i].inplace - 1;   /* created earlier, so already grouped */
-    if (p >= 0 && e->st[p].kind == S_SCRATCH && !hosts[p] && bytes[p] == bytes[i] && e->st[p].last == e->st[i].first) {
-      hosts[p] = true;
-      root[i] = root[p];
-      if (e->st[i].last > last[root[i]]) last[root[i]] = e->st[i].last;
-      ninplace++;
-      gg_log(e->c, LOG_MEMORY, "t%d written in place of t%d (kernel k%d is the last to read it)", i, p, e->st[i].first);
-      continue;
-    }
-    ids[n++] = i;
+    if (!expr_is_const(st->nelem, &ne)) return -1;
+    int p = st->inplace - 1;
+    at[i] = n;
+    b[n++] = (MemBuf){i, (ne * dtype_info(st->dt)->size + 63) & ~INT64_C(63), st->first, st->last, p >= 0 && e->st[p].kind == S_SCRATCH ? at[p] + 1 : 0, 0};
   }
-  /* largest first (ties by creation order, so the plan is deterministic) */
-  for (int a = 1; a < n; a++)
-    for (int b = a; b > 0 && bytes[ids[b]] > bytes[ids[b - 1]]; b--) { int t = ids[b]; ids[b] = ids[b - 1]; ids[b - 1] = t; }
-  int64_t total = 0;
-  for (int k = 0; k < n; k++) {
-    Stor *s = &e->st[ids[k]];
-    int64_t at = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int j = 0; j < k; j++) {
-        Stor *o = &e->st[ids[j]];
-        bool live = !(last[ids[j]] < s->first || last[ids[k]] < o->first);
-        bool mem = !(o->offset + bytes[ids[j]] <= at || at + bytes[ids[k]] <= o->offset);
-        if (live && mem) { at = o->offset + bytes[ids[j]]; moved = true; }
-      }
-    }
-    s->offset = at;
-    if (at + bytes[ids[k]] > total) total = at + bytes[ids[k]];
-  }
+  int64_t total = memplan(e->c, b, n, &e->scratch_naive);
   for (int i = 0; i < e->nst; i++)
-    if (e->st[i].kind == S_SCRATCH && root[i] != i) e->st[i].offset = e->st[root[i]].offset;
-  e->scratch_naive = naive;
+    if (e->st[i].kind == S_SCRATCH) e->st[i].offset = b[at[i]].offset;
   e->scratch_planned = total;
-  gg_log(e->c, LOG_MEMORY, "%d intermediate tensors: %lld bytes one after another, %lld bytes when those whose lifetimes do not overlap share memory (%d written in place of a dying input)",
-         n + ninplace, (long long)naive, (long long)total, ninplace);
   return total;
 }
 

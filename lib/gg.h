@@ -280,6 +280,18 @@ bool sched_is_pointwise(const struct Node *n);
 void schedule_print(const Schedule *s, FILE *f);   /* a line per node: its kernel, fused, or in an epilogue */
 bool sched_test_miscompiled(const struct Node *n);   /* GCC_GRAPH_TEST_MISCOMPILE names its op (tests only) */
 
+/* ---------------------------------------------------------------- memory planning (memplan.c) */
+
+typedef struct MemBuf {     /* one intermediate tensor of a program */
+  int id;                   /* its name in the generated code (t<id>), for the log */
+  int64_t bytes;            /* 64-byte aligned */
+  int first, last;          /* the kernels that write it first and read it last */
+  int inplace;              /* 1 + the index of an earlier buffer it may be written in place of, or 0 */
+  int64_t offset;           /* out: its place in the scratch arena */
+} MemBuf;
+/* Offsets for b[0..n): the arena's size; *naive: the bytes without reuse. */
+int64_t memplan(Ctx *c, MemBuf *b, int n, int64_t *naive);
+
 /* ---------------------------------------------------------------- the graph IR (load.c) */
 
 typedef enum { VK_TENSOR, VK_SYMINT, VK_SYMFLOAT, VK_SYMBOOL, VK_NONE } ValueKind;
