@@ -1,0 +1,472 @@
+/* module.c: the model file. Each program (the forward; a training model's backward too) as its
+ * kernels in graph order (emit.c, emit_ops.c and the target's file write them), its guard, output
+ * shapes, scratch layout (memplan.c) and run function, then the descriptors the runtime reads:
+ * weights, outputs, buffer updates, packed weights, the training program and its optimizer.
+ * Requires: verified graphs and their schedules. Guarantees: one C (or CUDA) file that, with the
+ * runtime (lib/rt) and scalar.h, builds into a model .so; a guard that checks every input before
+ * anything runs; deterministic output. */
+#include "emit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the model file */
+
+static const char *dl_dtype(DType d) {
+  switch (d) {
+  case DT_F32: return "{kDLFloat, 32, 1}";
+  case DT_F64: return "{kDLFloat, 64, 1}";
+  case DT_F16: return "{kDLFloat, 16, 1}";
+  case DT_BF16: return "{kDLBfloat, 16, 1}";
+  case DT_I64: return "{kDLInt, 64, 1}";
+  case DT_I32: return "{kDLInt, 32, 1}";
+  case DT_I16: return "{kDLInt, 16, 1}";
+  case DT_I8: return "{kDLInt, 8, 1}";
+  case DT_U8: return "{kDLUInt, 8, 1}";
+  default: return "{6, 8, 1}";   /* bool: kDLBool */
+  }
+}
+
+/* The guard: every input's dtype, rank, strides and device, then its sizes: a symbol's first
+ * appearance binds it (within its range), later ones must agree. */
+static void emit_guard(Em *e, Value **users, int nusers) {
+  FILE *f = e->k;
+  Graph *g = e->g;
+  bool *bound = arena_array(e->a, (size_t)g->nsyms + 1, sizeof *bound);
+  fputs("\n/* Guards: checked before every run. */\nstatic int gg_m_guard(const DLTensor *in, int64_t *s, char *err, size_t errlen) {\n  (void)s;\n", f);
+  for (int i = 0; i < nusers; i++) {
+    Value *v = users[i];
+    fprintf(f, "  if (gg_rt_check_tensor(&in[%d], gg_input_names[%d], (DLDataType)%s, %d, %s, err, errlen)) return 1;\n", i, i, dl_dtype(v->dtype), v->rank,
+          e->t->device_code);
+    if (GG_LOG_ON(e->c, LOG_GUARDS)) {
+      char sz[512] = "";
+      for (int d = 0; d < v->rank; d++) snprintf(sz + strlen(sz), sizeof sz - strlen(sz), "%s%s", d ? ", " : "", expr_str(e->a, g, v->sizes[d]));
+      gg_log(e->c, LOG_GUARDS, "input %d %s: %s, rank %d, sizes [%s], row-major, cpu", i, gg_quote(e->c, v->name), dtype_name(v->dtype), v->rank, sz);
+    }
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < nusers; i++) {
+      Value *v = users[i];
+      for (int d = 0; d < v->rank; d++) {
+        const Expr *x = v->sizes[d];
+        if (pass == 0 && x->k == E_SYM && !bound[x->c]) {
+          const Sym *sy = &g->syms[x->c];
+          bound[x->c] = true;
+          fprintf(f, "  s[%lld] = in[%d].shape[%d];\n", (long long)x->c, i, d);
+          fprintf(f, "  if (s[%lld] < INT64_C(%lld) || s[%lld] > INT64_C(%lld)) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %s in [%lld, %lld], actual %%lld\", gg_input_names[%d], (long long)s[%lld]);\n",
+                  (long long)x->c, (long long)sy->min, (long long)x->c, (long long)sy->max, d, sy->name, (long long)sy->min, (long long)sy->max, i,
+                  (long long)x->c);
+        } else if (pass == 1) {
+          fprintf(f, "  if (in[%d].shape[%d] != %s) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %%lld, actual %%lld\", gg_input_names[%d], (long long)(%s), (long long)in[%d].shape[%d]);\n",
+                  i, d, cx(e, x), d, i, cx(e, x), i, d);
+        }
+      }
+    }
+  fputs("  return 0;\n}\n", f);
+}
+
+static void emit_output_shape(Em *e, const char *p, Value **outs, int n) {
+  FILE *f = e->k;
+  fprintf(f, "\nstatic void gg_%s_output_shape(int i, const int64_t *s, int64_t *shape) {\n  (void)s; (void)shape;\n  switch (i) {\n", p);
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "  case %d:", i);
+    for (int d = 0; d < outs[i]->rank; d++) fprintf(f, " shape[%d] = %s;", d, cx(e, outs[i]->sizes[d]));
+    fputs(" break;\n", f);
+  }
+  fputs("  }\n}\n", f);
+}
+
+/* Memory planning (memplan.c) of the program's scratch tensors: their offsets, or -1 when sizes are
+ * symbolic (then tensors are laid out one after another). */
+static int64_t plan_memory(Em *e) {
+  MemBuf *b = arena_array(e->a, (size_t)e->nst + 1, sizeof *b);
+  int *at = arena_array(e->a, (size_t)e->nst + 1, sizeof *at), n = 0;
+  for (int i = 0; i < e->nst; i++) {
+    const Stor *st = &e->st[i];
+    if (st->kind != S_SCRATCH) continue;
+    int64_t ne;
+    if (!expr_is_const(st->nelem, &ne)) return -1;
+    int p = st->inplace - 1;
+    at[i] = n;
+    b[n++] = (MemBuf){i, (ne * dtype_info(st->dt)->size + 63) & ~INT64_C(63), st->first, st->last, p >= 0 && e->st[p].kind == S_SCRATCH ? at[p] + 1 : 0, 0};
+  }
+  int64_t total = memplan(e->c, b, n, &e->scratch_naive);
+  for (int i = 0; i < e->nst; i++)
+    if (e->st[i].kind == S_SCRATCH) e->st[i].offset = b[at[i]].offset;
+  e->scratch_planned = total;
+  return total;
+}
+
+/* What one program (the forward, or the backward of a training model) gives the descriptor. */
+typedef struct Prog {
+  Value **outs; int nouts;          /* outputs in order: user outputs, then saved values or gradients */
+  Value **mut_vals; int *mut_w; int *mut_of; int nmut; /* buffer updates: value, weight index, and by weight */
+  int nweights, nk, nfused, nnodes;
+  int64_t planned, naive;
+  int nprof;                        /* nodes with a profile slot */
+  char *errs;                       /* CUDA: switch cases from kernel id to index message */
+  int npacks;                       /* weights packed at gg_open (CPU inference) */
+  PackDesc *packs;
+} Prog;
+
+/* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
+static int mutated_weight(const Graph *g, const OutputSpec *o) {
+  int w = -1;
+  for (int j = 0, wi = 0; j < g->ninputs; j++) {
+    if (g->inputs[j]->input == IN_USER) continue;
+    if (g->inputs[j]->fqn && o->target_name && !strcmp(g->inputs[j]->fqn, o->target_name)) w = wi;
+    wi++;
+  }
+  return w;
+}
+
+/* explain's figures for kernel r: its iteration space (the output it writes; a product's or
+ * convolution's depth), the bytes of the tensors its node and the nodes fused into it read from
+ * outside and of what it writes, and FLOPs (2 per multiply-add of a product or convolution, 1 per
+ * output element of any other node), at the example sizes. mark: by value id, scratch. */
+static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
+  const Node *n = r->n;
+  const Graph *g = e->g;
+  if (!n || !n->nouts) return;
+  double rd = 0, wr = 0, fl = 0;
+  for (int pass = 0; pass < 2; pass++)   /* the values made inside the kernel, then what it reads */
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *m = g->nodes[k], *u = m;
+      if (sched_kernel_of(e->s, u) != n) continue;
+      if (pass == 0) {
+        for (int i = 0; i < m->nouts; i++) mark[m->outs[i]->id] = stamp;
+        double mf = node_matrix_flops(g, m);
+        fl += mf > 0 ? mf : m->nouts ? (double)value_nbytes(g, m->outs[0]) / dtype_info(m->outs[0]->dtype)->size : 0;
+      } else
+        FOR_TENSOR_ARGS(m, a, {
+          if (mark[a->id] == stamp || mark[a->id] == -stamp) continue;
+          mark[a->id] = -stamp;
+          rd += (double)value_nbytes(g, a);
+        })
+    }
+  for (int i = 0; i < n->nouts; i++) wr += (double)value_nbytes(g, n->outs[i]);
+  double ne, mf = node_matrix_flops(g, n);
+  r->space = hint_shape(e, n->outs[0]->rank, n->outs[0]->sizes, &ne);
+  if (mf > 0 && ne > 0) r->space = arena_printf(e->a, "%s x %.0f deep", r->space, mf / (2 * ne));
+  r->read = rd;
+  r->written = wr;
+  r->flops = fl;
+}
+
+/* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
+ * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
+ * float32 weights of products may be packed at gg_open (CPU inference). */
+static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
+  Em E = {0}, *e = &E;
+  int krec0 = c->nkernels;   /* this program's first kernel record */
+  e->c = c;
+  e->g = g;
+  e->a = c->arena;
+  e->s = S;
+  e->nk = kbase;
+  e->tv = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->tv);
+  e->cuda = c->cuda;
+  e->t = c->cuda ? &gg_target_cuda : &gg_target_c;
+  e->d = &gg_dialect_c;
+  char *kbuf = NULL, *rbuf = NULL, *ebuf = NULL;
+  size_t klen = 0, rlen = 0, elen = 0;
+  e->errs = open_memstream(&ebuf, &elen);
+  e->k = open_memstream(&kbuf, &klen);
+  e->r = open_memstream(&rbuf, &rlen);
+  Value **users;
+  int nusers = graph_user_inputs(g, &users);
+  /* graph inputs: user inputs and weights have storage already */
+  int nweights = 0, nmut = 0;
+  for (int i = 0; i < g->ninputs; i++) {
+    Value *v = g->inputs[i];
+    const Expr *one = C(e, 1);
+    int s = v->input == IN_USER ? new_stor(e, S_INPUT, v->user_index, v->dtype, one) : new_stor(e, S_WEIGHT, nweights++, v->dtype, one);
+    contiguous_tv(e, &e->tv[v->id], s, v->dtype, v->rank, v->sizes);
+    if (v->weight && v->input != IN_USER) {
+      /* a stored weight may itself be a strided view of its storage */
+      TV *t = &e->tv[v->id];
+      t->offset = C(e, v->weight->offset);
+      for (int d = 0; d < v->rank; d++) t->strides[d] = C(e, v->weight->strides[d]);
+    }
+  }
+  e->pack_ok = packs && !c->cuda;
+  e->mutated = arena_array(c->arena, (size_t)nweights + 1, sizeof *e->mutated);
+  for (int i = 0; i < g->noutputs; i++) {
+    int w = g->outputs[i].kind == OUT_BUFFER_MUTATION ? mutated_weight(g, &g->outputs[i]) : -1;
+    if (w >= 0) e->mutated[w] = true;
+  }
+  int rc = 0;
+  /* GCC_GRAPH_PROFILE: a clock tick after each node that ran code gives that node's time */
+  const char **prof = arena_array(c->arena, (size_t)g->nnodes + 2, sizeof *prof);
+  int nprof = 0;
+  fputs("  GG_TICK(NULL);\n", e->r);
+  for (int k = 0; k < g->nnodes && !rc; k++) {
+    Node *n = g->nodes[k];
+    fflush(e->r);
+    long before = ftell(e->r);
+    if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
+    else rc = n->op->emit(e, n);
+    fflush(e->r);
+    if (!rc && ftell(e->r) != before) {
+      fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
+      prof[nprof++] = arena_printf(c->arena, "%s (%s)", n->name, n->op->name);
+    }
+  }
+  /* outputs (user outputs, then saved values or gradients) are copied out of their views at the end */
+  Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
+  int nouts = 0;
+  for (int i = 0; !rc && i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind != OUT_USER && o->kind != OUT_SAVED && o->kind != OUT_GRAD) continue;
+    TV *src = &e->tv[o->v->id];
+    if (!src->ok) { rc = gg_error(c, "%s: output %s has no storage (internal error)", g->path, gg_quote(c, o->v->name)); break; }
+    int sd = new_stor(e, S_OUTPUT, nouts, o->v->dtype, C(e, 1));
+    TV dst;
+    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+    Node fake = {.name = o->v->name, .target = "output"};
+    copy_kernel(e, &fake, &dst, src);
+    outs[nouts++] = o->v;
+  }
+  /* mutated buffers: their new values go back into the model's copies */
+  int *mut_of = arena_array(c->arena, (size_t)nweights + 1, sizeof *mut_of);
+  for (int i = 0; i < nweights; i++) mut_of[i] = -1;
+  Value **mut_vals = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *mut_vals);
+  int *mut_w = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *mut_w);
+  for (int i = 0; !rc && i < g->noutputs; i++) {
+    OutputSpec *o = &g->outputs[i];
+    if (o->kind != OUT_BUFFER_MUTATION) continue;
+    int w = mutated_weight(g, o);
+    if (w < 0) { rc = gg_error(c, "%s: mutated buffer %s is not an input", g->path, gg_quote(c, o->target_name)); break; }
+    mut_of[w] = nmut;
+    mut_w[nmut] = w;
+    mut_vals[nmut] = o->v;
+    TV dst;
+    int sd = new_stor(e, S_MUT, nmut, o->v->dtype, C(e, 1));
+    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+    Node fake = {.name = o->target_name, .target = "buffer update"};
+    copy_kernel(e, &fake, &dst, &e->tv[o->v->id]);
+    nmut++;
+  }
+  fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
+  prof[nprof++] = "outputs and buffer updates (copies)";
+  fclose(e->k);
+  fclose(e->r);
+  fclose(e->errs);
+  char *errs = arena_strdup(c->arena, ebuf);
+  free(ebuf);
+  if (rc) { free(kbuf); free(rbuf); return -1; }
+  int64_t planned = plan_memory(e);
+  if (c->record) {   /* the schedule: each fused node under the kernel of the node it feeds (transitively) */
+    c->scratch_naive += e->scratch_naive;
+    c->scratch_planned += e->scratch_planned;
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *n = g->nodes[k];
+      if (S->role[n->id] == SN_KERNEL) continue;
+      const Node *u = sched_kernel_of(S, n);
+      for (int r = krec0; r < c->nkernels; r++)
+        if (c->kernels[r].node == u->name) {
+          KernelRec *kr = &c->kernels[r];
+          const Node **f = arena_array(c->arena, (size_t)kr->nfused + 1, sizeof *f);
+          if (kr->nfused) memcpy(f, kr->fused, sizeof *f * (size_t)kr->nfused);
+          f[kr->nfused++] = n;
+          kr->fused = f;
+          break;
+        }
+    }
+    for (int k = 0; k < S->nrefused; k++) {
+      if (c->nrefused == c->cap_refused) {
+        c->cap_refused = c->cap_refused ? 2 * c->cap_refused : 64;
+        Refusal *r = arena_array(c->arena, (size_t)c->cap_refused, sizeof *r);
+        if (c->nrefused) memcpy(r, c->refused, sizeof *r * (size_t)c->nrefused);
+        c->refused = r;
+      }
+      c->refused[c->nrefused++] = S->refused[k];
+    }
+    int *mark = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *mark);
+    for (int r = krec0; r < c->nkernels; r++) kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
+  }
+  fprintf(out, "\n/* GCC_GRAPH_PROFILE: the time of each node's kernels. */\nstatic double gg_%s_prof[%d];\nstatic const char *const gg_%s_prof_names[] = {\n", p, nprof, p);
+  for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }
+  fputs("};\n", out);
+  P->nprof = nprof;
+  *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
+              e->npacks, e->packs};
+  fputs(kbuf, out);
+  /* guard, shapes, scratch, run */
+  FILE *save = e->k;
+  e->k = out;
+  if (with_guard) emit_guard(e, users, nusers);
+  emit_output_shape(e, p, outs, nouts);
+  e->k = save;
+  int nscratch = 0;
+  if (planned >= 0) {
+    fprintf(out, "\n/* Scratch: %lld bytes; intermediates whose lifetimes do not overlap share memory. */\n", (long long)planned);
+    fprintf(out, "static int64_t gg_%s_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s; (void)off;\n", p);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = INT64_C(%lld);\n", nscratch, (long long)e->st[i].offset);
+      e->st[i].index = nscratch++;
+    }
+    fprintf(out, "  return INT64_C(%lld);\n}\n", (long long)planned);
+  } else {
+    fputs("\n/* Scratch: every intermediate tensor at its offset, 64-byte aligned (symbolic sizes: no reuse). */\n", out);
+    fputs("#ifndef GG_A\n#define GG_A(n) (((n) + INT64_C(63)) & ~INT64_C(63))\n#endif\n", out);
+    fprintf(out, "static int64_t gg_%s_scratch_layout(const int64_t *s, int64_t *off) {\n  (void)s;\n  int64_t at = 0;\n", p);
+    for (int i = 0; i < e->nst; i++) {
+      if (e->st[i].kind != S_SCRATCH) continue;
+      fprintf(out, "  off[%d] = at; at += GG_A(%s * %d);\n", nscratch, cx(e, e->st[i].nelem), dtype_info(e->st[i].dt)->size);
+      e->st[i].index = nscratch++;
+    }
+    fputs("  return at;\n}\n", out);
+  }
+  fprintf(out, "\nstatic int64_t gg_%s_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_%s_scratch_layout(s, off); }\n", p, nscratch + 1, p);
+  fprintf(out, "\nstatic const char *gg_%s_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", p);
+  fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
+  fputs(e->t->run_start, out);
+  fprintf(out, "  int64_t off[%d];\n  gg_%s_scratch_layout(s, off);\n", nscratch + 1, p);
+  for (int i = 0; i < e->nst; i++) {
+    const Stor *st = &e->st[i];
+    const char *T = ctype(st->dt);
+    if (st->kind == S_SCRATCH) fprintf(out, "  %s *t%d = (%s *)(scratch + off[%d]);\n", T, i, T, st->index);
+    else if (st->kind == S_WEIGHT) fprintf(out, "  %s *w%d = (%s *)w[%d]; (void)w%d;\n", T, st->index, T, st->index, st->index);
+    else if (st->kind == S_INPUT) fprintf(out, "  const %s *in%d = (const %s *)((const char *)in[%d].data + in[%d].byte_offset);\n", T, st->index, T, st->index, st->index);
+    else if (st->kind == S_OUTPUT) fprintf(out, "  %s *out%d = (%s *)out[%d];\n", T, st->index, T, st->index);
+    else fprintf(out, "  %s *mut%d = (%s *)mut[%d];\n", T, st->index, T, st->index);
+  }
+  for (int j = 0; j < e->npacks; j++) fprintf(out, "  const float *pk%d = (const float *)w[%d];\n", j, nweights + j);
+  fputs(rbuf, out);
+  fputs("  return NULL;\n}\n", out);
+  free(kbuf);
+  free(rbuf);
+  return 0;
+}
+
+static void dtype_list(FILE *out, const char *name, Value **v, int n) {
+  fprintf(out, "static const DLDataType %s[] = {", name);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%s", i ? ", " : "", dl_dtype(v[i]->dtype));
+  fputs(n ? "};\n" : "{0, 0, 0}};\n", out);
+}
+
+static void ndim_list(FILE *out, const char *name, Value **v, int n) {
+  fprintf(out, "static const int %s[] = {", name);
+  for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", v[i]->rank);
+  fputs(n ? "};\n" : "0};\n", out);
+}
+
+/* Write the model's C file: the forward program (the model itself), and for a training model (bwd
+ * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
+ * weight i's bytes are (in the blob or the file). */
+int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
+               int64_t blob_size, bool external, int64_t external_size) {
+  char *fbuf = NULL, *bbuf = NULL;
+  size_t flen = 0, blen = 0;
+  FILE *ff = open_memstream(&fbuf, &flen);
+  Prog F, B = {0};
+  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, ff, &F);
+  fclose(ff);
+  if (!rc && bwd) {
+    FILE *bf = open_memstream(&bbuf, &blen);
+    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, bf, &B);
+    fclose(bf);
+  }
+  if (rc) { free(fbuf); free(bbuf); return -1; }
+  Value **users;
+  int nusers = graph_user_inputs(g, &users), nuser_out = 0;
+  for (int i = 0; i < g->noutputs; i++) nuser_out += g->outputs[i].kind == OUT_USER;
+  fprintf(out, "/* Generated by gcc-graph %s. Do not edit: recompile the model instead.\n", GG_VERSION);
+  fprintf(out, " * %d nodes, %d kernels; %d pointwise nodes computed inside another kernel's loop.\n", F.nnodes, F.nk, F.nfused);
+  if (F.planned > 0) fprintf(out, " * Scratch: %lld bytes with reuse, %lld without.\n", (long long)F.planned, (long long)F.naive);
+  if (bwd) {
+    fprintf(out, " * Backward: %d nodes, %d kernels; %d pointwise nodes fused; %d values saved by the forward.\n", B.nnodes, B.nk - F.nk, B.nfused, F.nouts - nuser_out);
+    if (B.planned > 0) fprintf(out, " * Backward scratch: %lld bytes with reuse, %lld without.\n", (long long)B.planned, (long long)B.naive);
+  }
+  fputs(" */\n", out);
+  const Target *t = c->cuda ? &gg_target_cuda : &gg_target_c;
+  t->prelude(g, out);
+  fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
+  fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
+  fputs("\nconst char gg__metadata[] =\n  ", out);
+  emit_c_string(out, metadata);
+  fputs(";\n", out);
+  fputs("\nstatic const char *const gg_input_names[] = {", out);
+  for (int i = 0; i < nusers; i++) { fputs(i ? ", " : "", out); emit_c_string(out, users[i]->name); }
+  fputs(nusers ? "};\n" : "NULL};\n", out);
+  if (!external && blob_size > 0) {
+    fputs("\n/* The weights, from weights.bin, aligned for vector loads. */\n", out);
+    fputs("__asm__(\".section .rodata\\n.balign 64\\n.type gg_blob, @object\\ngg_blob:\\n.incbin \\\"weights.bin\\\"\\n.byte 0\\n.previous\\n\");\n", out);
+    fputs("extern const unsigned char gg_blob[];\n", out);
+  }
+  fputs(fbuf, out);
+  if (bbuf) { fputs("\n/* ================================================================ the backward */\n", out); fputs(bbuf, out); }
+  free(fbuf);
+  free(bbuf);
+  t->finish(out, F.errs);
+  /* the descriptor */
+  int nweights = F.nweights, nmut = F.nmut;
+  Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);
+  for (int i = 0, k = 0; i < g->ninputs; i++) if (g->inputs[i]->input != IN_USER) wv[k++] = g->inputs[i];
+  fputs("\nstatic const gg_weight_desc gg_weights[] = {\n", out);
+  for (int i = 0; i < nweights; i++) {
+    Value *v = wv[i];
+    int64_t nb = v->weight ? (int64_t)v->weight->nbytes : 0;
+    fputs("  {", out);
+    emit_c_string(out, v->fqn ? v->fqn : v->name);
+    fprintf(out, ", INT64_C(%lld), INT64_C(%lld), %d},\n", (long long)weight_offsets[i], (long long)nb, F.mut_of[i]);
+  }
+  fputs(nweights ? "};\n" : "  {NULL, 0, 0, -1}};\n", out);
+  dtype_list(out, "gg_out_dtypes", F.outs, F.nouts);
+  ndim_list(out, "gg_out_ndims", F.outs, F.nouts);
+  fputs("static const int gg_mut_weight[] = {", out);
+  for (int i = 0; i < nmut; i++) fprintf(out, "%s%d", i ? ", " : "", F.mut_w[i]);
+  fputs(nmut ? "};\n" : "-1};\n", out);
+  dtype_list(out, "gg_mut_dtypes", F.mut_vals, nmut);
+  ndim_list(out, "gg_mut_ndims", F.mut_vals, nmut);
+  fputs("static const int64_t gg_mut_shapes[] = {", out);
+  for (int i = 0; i < nmut; i++)
+    for (int d = 0; d < GG_MAX_RANK; d++) {
+      int64_t v = 0;
+      if (d < F.mut_vals[i]->rank) expr_is_const(F.mut_vals[i]->sizes[d], &v);
+      fprintf(out, "%s%lld", i || d ? ", " : "", (long long)v);
+    }
+  fputs(nmut ? "};\n" : "0};\n", out);
+  if (F.npacks) {
+    fputs("\n/* Weights packed at gg_open for the runtime's float32 kernel: weight, side, offset, rows, cols, strides. */\n", out);
+    fputs("static const gg_pack_desc gg_packs[] = {\n", out);
+    for (int j = 0; j < F.npacks; j++) {
+      const PackDesc *d = &F.packs[j];
+      fprintf(out, "  {%d, %d, INT64_C(%lld), INT64_C(%lld), INT64_C(%lld), INT64_C(%lld), INT64_C(%lld)},\n", d->weight, d->side, (long long)d->offset,
+              (long long)d->rows, (long long)d->cols, (long long)d->srow, (long long)d->scol);
+    }
+    fputs("};\n", out);
+  }
+  fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nuser_out, g->nsyms,
+          nweights, nmut);
+  fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
+  fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code,
+          c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
+  /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
+  fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
+  if (!bwd) {
+    fputs("const gg_train_desc gg__train = {0};\n", out);
+    return 0;
+  }
+  fputs("static const int gg_grad_weight[] = {", out);
+  for (int i = 0; i < B.nouts; i++) {
+    int w = -1;
+    for (int k = 0; k < nweights; k++) if (wv[k]->fqn && bwd->outputs[i].target_name && !strcmp(wv[k]->fqn, bwd->outputs[i].target_name)) w = k;
+    fprintf(out, "%s%d", i ? ", " : "", w);
+  }
+  fputs(B.nouts ? "};\n" : "-1};\n", out);
+  fputs("static const char *const gg_grad_names[] = {", out);
+  for (int i = 0; i < B.nouts; i++) { fputs(i ? ", " : "", out); emit_c_string(out, bwd->outputs[i].target_name); }
+  fputs(B.nouts ? "};\n" : "NULL};\n", out);
+  dtype_list(out, "gg_grad_dtypes", B.outs, B.nouts);
+  ndim_list(out, "gg_grad_ndims", B.outs, B.nouts);
+  Value *tan = bwd->inputs[bwd->ninputs - 1];
+  fprintf(out, "const gg_train_desc gg__train = {\n  %d, %d, gg_grad_weight, gg_grad_names, gg_grad_dtypes, gg_grad_ndims,\n", F.nouts - nuser_out, B.nouts);
+  fprintf(out, "  %s, %d, gg_b_output_shape, gg_b_scratch_bytes, gg_b_run,\n", dl_dtype(tan->dtype), tan->rank);
+  fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
+  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n};\n", B.nprof);
+  return 0;
+}
