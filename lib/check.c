@@ -126,18 +126,17 @@ static double compare_sets(const STensor *ref, int nref, const STensor *got, int
 
 /* ---------------------------------------------------------------- check */
 
-enum { ST_LOADED, ST_FUNCTIONAL, ST_FOLDED, ST_DECOMPOSED, ST_AUTOGRAD, ST_PARTITIONED, ST_COMPILED, ST_N };
-static const char *const stage_names[] = {"loaded", "functionalized", "weights folded", "decomposed", "autograd (joint graph)", "partitioned (forward, then backward)", "compiled"};
+/* The stages of the pipeline's table (pipeline.c) that rewrite the graph, then the compiled code
+ * (at the index of the first stage that does not: the schedule). */
+#define ST_LOADED 0
+static const char *stage_name(int s) { return gg_stages[s].rewrites ? gg_stages[s].after : "compiled"; }
 
 /* the graph after stage s (loaded fresh) */
 static Graph *graph_at(Ctx *c, const CheckOptions *o, int s, Graph **bwd) {
   Graph *g = graph_load(c, o->model, o->weights);
-  if (!g || verify_graph(g) || graph_check_supported(g)) return NULL;
-  if (s >= ST_FUNCTIONAL && (functionalize(g) || verify_graph(g))) return NULL;
-  if (s >= ST_FOLDED && !o->tr.on && (fold_weights(g) || verify_graph(g))) return NULL;
-  if (s >= ST_DECOMPOSED && (decompose(g, o->tr.on) || verify_graph(g))) return NULL;
-  if (s >= ST_AUTOGRAD && (autograd(g, o->tr.loss, false) || verify_graph(g))) return NULL;
-  if (s >= ST_PARTITIONED && (partition(g, o->tr.save_all, bwd, NULL) || verify_graph(g) || verify_graph(*bwd))) return NULL;
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = true};
+  if (!g || pipeline_run(&p, 0, s + 1, NULL, NULL)) return NULL;
+  if (bwd) *bwd = p.bwd;
   return g;
 }
 
@@ -176,24 +175,25 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
       interp_results(c, g0, &in, &ref, &nref, &I0, NULL))
     goto done;
   fprintf(out, "check %s: %d results, tolerance %.3g (relative L2; integers exact)\n", gg_quote(c, o->model), nref, o->tol);
-  fprintf(out, "  %-38s reference\n", stage_names[ST_LOADED]);
-  for (int s = ST_FUNCTIONAL; s < ST_N && !verdict; s++) {
-    if (!o->tr.on && (s == ST_AUTOGRAD || s == ST_PARTITIONED)) continue;
-    if (o->tr.on && s == ST_FOLDED) continue;
+  fprintf(out, "  %-38s reference\n", stage_name(ST_LOADED));
+  const int ST_AUTOGRAD = stage_index("autograd"), ST_COMPILED = stage_index("schedule");
+  const Pipeline which = {.tr = &o->tr, .fold = true};
+  for (int s = ST_LOADED + 1; s <= ST_COMPILED && !verdict; s++) {
+    if (s < ST_COMPILED && (!gg_stages[s].rewrites || !stage_applies(&gg_stages[s], &which))) continue;
     STensor *got = NULL;
     int ngot = 0;
     Interp *I = NULL, *Jb = NULL;   /* Jb: the partitioned stage's backward run */
     Graph *g = NULL, *b = NULL;
     if (s == ST_COMPILED) {
       CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2};
-      if (compile_model(c, &co)) { fprintf(out, "  %-38s FAILS to compile: %s\n", stage_names[s], c->err); verdict = s; break; }
+      if (compile_model(c, &co)) { fprintf(out, "  %-38s FAILS to compile: %s\n", stage_name(s), c->err); verdict = s; break; }
       fflush(NULL);
       pid_t pid = fork();   /* a crash in the compiled code must not take gcc-graph with it */
       if (pid == 0) { Ctx *cc = ctx_new(); _exit(so_run(cc, so, o->weights, in_path, res_path) ? 3 : 0); }
       int st = 0;
       while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
       if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        fprintf(out, "  %-38s FAILS to run (%s)\n", stage_names[s], WIFSIGNALED(st) ? "crashed" : "refused its inputs");
+        fprintf(out, "  %-38s FAILS to run (%s)\n", stage_name(s), WIFSIGNALED(st) ? "crashed" : "refused its inputs");
         verdict = s;
         break;
       }
@@ -203,9 +203,9 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
       ngot = r.n;
     } else {
       g = graph_at(c, o, s, &b);
-      if (!g) { fprintf(out, "  %-38s FAILS: %s\n", stage_names[s], c->err); verdict = s; break; }
+      if (!g) { fprintf(out, "  %-38s FAILS: %s\n", stage_name(s), c->err); verdict = s; break; }
       RunResult rf;
-      if (interp_results(c, g, &in, &got, &ngot, &I, &rf)) { fprintf(out, "  %-38s FAILS to run: %s\n", stage_names[s], c->err); verdict = s; break; }
+      if (interp_results(c, g, &in, &got, &ngot, &I, &rf)) { fprintf(out, "  %-38s FAILS to run: %s\n", stage_name(s), c->err); verdict = s; break; }
       if (b) {   /* partitioned: the backward on the forward's saved values, then the cotangent */
         Interp *J = Jb = interp_new(c, b);
         Value **users;
@@ -234,11 +234,11 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     if (gref && s > ST_AUTOGRAD) eg = compare_sets(gref, ngref, got, ngot, &gworst);
     if (eg > e) { e = eg; worst = gworst; }
     if (!(e <= o->tol)) {
-      fprintf(out, "  %-38s DEPARTS: %s relative error %.3g\n", stage_names[s], worst ? worst : "?", e);
+      fprintf(out, "  %-38s DEPARTS: %s relative error %.3g\n", stage_name(s), worst ? worst : "?", e);
       if (I) first_departing_node(c, g0, I0, g, I, o->tol, out);
       else fprintf(out, "  the compiled code departs from the interpreter: gcc-graph minify %s reduces it to a small repro\n", gg_quote(c, o->model));
       verdict = s;
-    } else fprintf(out, "  %-38s agrees (worst relative error %.3g)\n", stage_names[s], e);
+    } else fprintf(out, "  %-38s agrees (worst relative error %.3g)\n", stage_name(s), e);
     if (I) interp_free(I);
     if (Jb) interp_free(Jb);
   }
@@ -442,7 +442,8 @@ out:
 
 int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out) {
   Graph *g = graph_load(c, o->model, o->weights);
-  if (!g || verify_graph(g) || graph_check_supported(g) || functionalize(g) || verify_graph(g)) return -1;
+  Pipeline p = {.g = g, .tr = &o->tr};
+  if (!g || pipeline_run(&p, 0, stage_index("functionalize") + 1, NULL, NULL)) return -1;
   for (int i = 0; i < g->nsyms; i++)
     if (g->syms[i].min != g->syms[i].max) { graph_release(g); return gg_error(c, "%s: minify needs static sizes (symbol %s has a range)", g->path, g->syms[i].name); }
   SafeTensors in;

@@ -1,8 +1,8 @@
-/* compile.c: the pipeline, as one function (compile_model), and the build of the .so.
+/* compile.c: the pipeline, as one function (compile_model_uncached), with its reports.
  * Requires: options from the driver. Guarantees: a model .so that carries its weights (or the
- * offsets of them in the file they stay in), its metadata and its guards, built by the system C
- * compiler in a private folder with relative paths, so that the same model and flags give the same
- * bytes wherever they are built. */
+ * offsets of them in the file they stay in), its metadata and its guards: the graph loaded, the
+ * stages of pipeline.c's table run (each timed and dumped with --time-report and --debug-dir), the
+ * code written by the emitters (module.c) from the schedule, and built by build.c. */
 #include "gg.h"
 
 #include <cjson/cJSON.h>
@@ -12,15 +12,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef struct { const char *name, *text; } EmbeddedFile;
-extern const EmbeddedFile gg_embedded_files[];
-
-int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets, int64_t blob_size,
-               bool external, int64_t external_size);
 
 /* ---------------------------------------------------------------- metadata */
 
@@ -117,86 +110,6 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
   return r;
 }
 
-/* ---------------------------------------------------------------- files and the C compiler */
-
-static int write_file(Ctx *c, const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return gg_error(c, "%s: cannot write: %s", path, strerror(errno));
-  if (n && fwrite(data, 1, n, f) != n) { fclose(f); return gg_error(c, "%s: write failed", path); }
-  if (fclose(f)) return gg_error(c, "%s: write failed", path);
-  return 0;
-}
-
-static int write_sources(Ctx *c, const char *dir) {
-  for (const EmbeddedFile *e = gg_embedded_files; e->name; e++)
-    if (write_file(c, arena_printf(c->arena, "%s/%s", dir, e->name), e->text, strlen(e->text))) return -1;
-  return 0;
-}
-
-/* Start argv (no shell: model names never reach a command line) in dir, its output into dir/log. */
-static pid_t start_tool(Ctx *c, const char *dir, char **argv, const char *log, bool verbose) {
-  if (verbose) {
-    fputs("gcc-graph:", stderr);
-    for (char **a = argv; *a; a++) fprintf(stderr, " %s", *a);
-    fputc('\n', stderr);
-  }
-  fflush(NULL);   /* the child must not write out what the parent has buffered */
-  pid_t pid = fork();
-  if (pid < 0) { gg_error(c, "cannot start %s: %s", argv[0], strerror(errno)); return -1; }
-  if (pid == 0) {
-    if (chdir(dir)) _exit(127);
-    FILE *lf = freopen(log, "w", stdout);
-    if (!lf || dup2(fileno(stdout), 2) < 0) _exit(127);
-    execvp(argv[0], argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-/* Wait for a started tool; -1 with its output on failure. */
-static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const char *log) {
-  int st;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
-  char buf[3000] = "";
-  FILE *f = fopen(arena_printf(c->arena, "%s/%s", dir, log), "r");
-  if (f) { size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f); }
-  bool nv = strstr(tool, "nvcc") != NULL;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0])
-    return gg_error(c, nv ? "cannot run the CUDA compiler '%s' (install the CUDA toolkit, or name it with NVCC=...)" : "cannot run the C compiler '%s' (give another with --cc)", tool);
-  return gg_error(c, "the %s compiler failed on the generated code (internal error; please report it):\n%s", nv ? "CUDA" : "C", buf);
-}
-
-/* Split flags on spaces (no shell quoting: --cflags "-O3 -march=native"). */
-static int split_flags(Ctx *c, const char *s, char **out, int max) {
-  int n = 0;
-  char *copy = arena_strdup(c->arena, s ? s : "");
-  for (char *t = strtok(copy, " \t"); t && n < max; t = strtok(NULL, " \t")) out[n++] = t;
-  return n;
-}
-
-static int copy_file(Ctx *c, const char *from, const char *to) {
-  FILE *in = fopen(from, "rb");
-  if (!in) return gg_error(c, "%s: cannot read: %s", from, strerror(errno));
-  char *tmp = arena_printf(c->arena, "%s.tmp%ld", to, (long)getpid());
-  FILE *out = fopen(tmp, "wb");
-  if (!out) { fclose(in); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
-  fclose(in);
-  if (fclose(out) || chmod(tmp, 0755) || rename(tmp, to)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
-  return 0;
-}
-
-static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
-                                "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", "cc_model.log", "cc_rt.log", NULL};
-  char p[4096];
-  for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
-  rmdir(dir);
-}
-
 /* ---------------------------------------------------------------- --time-report */
 
 
@@ -207,8 +120,7 @@ typedef struct Timer {
   double t0, last;
   Ctx *c;
   const char *debug_dir;    /* --debug-dir: each stage's graph, numbered, and timings.txt */
-  Graph *g;
-  const Schedule *sched;    /* dumped by the schedule stage instead of the graph */
+  Pipeline *p;              /* its graphs, dumped after each stage (the schedule after the schedule stage) */
   int n;
 } Timer;
 
@@ -216,15 +128,18 @@ static double seconds(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, 
 
 /* Debug dump of the graph as a stage left it: NN-stage.txt, one line per node (graph_print). */
 static void dump_graph(Timer *t, const char *name) {
-  if (!t->debug_dir || !t->g) return;
+  if (!t->debug_dir || !t->p || !t->p->g) return;
   char word[32];
   size_t k = 0;
   for (const char *p = name; *p && *p != ' ' && k < sizeof word - 1; p++) word[k++] = *p;
   word[k] = 0;
   FILE *f = fopen(arena_printf(t->c->arena, "%s/%02d-%s.txt", t->debug_dir, ++t->n, word), "w");
   if (!f) return;
-  if (t->sched) schedule_print(t->sched, f);
-  else graph_print(t->g, f);
+  if (!strcmp(name, "schedule")) {
+    schedule_print(t->p->sf, f);
+    if (t->p->sb) { fputs("\n# the backward\n", f); schedule_print(t->p->sb, f); }
+  }
+  else graph_print(!strcmp(name, "backward (partition)") ? t->p->bwd : t->p->g, f);
   fclose(f);
 }
 
@@ -266,217 +181,31 @@ static void stage(Timer *t, const char *name) {
   t->last = now;
 }
 
-int compile_model_uncached(Ctx *c, const CompileOptions *o);
-
-/* ---------------------------------------------------------------- the cache and dependency files */
-
-static bool is_so_output(const CompileOptions *o) { return !o->sources_only; }
-
-/* -fno-trapping-math lets GCC vectorize loops with float selects (scalar.h's float32 functions) */
-#define DEFAULT_CFLAGS "-O3 -fno-math-errno -fno-trapping-math"
-
-/* The C compiler's identity for the cache keys: the file it resolves to through PATH, its size and
- * its modification time, so that an upgraded compiler misses the cache. */
-static const char *compiler_id(Ctx *c, const char *cc) {
-  char *path = NULL, real[PATH_MAX];
-  struct stat st;
-  if (strchr(cc, '/')) path = (char *)cc;
-  else
-    for (const char *d = getenv("PATH"), *e; d && *d && !path; d = *e ? e + 1 : e) {
-      e = strchr(d, ':');
-      if (!e) e = d + strlen(d);
-      char *cand = arena_printf(c->arena, "%.*s/%s", (int)(e - d), d, cc);
-      if (e > d && access(cand, X_OK) == 0) path = cand;
-    }
-  if (!path || !realpath(path, real) || stat(real, &st)) return cc;
-  return arena_printf(c->arena, "%s %lld %lld", real, (long long)st.st_size, (long long)st.st_mtime);
-}
-
-/* GCC_GRAPH_NO_CACHE=1: nothing compiled is kept or reused */
-static bool caches_off(void) {
-  const char *off = getenv("GCC_GRAPH_NO_CACHE");
-  return off && *off && strcmp(off, "0");
-}
-
-/* Where compiled runtimes are kept (compile_model_uncached): GCC_GRAPH_CACHE_DIR, else
- * $XDG_CACHE_HOME/gcc-graph or ~/.cache/gcc-graph; none with GCC_GRAPH_NO_CACHE=1. */
-static const char *runtime_cache_dir(Ctx *c) {
-  const char *d = getenv("GCC_GRAPH_CACHE_DIR");
-  if (caches_off()) return NULL;
-  if (d && *d) return d;
-  const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-  if (x && *x == '/') return arena_printf(c->arena, "%s/gcc-graph", x);
-  if (h && *h == '/') return arena_printf(c->arena, "%s/.cache/gcc-graph", h);
-  return NULL;
-}
-
-/* mkdir -p for the cache's folder; false when it is not there afterwards */
-static bool make_dirs(Ctx *c, const char *dir) {
-  char *p = arena_printf(c->arena, "%s", dir);
-  for (char *q = p + 1; *q; q++)
-    if (*q == '/') {
-      *q = 0;
-      mkdir(p, 0777);
-      *q = '/';
-    }
-  if (mkdir(p, 0777) && errno != EEXIST) {
-    gg_log(c, LOG_CACHE, "cannot create %s: %s", dir, strerror(errno));
-    return false;
+/* --debug-dir: the generated code and the schedule; GCC_GRAPH_LOGS=output_code: the code on stderr */
+static int write_debug(Ctx *c, const CompileOptions *o, const char *src, size_t len) {
+  const char *name = o->cuda ? "model.cu" : "model.c";
+  if (o->debug_dir) {
+    if (write_file(c, arena_printf(c->arena, "%s/%s", o->debug_dir, name), src, len)) return -1;
+    FILE *sf = fopen(arena_printf(c->arena, "%s/schedule.txt", o->debug_dir), "w");
+    if (sf) { explain_schedule(c, sf); fclose(sf); }
   }
-  return true;
-}
-
-/* The cache key: everything the output depends on. The compiler and every option that changes the
- * generated code, then the model's bytes and the weights file's. */
-static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
-  Sha256 h;
-  sha256_init(&h);
-  char opts[2048];
-  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g|cuda %d %s %s",
-           GG_VERSION, compiler_id(c, o->cc ? o->cc : "cc"), o->cflags ? o->cflags : DEFAULT_CFLAGS, o->external_weights, o->tr.on, o->tr.loss,
-           o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps, o->cuda,
-           o->cuda_arch ? o->cuda_arch : "-", o->nvcc ? o->nvcc : "-");
-  sha256_update(&h, opts, strlen(opts) + 1);
-  const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* a test-only switch that changes the code */
-  if (bug) sha256_update(&h, bug, strlen(bug) + 1);
-  const char *files[2] = {o->model, o->weights_file};
-  for (int i = 0; i < 2; i++) {
-    if (!files[i]) continue;
-    FILE *f = fopen(files[i], "rb");
-    if (!f) return gg_error(c, "%s: cannot open: %s", files[i], strerror(errno));
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&h, buf, n);
-    fclose(f);
-    sha256_update(&h, "|", 1);
+  if (GG_LOG_ON(c, LOG_OUTPUT_CODE)) {
+    gg_log(c, LOG_OUTPUT_CODE, "%s, %zu bytes:", name, len);
+    fwrite(src, 1, len, stderr);
   }
-  sha256_hex(&h, hex);
   return 0;
 }
 
-static int copy_file(Ctx *c, const char *from, const char *to);
-
-/* A make rule: OUT: MODEL [WEIGHTS], and an empty rule per dependency (as gcc -MP), so that a deleted
- * model does not stop make. Spaces in names are escaped as make wants. */
-static int write_deps(Ctx *c, const CompileOptions *o) {
-  if (!o->deps_file) return 0;
-  char *tmp = arena_printf(c->arena, "%s.tmp%ld", o->deps_file, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return gg_error(c, "%s: cannot write: %s", o->deps_file, strerror(errno));
-  const char *names[3] = {o->output, o->model, o->weights_file};
-  for (int i = 0; i < 3; i++) {
-    if (!names[i]) continue;
-    if (i == 1) fputs(":", f);
-    if (i) fputc(' ', f);
-    for (const char *p = names[i]; *p; p++) { if (*p == ' ' || *p == '#') fputc('\\', f); if (*p == '$') fputc('$', f); fputc(*p, f); }
-  }
-  fputs("\n", f);
-  for (int i = 1; i < 3; i++) {
-    if (!names[i]) continue;
-    fputc('\n', f);
-    for (const char *p = names[i]; *p; p++) { if (*p == ' ' || *p == '#') fputc('\\', f); if (*p == '$') fputc('$', f); fputc(*p, f); }
-    fputs(":\n", f);
-  }
-  if (fclose(f) || rename(tmp, o->deps_file)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", o->deps_file, strerror(errno)); }
-  return 0;
+/* after each stage of the table: its time, and its graph in --debug-dir (partition: the backward, then
+ * the forward) */
+static void stage_done(void *arg, const Stage *s) {
+  Timer *t = arg;
+  stage(t, s->name);
+  if (!strcmp(s->name, "backward (partition)")) dump_graph(t, "forward (partition)");
 }
 
-/* ---------------------------------------------------------------- the CUDA build */
-
-/* The GPU's architecture when one is installed (nvidia-smi), else sm_90 (Hopper). */
-static const char *default_cuda_arch(Ctx *c) {
-  FILE *p = popen("nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null", "r");
-  int major = 0, minor = 0;
-  if (p) {
-    if (fscanf(p, "%d.%d", &major, &minor) != 2) major = 0;
-    pclose(p);
-  }
-  return major > 0 ? arena_printf(c->arena, "sm_%d%d", major, minor) : "sm_90";
-}
-
-/* nvcc builds model.cu and the CUDA runtime (at once with -j 2 or more), then links them with cuBLAS;
- * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
- * headers as gcc does (nvcc itself does not read CPATH). */
-static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
-  const char *nvcc = o->nvcc ? o->nvcc : "nvcc";
-  const char *arch = o->cuda_arch ? o->cuda_arch : default_cuda_arch(c);
-  char *common[64];
-  int nc = 0;
-  common[nc++] = (char *)nvcc;
-  common[nc++] = arena_printf(c->arena, "-arch=%s", arch);
-  char *flags[24];
-  int nf = split_flags(c, o->cflags ? o->cflags : "-O3", flags, 20);
-  for (int i = 0; i < nf; i++) common[nc++] = flags[i][0] == '-' && flags[i][1] == 'O' ? flags[i] : arena_printf(c->arena, "-Xcompiler=%s", flags[i]);
-  common[nc++] = "-Xcompiler=-fPIC,-fvisibility=hidden";
-  common[nc++] = "-diag-suppress=177,550";   /* unused helpers and symbol values in generated code */
-  common[nc++] = "-I/usr/include/x86_64-linux-gnu";
-  const char *cpath = getenv("CPATH");
-  char *cp = arena_strdup(c->arena, cpath ? cpath : "");
-  for (char *t = strtok(cp, ":"); t && nc < 40; t = strtok(NULL, ":")) if (*t) common[nc++] = arena_printf(c->arena, "-I%s", t);
-  /* the toolkit's libraries, next to nvcc */
-  char *lib = NULL;
-  char *nvpath = NULL;
-  if (strchr(nvcc, '/')) nvpath = realpath(nvcc, NULL);
-  else {
-    const char *path = getenv("PATH");
-    char *pc = arena_strdup(c->arena, path ? path : "");
-    for (char *t = strtok(pc, ":"); t && !nvpath; t = strtok(NULL, ":")) {
-      char *cand = arena_printf(c->arena, "%s/%s", t, nvcc);
-      if (access(cand, X_OK) == 0) nvpath = realpath(cand, NULL);
-    }
-  }
-  if (nvpath) {
-    char *slash = strrchr(nvpath, '/');
-    if (slash) *slash = 0;
-    lib = arena_printf(c->arena, "%s/../lib64", nvpath);
-    free(nvpath);
-  }
-  char *argv[3][80];
-  bool split = o->jobs >= 2;
-  for (int k = 0; k < (split ? 3 : 1); k++) {
-    char **a = argv[k];
-    int n = 0;
-    for (int i = 0; i < nc; i++) a[n++] = common[i];
-    if (split && k < 2) { a[n++] = "-c"; a[n++] = k ? "gg_rt_cuda.cu" : "model.cu"; a[n++] = "-o"; a[n++] = k ? "gg_rt.o" : "model.o"; }
-    else {
-      a[n++] = "-shared";
-      a[n++] = "-Xlinker=--build-id=none,-z,nodelete";
-      if (lib) a[n++] = arena_printf(c->arena, "-Xlinker=-rpath,%s", lib);
-      a[n++] = "-o";
-      a[n++] = "model.so";
-      if (split) { a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
-      else { a[n++] = "model.cu"; a[n++] = "gg_rt_cuda.cu"; }
-      a[n++] = "-lcublas";
-      a[n++] = "-lcublasLt";
-    }
-    a[n] = NULL;
-  }
-  if (split) {
-    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = p0 < 0 ? -1 : start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
-    int e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, nvcc, "cc_model.log"), e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, nvcc, "cc_rt.log");
-    if (e0 || e1) return -1;
-    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
-    return p2 < 0 || wait_tool(c, dir, p2, nvcc, "cc.log") ? -1 : 0;
-  }
-  pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
-  return p < 0 || wait_tool(c, dir, p, nvcc, "cc.log") ? -1 : 0;
-}
-
-/* ---------------------------------------------------------------- the pipeline */
-
-int functionalize(Graph *g);
-int decompose(Graph *g, bool training);
-
-/* The joint graph of --train: functional, decomposed for differentiation, the backward appended. */
-int training_graph(Graph *g, const TrainOptions *t) {
-  return functionalize(g) || verify_graph(g) || decompose(g, true) || verify_graph(g) || autograd(g, t->loss, false) || verify_graph(g) ? -1 : 0;
-}
-
-/* The graph explain shows the schedule of: the one compile builds for inference. */
-int inference_graph(Graph *g) {
-  return functionalize(g) || verify_graph(g) || fold_weights(g) || verify_graph(g) || decompose(g, false) || verify_graph(g) ? -1 : 0;
-}
-
+/* The schedule of a functional, decomposed graph, recorded in c for explain: its code is generated
+ * (no cc) and the kernels it writes are recorded. */
 int compile_schedule(Ctx *c, Graph *g) {
   int nw = 0;
   for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
@@ -494,235 +223,52 @@ int compile_schedule(Ctx *c, Graph *g) {
   return rc;
 }
 
+int compile_model_uncached(Ctx *c, const CompileOptions *o);
+
 int compile_model(Ctx *c, const CompileOptions *o) {
-  /* GCC_GRAPH_CACHE_DIR: an unchanged model with unchanged options is a copy of the .so built before */
-  const char *cache = caches_off() ? NULL : getenv("GCC_GRAPH_CACHE_DIR");
-  char key[65] = "", *cached = NULL;
-  if (cache && *cache && is_so_output(o) && !o->keep && !o->debug_dir) {
-    if (cache_key(c, o, key)) return -1;
-    cached = arena_printf(c->arena, "%s/%s.so", cache, key);
-    if (access(cached, R_OK) == 0) {
-      gg_log(c, LOG_CACHE, "hit %s for %s", key, o->model);
-      if (o->verbose) fprintf(stderr, "gcc-graph: cache hit %s\n", cached);
-      return copy_file(c, cached, o->output) || write_deps(c, o) ? -1 : 0;
-    }
-    gg_log(c, LOG_CACHE, "miss %s for %s", key, o->model);
-  }
-  int rc0 = compile_model_uncached(c, o);
-  if (rc0) return rc0;
-  if (cached) {   /* best effort: a cache that cannot be written is no error */
-    if (make_dirs(c, cache)) {
-      Ctx *quiet = ctx_new();
-      if (copy_file(quiet, o->output, cached)) gg_log(c, LOG_CACHE, "cannot store %s: %s", cached, quiet->err);
-      ctx_free(quiet);
-    }
-  }
+  const char *store;
+  int hit = build_cache_lookup(c, o, &store);   /* an unchanged model with unchanged options: a copy */
+  if (hit < 0 || (!hit && compile_model_uncached(c, o))) return -1;
+  if (!hit) build_cache_store(c, o, store);
   return write_deps(c, o);
 }
 
+/* The whole pipeline. */
 int compile_model_uncached(Ctx *c, const CompileOptions *o) {
-  Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, NULL, 0};
+  Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
-  /* read and check */
-  Graph *g = tm.g = graph_load(c, o->model, o->weights_file);
+  if (o->cuda && o->tr.on) return gg_error(c, "--train with --target cuda is not supported yet: train on the CPU");
+  Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .cuda = o->cuda};
+  tm.p = &p;
   stage(&tm, "load");
-  int rc = -1;
-  char *dir = NULL;
-  Graph *bwd = NULL;
-  PartitionStats ps = {0};
-  if (verify_graph(g) || graph_check_supported(g)) goto done;
-  stage(&tm, "verify");
-  if (o->cuda && o->tr.on) { gg_error(c, "--train with --target cuda is not supported yet: train on the CPU"); goto done; }
   c->cuda = o->cuda;
-  /* rewrite into the core set */
-  if (functionalize(g) || verify_graph(g)) goto done;
-  stage(&tm, "functionalize");
-  if (!o->tr.on && !o->external_weights) {   /* new weights go into the .so */
-    if (fold_weights(g) || verify_graph(g)) goto done;
-    stage(&tm, "fold weights");
-  }
-  if (decompose(g, o->tr.on) || verify_graph(g)) goto done;
-  stage(&tm, "decompose");
-  /* training: the backward, then the split into a forward and a backward program */
-  if (o->tr.on) {
-    if (autograd(g, o->tr.loss, false) || verify_graph(g)) goto done;
-    stage(&tm, "autograd");
-    if (partition(g, o->tr.save_all, &bwd, &ps) || verify_graph(g) || verify_graph(bwd)) goto done;
-    tm.g = bwd;
-    stage(&tm, "backward (partition)");
-    tm.g = g;
-    dump_graph(&tm, "forward (partition)");
-  }
-  /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
-  int nw = 0;
-  for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
-  int64_t *offsets = arena_array(c->arena, (size_t)nw + 1, sizeof *offsets), blob = 0, file_size = 0, bytes = 0;
-  bool external = o->external_weights;
-  if (external && o->weights_file) { gg_error(c, "--weights external keeps weights in the .pt2; it does not apply to a .json with --weights FILE"); goto done; }
-  for (int i = 0, k = 0; i < g->ninputs; i++) {
-    Value *v = g->inputs[i];
-    if (v->input == IN_USER) continue;
-    if (!v->weight) { gg_error(c, "%s %s has no data: give --weights FILE.safetensors", v->input == IN_PARAM ? "parameter" : "buffer", gg_quote(c, v->fqn)); goto done; }
-    bytes += (int64_t)v->weight->nbytes;
-    if (external) {
-      /* the archive is mapped once for reading its directory: find the mapping that holds the bytes */
-      const Mapping *hold = NULL;
-      for (const Mapping *m = g->mappings; m; m = m->next)
-        if (v->weight->data >= (const uint8_t *)m->base && v->weight->data < (const uint8_t *)m->base + m->len) hold = m;
-      if (!hold) { gg_error(c, "%s: weights of %s are not in the model file", g->path, gg_quote(c, v->fqn)); goto done; }
-      offsets[k++] = (int64_t)(v->weight->data - (const uint8_t *)hold->base);
-      file_size = (int64_t)hold->len;
-    }
-    else { offsets[k++] = blob; blob += ((int64_t)v->weight->nbytes + 63) & ~INT64_C(63); }
-  }
-  /* the build folder */
-  char tmpl[] = "/tmp/gcc-graph-XXXXXX";
-  const char *tmpdir = getenv("TMPDIR");
-  char *pattern = tmpdir && *tmpdir ? arena_printf(c->arena, "%s/gcc-graph-XXXXXX", tmpdir) : arena_strdup(c->arena, tmpl);
-  if (o->sources_only) {
-    if (mkdir(o->output, 0777) && errno != EEXIST) { gg_error(c, "%s: cannot create: %s", o->output, strerror(errno)); goto done; }
-    dir = arena_strdup(c->arena, o->output);
-  } else if (!(dir = mkdtemp(pattern))) { gg_error(c, "cannot create a build folder: %s", strerror(errno)); goto done; }
-  if (!external) {
-    uint8_t *b = calloc(1, (size_t)blob + 1);
-    if (!b) { gg_error(c, "out of memory for %lld bytes of weights", (long long)blob); goto done; }
-    for (int i = 0, k = 0; i < g->ninputs; i++) {
-      Value *v = g->inputs[i];
-      if (v->input == IN_USER) continue;
-      memcpy(b + offsets[k++], v->weight->data, v->weight->nbytes);
-    }
-    rc = write_file(c, arena_printf(c->arena, "%s/weights.bin", dir), b, (size_t)blob);
-    free(b);
-    if (rc) goto done;
-    rc = -1;
-  }
-  /* the schedule: what is fused where */
-  Schedule *sf = schedule_graph(g, o->cuda), *sb = sf && bwd ? schedule_graph(bwd, o->cuda) : NULL;
-  if (!sf || (bwd && !sb)) goto done;
-  tm.sched = sf;
-  stage(&tm, "schedule");
-  tm.sched = NULL;
-  char *meta = model_metadata(g, bwd, &o->tr, &ps, external, bytes);
+  int rc = -1;
+  BuildFiles b = {0};
   char *src = NULL;
-  size_t srclen = 0;
-  FILE *mf = open_memstream(&src, &srclen);
-  c->record = o->debug_dir != NULL;   /* --debug-dir: the schedule (kernels after fusion) too */
-  int erc = emit_model(c, g, sf, bwd, sb, &o->tr, mf, meta, offsets, blob, external, file_size);
+  size_t len = 0;
+  if (pipeline_run(&p, 0, INT_MAX, stage_done, &tm) || build_prepare(c, o, g, &b)) goto done;
+  /* the code: --debug-dir records the schedule (the kernels after fusion) too */
+  FILE *f = open_memstream(&src, &len);
+  c->record = o->debug_dir != NULL;
+  int erc = emit_model(c, g, p.sf, p.bwd, p.sb, &o->tr, f, model_metadata(g, p.bwd, &o->tr, &p.ps, b.external, b.bytes), b.offsets, b.blob, b.external,
+                       b.file_size);
   c->record = false;
-  fclose(mf);
-  if (!erc && o->debug_dir) {
-    FILE *sf = fopen(arena_printf(c->arena, "%s/schedule.txt", o->debug_dir), "w");
-    if (sf) { explain_schedule(c, sf); fclose(sf); }
-  }
-  if (erc) { free(src); goto done; }
-  const char *model_src = o->cuda ? "model.cu" : "model.c";
-  erc = write_file(c, arena_printf(c->arena, "%s/%s", dir, model_src), src, srclen);
-  if (!erc && o->debug_dir) erc = write_file(c, arena_printf(c->arena, "%s/%s", o->debug_dir, model_src), src, srclen);
-  if (!erc && GG_LOG_ON(c, LOG_OUTPUT_CODE)) {
-    gg_log(c, LOG_OUTPUT_CODE, "%s, %zu bytes:", model_src, srclen);
-    fwrite(src, 1, srclen, stderr);
-  }
-  free(src);
-  if (erc || write_sources(c, dir)) goto done;
+  fclose(f);
+  if (erc || build_sources(c, o, b.dir, src, len) || write_debug(c, o, src, len)) goto done;
   stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
-  if (o->sources_only) { rc = 0; stage(&tm, NULL); goto done; }
-  if (o->cuda) {
-    if (build_cuda(c, o, dir)) goto done;
-    stage(&tm, "nvcc (build the .so)");
-    rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
-    stage(&tm, NULL);
-    goto done;
+  if (!o->sources_only) {
+    if (build_so(c, o, b.dir)) goto done;
+    stage(&tm, o->cuda ? "nvcc (build the .so)" : "cc (build the .so)");
   }
-  /* cc: relative names only, so the output does not depend on the folder. The model and the runtime
-   * compile to objects (at once with -j 2 or more), then link; without a cache and with -j 1, one cc
-   * does all. The runtime's object depends only on the compiler, the flags and the runtime's
-   * source: it is taken from the cache when it is there (runtime_cache_dir, under the SHA-256 of
-   * those), and stored there after a build, so that it is compiled once, not for every model (2.5 s
-   * of a model's 3 on two cores). */
-  char *cflags[48];
-  int nf = split_flags(c, o->cflags ? o->cflags : DEFAULT_CFLAGS, cflags, 40);
-  const char *compile_flags[] = {"-std=gnu11", "-fPIC", "-fopenmp", "-fvisibility=hidden", "-I/usr/include/x86_64-linux-gnu", NULL};
-  /* -z nodelete: dlclose must not unload the model (and libgomp) under OpenMP's idle worker threads */
-  const char *link_flags[] = {"-shared", "-Wl,--build-id=none", "-Wl,-z,nodelete", "-o", "model.so", NULL};
-  char *libs[8];
-  int nl = 0;
-  /* OpenBLAS built on OpenMP shares the kernels' thread pool: link it by path when it is installed */
-  static const char omp_blas[] = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
-  if (access(arena_printf(c->arena, "%s/libopenblas.so.0", omp_blas), R_OK) == 0) {
-    libs[nl++] = arena_printf(c->arena, "-L%s", omp_blas);
-    libs[nl++] = arena_printf(c->arena, "-Wl,-rpath,%s", omp_blas);
-  }
-  libs[nl++] = "-lopenblas";
-  libs[nl++] = "-lm";
-  const char *cc = o->cc ? o->cc : "cc", *rt_dir = runtime_cache_dir(c);
-  char *argv[3][96];
-  bool split = o->jobs >= 2 || rt_dir;
-  /* argv[0]: the model (or everything); argv[1]: the runtime; argv[2]: the link */
-  for (int k = 0; k < (split ? 3 : 1); k++) {
-    char **a = argv[k];
-    int n = 0;
-    a[n++] = (char *)cc;
-    for (int i = 0; i < nf; i++) a[n++] = cflags[i];
-    if (k < 2) for (const char **f = compile_flags; *f; f++) a[n++] = (char *)*f;
-    if (split && k < 2) { a[n++] = "-c"; a[n++] = k ? "gg_rt.c" : "model.c"; a[n++] = "-o"; a[n++] = k ? "gg_rt.o" : "model.o"; }
-    else {
-      for (const char **f = link_flags; *f; f++) a[n++] = (char *)*f;
-      if (split) { a[n++] = "-fopenmp"; a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
-      else { a[n++] = "model.c"; a[n++] = "gg_rt.c"; }
-      for (int i = 0; i < nl; i++) a[n++] = libs[i];
-    }
-    a[n] = NULL;
-  }
-  char *rt_cached = NULL;
-  bool rt_hit = false;
-  if (rt_dir) {
-    Sha256 h;
-    char hex[65];
-    sha256_init(&h);
-    const char *id = arena_printf(c->arena, "gcc-graph %s runtime|%s|", GG_VERSION, compiler_id(c, cc));
-    sha256_update(&h, id, strlen(id) + 1);
-    for (char **a = argv[1] + 1; *a; a++) sha256_update(&h, *a, strlen(*a) + 1);
-    for (const EmbeddedFile *e = gg_embedded_files; e->name; e++) {
-      sha256_update(&h, e->name, strlen(e->name) + 1);
-      sha256_update(&h, e->text, strlen(e->text) + 1);
-    }
-    sha256_hex(&h, hex);
-    rt_cached = arena_printf(c->arena, "%s/runtime-%s.o", rt_dir, hex);
-    Ctx *quiet = ctx_new();
-    rt_hit = access(rt_cached, R_OK) == 0 && !copy_file(quiet, rt_cached, arena_printf(c->arena, "%s/gg_rt.o", dir));
-    ctx_free(quiet);
-    gg_log(c, LOG_CACHE, "runtime %s %s", rt_hit ? "hit" : "miss", rt_cached);
-  }
-  if (split) {
-    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = -1;
-    int e0 = 0, e1 = 0;
-    if (o->jobs < 2) e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, cc, "cc_model.log");
-    if (!rt_hit && !e0 && p0 >= 0) {
-      p1 = start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
-      e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, cc, "cc_rt.log");
-    }
-    if (o->jobs >= 2 && p0 >= 0) e0 = wait_tool(c, dir, p0, cc, "cc_model.log");
-    if (p0 < 0 || e0 || e1) goto done;
-    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
-    if (p2 < 0 || wait_tool(c, dir, p2, cc, "cc.log")) goto done;
-    if (rt_cached && !rt_hit && make_dirs(c, rt_dir)) {   /* best effort: a cache that cannot be written is no error */
-      Ctx *quiet = ctx_new();
-      if (copy_file(quiet, arena_printf(c->arena, "%s/gg_rt.o", dir), rt_cached)) gg_log(c, LOG_CACHE, "cannot store %s: %s", rt_cached, quiet->err);
-      ctx_free(quiet);
-    }
-  } else {
-    pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
-    if (p < 0 || wait_tool(c, dir, p, cc, "cc.log")) goto done;
-  }
-  stage(&tm, "cc (build the .so)");
-  rc = copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
   stage(&tm, NULL);
+  rc = 0;
 done:
+  free(src);
   progress(&tm, NULL);
-  if (dir && !o->sources_only && !o->keep) remove_dir(dir);
-  else if (dir && o->keep && !o->sources_only) fprintf(stderr, "gcc-graph: sources kept in %s\n", dir);
+  build_finish(o, b.dir);
   graph_release(g);
   return rc;
 }

@@ -206,7 +206,4 @@ bool const_is(const Expr *x, int64_t v);
 /* ---- emit_c.c */
 int epilogue(Em *e, Node *n, const TV *out, Epi *ep);   /* writes the function of n's epilogue */
 
-/* ---- module.c */
-int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata,
-               const int64_t *weight_offsets, int64_t blob_size, bool external, int64_t external_size);
 #endif

@@ -277,7 +277,12 @@ typedef struct Schedule {
 Schedule *schedule_graph(struct Graph *g, bool cuda);   /* NULL with a message */
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
-void schedule_print(const Schedule *s, FILE *f);   /* a line per node: its kernel, fused, or in an epilogue */
+void schedule_print(const Schedule *s, FILE *f);
+struct TrainOptions;
+/* The model file (module.c and the emitters): the forward (and a training model's backward) from its
+ * schedule, then the descriptors; weight_offsets: where each weight's bytes are (build.c). */
+int emit_model(Ctx *c, struct Graph *g, const Schedule *sf, struct Graph *bwd, const Schedule *sb, const struct TrainOptions *tr, FILE *out,
+               const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external, int64_t external_size);   /* a line per node: its kernel, fused, or in an epilogue */
 bool sched_test_miscompiled(const struct Node *n);   /* GCC_GRAPH_TEST_MISCOMPILE names its op (tests only) */
 
 /* ---------------------------------------------------------------- memory planning (memplan.c) */
@@ -533,6 +538,50 @@ typedef struct PartitionStats {
 /* Split the joint graph: g keeps the forward (saved values as OUT_SAVED outputs), *bwd gets the
  * backward (inputs: weights, saved, cotangents; outputs: OUT_GRAD). partition.c */
 int partition(Graph *g, bool save_all, Graph **bwd, PartitionStats *stats);   /* rewritten into the core set before code generation */
+
+/* ---------------------------------------------------------------- the stages (pipeline.c) */
+
+/* What the stages work on: the graph, and what they make of it. */
+typedef struct Pipeline {
+  Graph *g;
+  const TrainOptions *tr;    /* --train when tr && tr->on */
+  bool fold;                 /* fold weights into new ones (inference, weights inside the .so) */
+  bool cuda;                 /* --target cuda */
+  Graph *bwd;                /* training: the backward, after partition */
+  PartitionStats ps;
+  Schedule *sf, *sb;         /* the forward's (or the model's) schedule; the backward's */
+} Pipeline;
+typedef enum { STAGE_ALWAYS, STAGE_FOLD, STAGE_TRAINING } StageWhen;
+typedef struct Stage {
+  const char *name;          /* as --time-report and --debug-dir call it */
+  const char *after;         /* the graph it leaves, as check calls it */
+  StageWhen when;
+  bool rewrites;             /* changes the graph (check interprets the result) */
+  int (*run)(Pipeline *p);   /* -1 with a message */
+} Stage;
+extern const Stage gg_stages[];   /* in order, ending with a NULL name */
+bool stage_applies(const Stage *s, const Pipeline *p);
+int stage_index(const char *name);
+/* Run the stages [from, to) that apply, in order; each(arg, stage) after each one. */
+int pipeline_run(Pipeline *p, int from, int to, void (*each)(void *arg, const Stage *s), void *arg);
+
+/* ---------------------------------------------------------------- the build (build.c) */
+
+typedef struct BuildFiles {
+  const char *dir;           /* the folder the .so is built in (-S: the output folder) */
+  int64_t *offsets;          /* by weight: where its bytes are, in the blob or in the model file */
+  int64_t blob, file_size, bytes;   /* the blob's size, the model file's, the weights' */
+  bool external;             /* --weights external */
+} BuildFiles;
+int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
+int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
+int build_so(Ctx *c, const CompileOptions *o, const char *dir);   /* cc or nvcc, the .so copied to o->output */
+void build_finish(const CompileOptions *o, const char *dir);     /* the folder removed, unless --keep or -S */
+int build_cache_lookup(Ctx *c, const CompileOptions *o, const char **store);   /* 1: copied from the model cache */
+void build_cache_store(Ctx *c, const CompileOptions *o, const char *store);
+int write_deps(Ctx *c, const CompileOptions *o);   /* -MD / -MF */
+int write_file(Ctx *c, const char *path, const void *data, size_t n);
+int copy_file(Ctx *c, const char *from, const char *to);
 
 /* ---------------------------------------------------------------- compiled models (solib.c) */
 #include "../include/gcc_graph.h"

@@ -1,0 +1,73 @@
+/* pipeline.c: the stages of compilation, as one table.
+ * Requires: a loaded graph. Guarantees: the stages in order, each followed by the graph checker,
+ * those that apply (inference or training) only: compile runs them all, check runs them one prefix at
+ * a time and interprets each prefix's graph, explain and the tests run a prefix. A new stage is one
+ * row here. */
+#include "gg.h"
+
+#include <string.h>
+
+static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_supported(p->g) ? -1 : 0; }
+static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
+static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g) ? -1 : 0; }
+static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on) || verify_graph(p->g) ? -1 : 0; }
+static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || verify_graph(p->g) ? -1 : 0; }
+
+static int st_partition(Pipeline *p) {
+  return partition(p->g, p->tr->save_all, &p->bwd, &p->ps) || verify_graph(p->g) || verify_graph(p->bwd) ? -1 : 0;
+}
+
+static int st_schedule(Pipeline *p) {
+  p->sf = schedule_graph(p->g, p->cuda);
+  p->sb = p->sf && p->bwd ? schedule_graph(p->bwd, p->cuda) : NULL;
+  return !p->sf || (p->bwd && !p->sb) ? -1 : 0;
+}
+
+/* name: as --time-report and --debug-dir call the stage; after: the graph it leaves, as check says */
+const Stage gg_stages[] = {
+  {"verify", "loaded", STAGE_ALWAYS, true, st_verify},
+  {"functionalize", "functionalized", STAGE_ALWAYS, true, st_functionalize},
+  {"fold weights", "weights folded", STAGE_FOLD, true, st_fold},
+  {"decompose", "decomposed", STAGE_ALWAYS, true, st_decompose},
+  {"autograd", "autograd (joint graph)", STAGE_TRAINING, true, st_autograd},
+  {"backward (partition)", "partitioned (forward, then backward)", STAGE_TRAINING, true, st_partition},
+  {"schedule", "scheduled", STAGE_ALWAYS, false, st_schedule},
+  {NULL, NULL, 0, false, NULL},
+};
+
+bool stage_applies(const Stage *s, const Pipeline *p) {
+  bool train = p->tr && p->tr->on;
+  switch (s->when) {
+  case STAGE_TRAINING: return train;
+  case STAGE_FOLD: return !train && p->fold;
+  default: return true;
+  }
+}
+
+int stage_index(const char *name) {
+  for (int i = 0; gg_stages[i].name; i++)
+    if (!strcmp(gg_stages[i].name, name)) return i;
+  return -1;
+}
+
+int pipeline_run(Pipeline *p, int from, int to, void (*each)(void *arg, const Stage *s), void *arg) {
+  for (int i = from; gg_stages[i].name && i < to; i++) {
+    const Stage *s = &gg_stages[i];
+    if (!stage_applies(s, p)) continue;
+    if (s->run(p)) return -1;
+    if (each) each(arg, s);
+  }
+  return 0;
+}
+
+/* The joint graph of --train: functional, decomposed for differentiation, the backward appended. */
+int training_graph(Graph *g, const TrainOptions *t) {
+  Pipeline p = {.g = g, .tr = t};
+  return pipeline_run(&p, stage_index("functionalize"), stage_index("backward (partition)"), NULL, NULL);
+}
+
+/* The graph explain shows the schedule of: the one compile builds for inference. */
+int inference_graph(Graph *g) {
+  Pipeline p = {.g = g, .fold = true};
+  return pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), NULL, NULL);
+}
