@@ -405,7 +405,9 @@ static const char *check_gradients(const char *dir, char *ops_seen, size_t ops_l
   const char *mp = arena_printf(c->arena, "%s/model.pt2", dir);
   if (access(mp, R_OK)) mp = arena_printf(c->arena, "%s/model.json", dir);   /* one-op models of tests/gradcheck */
   Graph *g = gc.g = graph_load(c, mp, NULL);
-  if (!g || verify_graph(g) || functionalize(g) || verify_graph(g) || decompose(g, true) || verify_graph(g) || !widen(g) || verify_graph(g)) {
+  TrainOptions on = {.on = true};
+  Pipeline p = {.g = g, .tr = &on};   /* up to autograd, which runs on the widened graph below */
+  if (!g || pipeline_run(&p, 0, stage_index("autograd"), NULL, NULL) || !widen(g) || verify_graph(g)) {
     if (getenv("GG_FD_DEBUG")) fprintf(stderr, "skip: %s: %s\n", dir, c->has_err ? c->err : "half precision");
     res = "skip";
     goto out;
