@@ -215,7 +215,7 @@ int compile_schedule(Ctx *c, Graph *g) {
   FILE *f = open_memstream(&src, &len);
   TrainOptions none = {0};
   c->record = true;
-  Schedule *s = schedule_graph(g, c->cuda);
+  Schedule *s = schedule_graph(g);
   int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, "{}", offsets, 0, false, 0) : -1;
   c->record = false;
   fclose(f);

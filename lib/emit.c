@@ -604,3 +604,68 @@ int64_t const_numel(const Value *v) {
   }
   return ne;
 }
+
+/* The statements of n's epilogue (the schedule's chain after it) over a run of its output's elements:
+ * the product's element, yr[j], is the seed; the chain's values before the last are computed inline;
+ * the operands are read at the linear index i0. *val: the last value (*fl: as float); ep gets the
+ * chain and the tensors it reads. 0 when n has no epilogue, 1 when it has, -1 on error. */
+int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body_out, const char **val_out, bool *fl_out) {
+  ep->n = e->s->nchain[n->id];
+  ep->P.n = 0;
+  if (!ep->n) return 0;
+  memcpy(ep->chain, e->s->chain[n->id], sizeof *ep->chain * (size_t)ep->n);
+  Value *v = ep->chain[ep->n - 1]->outs[0];
+  /* the kernel sees the output as a run of elements: the product's element is the seed, the chain's
+   * values before the last are computed inline, the operands are read at the same linear index */
+  Value *seed = n->outs[0];
+  const Expr *ne = numel(e, out);
+  int nsave = 0;
+  Value *saved_v[8 + 8 * 8 + 1];
+  TV saved[8 + 8 * 8 + 1];
+  saved_v[nsave] = seed;
+  saved[nsave++] = e->tv[seed->id];
+  char *ld = NULL;
+  size_t ldlen = 0;
+  FILE *lf = open_memstream(&ld, &ldlen);
+  load_f(lf, v->dtype, "yr", "j");
+  fclose(lf);
+  e->tv[seed->id] = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
+  free(ld);
+  for (int k = 0; k < ep->n; k++) {
+    Node *u = ep->chain[k];
+    FOR_TENSOR_ARGS(u, a, {
+      if (a == seed || (k > 0 && a == ep->chain[k - 1]->outs[0])) continue;
+      saved_v[nsave] = a;
+      saved[nsave++] = e->tv[a->id];
+      TV *o = &e->tv[a->id];
+      bool one = const_numel(a) == 1;
+      o->rank = 1;
+      o->sizes[0] = one ? C(e, 1) : ne;
+      o->strides[0] = C(e, 1);
+    })
+    if (k < ep->n - 1) {
+      Value *w = u->outs[0];
+      saved_v[nsave] = w;
+      saved[nsave++] = e->tv[w->id];
+      e->tv[w->id] = (TV){.ok = true, .deferred = u, .dt = w->dtype, .rank = 1};
+    }
+  }
+  char *body = NULL;
+  size_t blen = 0;
+  FILE *bf = open_memstream(&body, &blen);
+  bool fl;
+  Params P = {0};
+  const char *val = fused_value(e, bf, ep->chain[ep->n - 1], 1, &ne, &P, &fl);
+  fclose(bf);
+  while (nsave--) e->tv[saved_v[nsave]->id] = saved[nsave];
+  if (!val || P.n > EPI_MAX) {
+    free(body);
+    return val ? GG_INTERNAL(e->c) : -1;
+  }
+  ep->P = P;
+  *body_out = body;
+  *val_out = val;
+  *fl_out = fl;
+  return 1;
+}
+

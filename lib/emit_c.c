@@ -80,59 +80,13 @@ static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, c
 /* Write the function of n's epilogue, the chain the schedule gave it (out: n's output storage); ep->n
  * is 0 when it has none. -1 on error. */
 int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
-  ep->n = e->s->nchain[n->id];
-  ep->P.n = 0;
-  if (!ep->n) return 0;
-  memcpy(ep->chain, e->s->chain[n->id], sizeof *ep->chain * (size_t)ep->n);
-  Value *v = ep->chain[ep->n - 1]->outs[0];
-  /* the kernel sees the output as a run of elements: the product's element is the seed, the chain's
-   * values before the last are computed inline, the operands are read at the same linear index */
-  Value *seed = n->outs[0];
-  const Expr *ne = numel(e, out);
-  int nsave = 0;
-  Value *saved_v[8 + 8 * 8 + 1];
-  TV saved[8 + 8 * 8 + 1];
-  saved_v[nsave] = seed;
-  saved[nsave++] = e->tv[seed->id];
-  char *ld = NULL;
-  size_t ldlen = 0;
-  FILE *lf = open_memstream(&ld, &ldlen);
-  load_f(lf, v->dtype, "yr", "j");
-  fclose(lf);
-  e->tv[seed->id] = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
-  free(ld);
-  for (int k = 0; k < ep->n; k++) {
-    Node *u = ep->chain[k];
-    FOR_TENSOR_ARGS(u, a, {
-      if (a == seed || (k > 0 && a == ep->chain[k - 1]->outs[0])) continue;
-      saved_v[nsave] = a;
-      saved[nsave++] = e->tv[a->id];
-      TV *o = &e->tv[a->id];
-      bool one = const_numel(a) == 1;
-      o->rank = 1;
-      o->sizes[0] = one ? C(e, 1) : ne;
-      o->strides[0] = C(e, 1);
-    })
-    if (k < ep->n - 1) {
-      Value *w = u->outs[0];
-      saved_v[nsave] = w;
-      saved[nsave++] = e->tv[w->id];
-      e->tv[w->id] = (TV){.ok = true, .deferred = u, .dt = w->dtype, .rank = 1};
-    }
-  }
-  char *body = NULL;
-  size_t blen = 0;
-  FILE *bf = open_memstream(&body, &blen);
+  char *body;
+  const char *val;
   bool fl;
-  Params P = {0};
-  const char *val = fused_value(e, bf, ep->chain[ep->n - 1], 1, &ne, &P, &fl);
-  fclose(bf);
-  while (nsave--) e->tv[saved_v[nsave]->id] = saved[nsave];
-  if (!val || P.n > EPI_MAX) {
-    free(body);
-    return val ? GG_INTERNAL(e->c) : -1;
-  }
-  ep->P = P;
+  int r = epilogue_body(e, n, out, ep, &body, &val, &fl);
+  if (r <= 0) return r;
+  Value *v = ep->chain[ep->n - 1]->outs[0];
+  const Params *P = &ep->P;
   FILE *f = e->k;
   const char *T = ctype(v->dtype);
   ep->fn = arena_printf(e->a, "ep%d", e->nk);
@@ -145,10 +99,10 @@ int epilogue(Em *e, Node *n, const TV *out, Epi *ep) {
   }
   fprintf(f, " */\nstatic GG_VEC void %s(const gg_epi *ep, void *yv, int64_t ld, int64_t rows, int64_t cols) {\n", ep->fn);
   fputs("  const int64_t *s = ep->s;\n  (void)s;\n", f);
-  for (int j = 0; j < P.n; j++) fprintf(f, "  const %s *x%d = (const %s *)ep->x[%d];\n", ctype(P.tv[j].dt), j, ctype(P.tv[j].dt), j);
+  for (int j = 0; j < P->n; j++) fprintf(f, "  const %s *x%d = (const %s *)ep->x[%d];\n", ctype(P->tv[j].dt), j, ctype(P->tv[j].dt), j);
   fprintf(f, "  for (int64_t r = 0; r < rows; r++) {\n    %s *restrict yr = (%s *)yv + r * ld;\n", T, T);
-  if (P.n) fprintf(f, "    const int64_t at = yr - (%s *)ep->y0;\n", T);   /* the operands' index */
-  fputs(P.n ? "    for (int64_t j = 0; j < cols; j++) {\n      const int64_t i0 = at + j;\n" : "    for (int64_t j = 0; j < cols; j++) {\n", f);
+  if (P->n) fprintf(f, "    const int64_t at = yr - (%s *)ep->y0;\n", T);   /* the operands' index */
+  fputs(P->n ? "    for (int64_t j = 0; j < cols; j++) {\n      const int64_t i0 = at + j;\n" : "    for (int64_t j = 0; j < cols; j++) {\n", f);
   fputs(body, f);
   free(body);
   fputs("    ", f);
@@ -343,4 +297,4 @@ static void prelude_c(Graph *g, FILE *out) {
 
 static void finish_c(FILE *out, const char *errs) { (void)out; (void)errs; }
 
-const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, true, product_c, conv_c, pool_c, "", "kDLCPU", prelude_c, finish_c};
+const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, product_c, conv_c, pool_c, "", "kDLCPU", prelude_c, finish_c};

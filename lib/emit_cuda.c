@@ -68,6 +68,44 @@ const Dialect gg_dialect_cuda = {cu_head, cu_syms, cu_call, cu_call_end, cu_retu
 
 /* ---------------------------------------------------------------- products, convolutions, pooling */
 
+/* The schedule's epilogue of product or convolution n, as a kernel over its output right after it,
+ * a thread per element, in place: the same statements as the CPU's epilogue function (emit.c's
+ * epilogue_body). It saves what the CPU's saves but the pass over the output: a kernel and a
+ * tensor per node of the chain. */
+static int epilogue_kernel(Em *e, Node *n, const TV *out) {
+  Epi ep;
+  char *body;
+  const char *val;
+  bool fl;
+  int r = epilogue_body(e, n, out, &ep, &body, &val, &fl);
+  if (r <= 0) return r;
+  DType dt = ep.chain[ep.n - 1]->outs[0]->dtype;
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "epilogue");
+  fputs("/* applies:", f);
+  for (int k = 0; k < ep.n; k++) { fputc(' ', f); comment(f, ep.chain[k]->name); }
+  fputs(" */\n", f);
+  kopen(e, id, false, false);
+  fprintf(f, "%s *y", ctype(dt));
+  for (int j = 0; j < ep.P.n; j++) fprintf(f, ", const %s *x%d", ctype(ep.P.tv[j].dt), j);
+  ksyms(e);
+  const Expr *ne = numel(e, out);
+  int cl = open_loops(e, 1, &ne, true);
+  fprintf(f, "    %s *const yr = y;\n    const int64_t j = i0;\n", ctype(dt));
+  fputs(body, f);
+  free(body);
+  fputs("    ", f);
+  store(f, dt, fl, "yr", "j", val);
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fputs(sname(e, out->stor), e->r);
+  for (int j = 0; j < ep.P.n; j++) fprintf(e->r, ", %s", sname(e, ep.P.tv[j].stor));
+  kcall_end(e);
+  return 0;
+}
+
 /* CUDA: gg_cu_gemm (cuBLASLt for one product, cuBLAS strided-batched over the last batch dim, host
  * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
  * copied into the output first and the product added to it (beta). Half types accumulate in
@@ -117,7 +155,7 @@ static int product_cuda(Em *e, const Product *p) {
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor), epi ? sname(e, bt->stor) : "NULL");
   kcall_end(e);
-  return 0;
+  return epilogue_kernel(e, n, out);
 }
 
 
@@ -127,7 +165,7 @@ static int conv_cuda(Em *e, const Conv *cv) {
   Epi none = {0};
   const char *what = cv->tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)";
   const char *body = arena_printf(e->a, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", cv->n->outs[0]->dtype == DT_F64);
-  return conv_kernel(e, cv, what, MUL(e, MUL(e, cv->cg, cv->ksp), cv->sp), NULL, &none, body);
+  return conv_kernel(e, cv, what, MUL(e, MUL(e, cv->cg, cv->ksp), cv->sp), NULL, &none, body) || epilogue_kernel(e, cv->n, cv->out) ? -1 : 0;
 }
 
 static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", dt == DT_F64); }
@@ -154,6 +192,6 @@ static void finish_cuda(FILE *out, const char *errs) {
   fputs("  }\n  return \"index out of range\";\n}\n", out);
 }
 
-const Target gg_target_cuda = {&gg_dialect_cuda, "", false, false, product_cuda, conv_cuda, pool_cuda,
+const Target gg_target_cuda = {&gg_dialect_cuda, "", false, product_cuda, conv_cuda, pool_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
                                prelude_cuda, finish_cuda};

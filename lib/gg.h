@@ -259,7 +259,6 @@ typedef enum { SN_KERNEL, SN_FUSED, SN_EPILOGUE } SchedRole;
 #define SCHED_EPI_MAX 8     /* tensors an epilogue reads (gg_rt.h's GG_EPI_MAX) */
 typedef struct Schedule {
   struct Graph *g;
-  bool cuda;                /* --target cuda (no epilogues yet) */
   /* by value id */
   int *uses;                /* reads by nodes, +2 for an output of the model */
   struct Node **reader;     /* its last reader: its only one when uses is 1 */
@@ -274,7 +273,7 @@ typedef struct Schedule {
   Refusal *refused; int nrefused, cap_refused;   /* fusions refused, with why */
   int nfused;               /* SN_FUSED nodes */
 } Schedule;
-Schedule *schedule_graph(struct Graph *g, bool cuda);   /* NULL with a message */
+Schedule *schedule_graph(struct Graph *g);   /* the same for every target; NULL with a message */
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
 void schedule_print(const Schedule *s, FILE *f);

@@ -18,8 +18,8 @@ static int st_partition(Pipeline *p) {
 }
 
 static int st_schedule(Pipeline *p) {
-  p->sf = schedule_graph(p->g, p->cuda);
-  p->sb = p->sf && p->bwd ? schedule_graph(p->bwd, p->cuda) : NULL;
+  p->sf = schedule_graph(p->g);
+  p->sb = p->sf && p->bwd ? schedule_graph(p->bwd) : NULL;
   return !p->sf || (p->bwd && !p->sb) ? -1 : 0;
 }
 

@@ -115,12 +115,13 @@ static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int 
 }
 
 /* n's epilogue: the chain of pointwise nodes after it, each the only reader of the one before (n's
- * output first), over the same shape and dtype (float32 or float64, on the CPU), each other operand
+ * output first), over the same shape and dtype (float32 or float64), each other operand
  * a scalar, a single element, or a tensor of that shape, contiguous and already computed (a
- * residual). The runtime applies them to each finished tile while it is in cache (gg_epi, gg_rt.h). */
+ * residual). On the CPU the runtime applies them to each finished tile while it is in cache (gg_epi,
+ * gg_rt.h); on the GPU a kernel applies them in place right after the product (emit_cuda.c). */
 static void epilogue(Schedule *s, Node *n) {
   Value *v = n->outs[0];
-  if (s->cuda || (v->dtype != DT_F32 && v->dtype != DT_F64)) return;
+  if (v->dtype != DT_F32 && v->dtype != DT_F64) return;
   Node *chain[SCHED_CHAIN_MAX];
   int nc = 0, roots[SCHED_EPI_MAX + 1], nroots = 0;
   while (nc < SCHED_CHAIN_MAX) {
@@ -153,13 +154,12 @@ static void fresh(Schedule *s, Value *v) {
   s->has_layout[v->id] = true;
 }
 
-Schedule *schedule_graph(Graph *g, bool cuda) {
+Schedule *schedule_graph(Graph *g) {
   Ctx *c = g->ctx;
   Arena *a = c->arena;
   Schedule *s = arena_alloc(a, sizeof *s);
   size_t nv = (size_t)g->nvalues + 1, nn = (size_t)(g->nvalues + g->nnodes) + 1;
   s->g = g;
-  s->cuda = cuda;
   s->uses = arena_array(a, nv, sizeof *s->uses);
   s->reader = arena_array(a, nv, sizeof *s->reader);
   s->pw_read = arena_array(a, nv, sizeof *s->pw_read);

@@ -241,14 +241,14 @@ static Value *input(Graph *g, const char *name, int rank, const int64_t *sizes) 
 }
 
 /* the graph made of rw's nodes, with these outputs */
-static Schedule *sched_of(Graph *g, Rw *rw, bool cuda, int nout, Value **outs) {
+static Schedule *sched_of(Graph *g, Rw *rw, int nout, Value **outs) {
   g->nodes = rw->nodes;
   g->nnodes = rw->n;
   for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
   g->outputs = arena_array(g->ctx->arena, (size_t)nout + 1, sizeof *g->outputs);
   for (int i = 0; i < nout; i++) g->outputs[i] = (OutputSpec){.kind = OUT_USER, .v = outs[i]};
   g->noutputs = nout;
-  return schedule_graph(g, cuda);
+  return schedule_graph(g);
 }
 
 static bool refused(const Schedule *s, const char *node, const char *why) {
@@ -267,7 +267,7 @@ static void test_schedule(void) {
     Rw rw = {.g = g, .orig = &orig};
     Value *x = input(g, "x", 2, (int64_t[]){4, 5});
     Value *r = CALL(&rw, NULL, "relu", "self", T(x)), *y = CALL(&rw, NULL, "add.Scalar", "self", T(r), "other", FL(1));
-    Schedule *s = sched_of(g, &rw, false, 1, &y);
+    Schedule *s = sched_of(g, &rw, 1, &y);
     CHECK(s && s->role[r->def->id] == SN_FUSED && s->into[r->def->id] == y->def && s->role[y->def->id] == SN_KERNEL && s->nfused == 1);
     CHECK(s && sched_kernel_of(s, r->def) == y->def && s->nrefused == 0);
   }
@@ -282,26 +282,24 @@ static void test_schedule(void) {
     Value *e = CALL(&rw, NULL, "exp", "self", T(x));
     Value *w = CALL(&rw, NULL, "mul.Tensor", "self", T(e), "other", T(b));   /* e broadcasts to [4, 5] */
     Value *outs[3] = {p, q, w};
-    Schedule *s = sched_of(g, &rw, false, 3, outs);
+    Schedule *s = sched_of(g, &rw, 3, outs);
     CHECK(s && s->role[r->def->id] == SN_KERNEL && refused(s, r->def->name, "read 2 times"));
     CHECK(s && s->role[p->def->id] == SN_KERNEL && refused(s, p->def->name, "an output of the model"));
     CHECK(s && s->role[e->def->id] == SN_KERNEL && refused(s, e->def->name, "another shape"));
     CHECK(s && s->nfused == 0);
   }
-  /* linear -> add(residual) -> relu: both in the linear's epilogue on the CPU, none under CUDA */
-  for (int cuda = 0; cuda < 2; cuda++) {
+  /* linear -> add(residual) -> relu: both in the linear's epilogue (on every target) */
+  {
     Graph *g = empty_graph(c);
     Rw rw = {.g = g, .orig = &orig};
     Value *x = input(g, "x", 2, (int64_t[]){8, 16}), *w = input(g, "w", 2, (int64_t[]){32, 16}), *res = input(g, "res", 2, (int64_t[]){8, 32});
     Value *l = CALL(&rw, NULL, "linear", "input", T(x), "weight", T(w));
     Value *a = CALL(&rw, NULL, "add.Tensor", "self", T(l), "other", T(res));
     Value *y = CALL(&rw, NULL, "relu", "self", T(a));
-    Schedule *s = sched_of(g, &rw, cuda, 1, &y);
-    if (!cuda) {
-      CHECK(s && s->nchain[l->def->id] == 2 && s->chain[l->def->id][0] == a->def && s->chain[l->def->id][1] == y->def);
-      CHECK(s && s->role[a->def->id] == SN_EPILOGUE && s->into[y->def->id] == l->def && sched_kernel_of(s, y->def) == l->def);
-      CHECK(s && s->storage[y->id] == l->id);   /* the result is in the product's output */
-    } else CHECK(s && s->nchain[l->def->id] == 0 && s->role[a->def->id] == SN_FUSED && s->role[y->def->id] == SN_KERNEL);
+    Schedule *s = sched_of(g, &rw, 1, &y);
+    CHECK(s && s->nchain[l->def->id] == 2 && s->chain[l->def->id][0] == a->def && s->chain[l->def->id][1] == y->def);
+    CHECK(s && s->role[a->def->id] == SN_EPILOGUE && s->into[y->def->id] == l->def && sched_kernel_of(s, y->def) == l->def);
+    CHECK(s && s->storage[y->id] == l->id);   /* the result is in the product's output */
   }
   /* refused epilogues: a transposed (strided) residual, an operand computed after the product */
   {
@@ -314,7 +312,7 @@ static void test_schedule(void) {
     Value *l2 = CALL(&rw, NULL, "linear", "input", T(a), "weight", T(w));
     Value *later = CALL(&rw, NULL, "sigmoid", "self", T(z));
     Value *m = CALL(&rw, NULL, "mul.Tensor", "self", T(l2), "other", T(later));
-    Schedule *s = sched_of(g, &rw, false, 1, &m);
+    Schedule *s = sched_of(g, &rw, 1, &m);
     CHECK(s && !layout_is_contiguous(g, c->arena, &s->layout[rt->id]) && s->storage[rt->id] == z->id);
     CHECK(s && s->nchain[l->def->id] == 0 && refused(s, l->def->name, "strided view"));
     CHECK(s && s->nchain[l2->def->id] == 0 && refused(s, l2->def->name, "computed after the product"));
