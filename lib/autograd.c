@@ -98,7 +98,7 @@ static int acc(Ad *a, Value *x, Value *gx) {
 /* ---------------------------------------------------------------- rules */
 
 /* Unary pointwise ops: d = g * f'(x), written with x and the output y. */
-static int unary(Ad *a, Node *n) {
+int grad_unary(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0), *d = NULL;
   const char *op = n->op->name;
   if (!strcmp(op, "neg")) d = mulf(a, g, -1);
@@ -221,7 +221,7 @@ static int unary(Ad *a, Node *n) {
 }
 
 /* self op other, either of them a tensor (the other may be a Python number) */
-static int binary(Ad *a, Node *n) {
+int grad_binary(Ad *a, Node *n) {
   const char *op = n->op->name;
   Value *g = G(a, n, 0), *y = n->outs[0];
   Value *x = n->args[0].k == AK_TENSOR ? n->args[0].u.t : NULL, *o = n->args[1].k == AK_TENSOR ? n->args[1].u.t : NULL;
@@ -248,14 +248,14 @@ static int binary(Ad *a, Node *n) {
   return gg_error(a->g->ctx, "internal error: binary rule for %s", op);
 }
 
-static int atan2_rule(Ad *a, Node *n) {   /* d/dx = o / (x^2 + o^2), d/do = -x / (x^2 + o^2) */
+int grad_atan2(Ad *a, Node *n) {   /* d/dx = o / (x^2 + o^2), d/do = -x / (x^2 + o^2) */
   Value *x = rw_targ(n, "self"), *o = rw_targ(n, "other"), *g = G(a, n, 0);
   Value *den = binop(a, "add.Tensor", mul(a, x, x), mul(a, o, o)), *gd = binop(a, "div.Tensor", g, den);
   if (a->diff[x->id] && acc(a, x, mul(a, gd, o))) return -1;
   return a->diff[o->id] ? acc(a, o, mulf(a, mul(a, gd, x), -1)) : 0;
 }
 
-static int where_rule(Ad *a, Node *n) {
+int grad_where(Ad *a, Node *n) {
   Value *c = rw_targ(n, "condition"), *g = G(a, n, 0);
   const char *op = n->op->name;
   if (!strcmp(op, "masked_fill.Tensor")) {
@@ -273,14 +273,14 @@ static int where_rule(Ad *a, Node *n) {
 
 /* ---- views and data movement */
 
-static int reshape_rule(Ad *a, Node *n) {
+int grad_reshape(Ad *a, Node *n) {
   Value *x = n->args[0].u.t;
   return acc(a, x, reshape(a, G(a, n, 0), x->rank, x->sizes));
 }
 
-static int expand_rule(Ad *a, Node *n) { return acc(a, n->args[0].u.t, G(a, n, 0)); }   /* acc sums to x's shape */
+int grad_expand(Ad *a, Node *n) { return acc(a, n->args[0].u.t, G(a, n, 0)); }   /* acc sums to x's shape */
 
-static int permute_rule(Ad *a, Node *n) {
+int grad_permute(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0);
   const char *op = n->op->name;
   if (!strcmp(op, "t") || !strcmp(op, "transpose.int")) {
@@ -293,7 +293,7 @@ static int permute_rule(Ad *a, Node *n) {
   return acc(a, x, CALL(&a->r, NULL, "permute", "self", T(g), "dims", INTS(&a->r, p->n, inv)));
 }
 
-static int slice_rule(Ad *a, Node *n) {
+int grad_slice(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *z = zeros_like(a, x);
   const char *op = n->op->name;
   if (!z || !g) return -1;
@@ -309,7 +309,7 @@ static int slice_rule(Ad *a, Node *n) {
 }
 
 /* cat / stack: each input's part of the gradient */
-static int cat_rule(Ad *a, Node *n) {
+int grad_cat(Ad *a, Node *n) {
   const Arg *ts = &n->args[0];
   Value *g = G(a, n, 0);
   bool stack = !strcmp(n->op->name, "stack");
@@ -333,7 +333,7 @@ static int cat_rule(Ad *a, Node *n) {
 }
 
 /* split / chunk / unbind: the gradients of the pieces, side by side (zeros for unused pieces) */
-static int split_rule(Ad *a, Node *n) {
+int grad_split(Ad *a, Node *n) {
   Value *x = n->args[0].u.t;
   bool unbind = !strcmp(n->op->name, "unbind.int");
   int d = wrap_dim(rw_arg(n, "dim"), 0, x->rank);
@@ -347,12 +347,12 @@ static int split_rule(Ad *a, Node *n) {
   return acc(a, x, CALL(&a->r, NULL, unbind ? "stack" : "cat", "tensors", list, "dim", INT(&a->r, d)));
 }
 
-static int gather_rule(Ad *a, Node *n) {
+int grad_gather(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self");
   return acc(a, x, CALL(&a->r, NULL, "scatter_add", "self", T(zeros_like(a, x)), "dim", rw_arg(n, "dim")[0], "index", T(rw_targ(n, "index")), "src", T(G(a, n, 0))));
 }
 
-static int embedding_rule(Ad *a, Node *n) {
+int grad_embedding(Ad *a, Node *n) {
   Value *w = rw_targ(n, "weight"), *ix = rw_targ(n, "indices"), *g = G(a, n, 0);
   const Arg *pi = rw_arg(n, "padding_idx");
   int64_t pad = -1;
@@ -373,7 +373,7 @@ static int embedding_rule(Ad *a, Node *n) {
 
 /* ---- reductions and rows */
 
-static int reduce_rule(Ad *a, Node *n) {
+int grad_reduce(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *y = n->outs[0];
   const char *op = n->op->name;
   bool all = !strcmp(op, "sum") || !strcmp(op, "mean") || !strcmp(op, "max") || !strcmp(op, "min");
@@ -418,7 +418,7 @@ static int reduce_rule(Ad *a, Node *n) {
   return acc(a, x, binop(a, "div.Tensor", mul(a, gk, m), cnt));
 }
 
-static int softmax_rule(Ad *a, Node *n) {
+int grad_softmax(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0);
   Arg dim = EXPRS(&a->r, 1, &n->args[1].u.i);
   if (y->dtype != x->dtype) return gg_error(a->g->ctx, "%s: node %s: softmax with a dtype change has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
@@ -437,7 +437,7 @@ static Value *mT(Ad *a, Value *v) {   /* swap the last two dims */
   return v ? CALL(&a->r, NULL, "transpose.int", "self", T(v), "dim0", INT(&a->r, -2), "dim1", INT(&a->r, -1)) : NULL;
 }
 
-static int matmul_rule(Ad *a, Node *n) {
+int grad_matmul(Ad *a, Node *n) {
   const char *op = n->op->name;
   Value *g = G(a, n, 0);
   if (!strcmp(op, "linear")) {   /* y = x w^T + b */
@@ -505,7 +505,7 @@ static Value *conv_weight_grad(Ad *a, Value *in, Value *gout, int nsp, const int
   return r ? CALL(&a->r, NULL, "permute", "self", T(r), "dims", INTS(&a->r, 2 + nsp, sw)) : NULL;
 }
 
-static int conv_rule(Ad *a, Node *n) {
+int grad_conv(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
   Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *g = G(a, n, 0);
   const Arg *tra = rw_arg(n, "transposed");
@@ -584,7 +584,7 @@ static int conv_rule(Ad *a, Node *n) {
 
 /* average pooling (and adaptive pooling whose windows tile the input): each window spreads its
  * gradient evenly, a depthwise transposed convolution with a constant kernel */
-static int avg_pool_rule(Ad *a, Node *n) {
+int grad_avg_pool(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
   Value *x = n->args[0].u.t, *g = G(a, n, 0);
   int nsp = 2;
@@ -621,7 +621,7 @@ static int avg_pool_rule(Ad *a, Node *n) {
 }
 
 /* nearest upsampling by whole factors: each input element's gradient sums its copies */
-static int upsample_rule(Ad *a, Node *n) {
+int grad_upsample(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
   Value *x = n->args[0].u.t, *g = G(a, n, 0);
   if (!strstr(n->op->name, "nearest") || x->rank != 4) return gg_error(c, "%s: node %s: %s has no derivative rule", a->g->path, gg_quote(c, n->name), n->op->name);
@@ -636,7 +636,7 @@ static int upsample_rule(Ad *a, Node *n) {
 }
 
 /* clamp with tensor bounds: self where within, each bound where it wins */
-static int clamp_tensor(Ad *a, Node *n) {
+int grad_clamp_tensor(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *lo = rw_targ(n, "min"), *hi = rw_targ(n, "max"), *g = G(a, n, 0), *gs = g;
   if (lo) gs = keep(a, binop(a, "ge.Tensor", x, lo), gs);
   if (hi) gs = keep(a, binop(a, "le.Tensor", x, hi), gs);
@@ -647,7 +647,7 @@ static int clamp_tensor(Ad *a, Node *n) {
 }
 
 /* max pooling: the gradient goes to the position each window took its maximum from */
-static int max_pool_rule(Ad *a, Node *n) {
+int grad_max_pool(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *ix = n->outs[1];
   if (!g) return 0;
   const Expr *m = expr_const(a->g->ctx->arena, -1);
@@ -660,14 +660,14 @@ static int max_pool_rule(Ad *a, Node *n) {
 
 /* ops whose outputs do not change with their inputs' values almost anywhere: no gradient (PyTorch's
  * rules give zeros: floor, sign, ...; creation ops like full_like read only the shape) */
-static int no_gradient(Ad *a, Node *n) { (void)a; (void)n; return 0; }
+int grad_nothing(Ad *a, Node *n) { (void)a; (void)n; return 0; }
 
-static int pow_scalar(Ad *a, Node *n) {   /* base ** e: d/de = y ln(base) */
+int grad_pow_scalar(Ad *a, Node *n) {   /* base ** e: d/de = y ln(base) */
   double base = rw_farg(n, "self", 1);
   return acc(a, rw_targ(n, "exponent"), mul(a, G(a, n, 0), mulf(a, n->outs[0], log(base))));
 }
 
-static int pow_tensor(Ad *a, Node *n) {
+int grad_pow_tensor(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *e = rw_targ(n, "exponent"), *y = n->outs[0], *g = G(a, n, 0);
   if (a->diff[x->id]) {   /* g e x^(e-1) */
     Value *em1 = binf(a, "sub.Tensor", e, 1);
@@ -678,7 +678,7 @@ static int pow_tensor(Ad *a, Node *n) {
 }
 
 /* variance: g 2 (x - mean) / (N - correction) */
-static int var_rule(Ad *a, Node *n) {
+int grad_var(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
   const Arg *kd = rw_arg(n, "keepdim"), *co = rw_arg(n, "correction"), *ub = rw_arg(n, "unbiased");
   bool reduced[GG_MAX_RANK], keepdim = kd && kd->k == AK_BOOL && kd->u.b;
@@ -704,7 +704,7 @@ static int var_rule(Ad *a, Node *n) {
 }
 
 /* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
-static int pad_rule(Ad *a, Node *n) {
+int grad_pad(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
   const Arg *pd = rw_arg(n, "pad"), *mode = rw_arg(n, "mode");
   if (mode && mode->k == AK_STR && strcmp(mode->u.s, "constant"))
@@ -740,7 +740,7 @@ static Value *gathered(Ad *a, Value *g, Node *n, Value *ix, Value *src) {
   return same || !r ? r : CALL(&a->r, NULL, "constant_pad_nd", "self", T(r), "pad", EXPRS(&a->r, 2 * src->rank, pad));
 }
 
-static int index_rule(Ad *a, Node *n) {
+int grad_index(Ad *a, Node *n) {
   const char *op = n->op->name;
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
   if (!strcmp(op, "index_select")) {
@@ -786,62 +786,20 @@ static int index_rule(Ad *a, Node *n) {
 
 /* ---------------------------------------------------------------- the table and the pass */
 
-static const struct { const char *op; int (*rule)(Ad *, Node *); } rules[] = {
-  {"neg", unary}, {"exp", unary}, {"expm1", unary}, {"log", unary}, {"log1p", unary}, {"sqrt", unary}, {"rsqrt", unary},
-  {"reciprocal", unary}, {"square", unary}, {"tanh", unary}, {"sigmoid", unary}, {"sin", unary}, {"cos", unary}, {"abs", unary},
-  {"erf", unary}, {"relu", unary}, {"silu", unary}, {"gelu", unary}, {"leaky_relu", unary}, {"hardtanh", unary}, {"relu6", unary},
-  {"clamp", unary}, {"clamp_min", unary}, {"clamp_max", unary}, {"hardswish", unary}, {"hardsigmoid", unary}, {"softplus", unary},
-  {"elu", unary}, {"pow.Tensor_Scalar", unary}, {"mul.Scalar", unary}, {"add.Scalar", unary}, {"rsub.Scalar", unary},
-  {"clone", unary}, {"alias", unary}, {"contiguous", unary}, {"lift_fresh_copy", unary}, {"_to_copy", unary}, {"to.dtype", unary},
-  {"dropout", unary}, {"detach", unary},
-  {"add.Tensor", binary}, {"sub.Tensor", binary}, {"rsub.Tensor", binary}, {"mul.Tensor", binary}, {"div.Tensor", binary},
-  {"maximum", binary}, {"minimum", binary}, {"atan2", atan2_rule},
-  {"where.self", where_rule}, {"where.ScalarOther", where_rule}, {"where.ScalarSelf", where_rule}, {"masked_fill.Scalar", where_rule},
-  {"view", reshape_rule}, {"_unsafe_view", reshape_rule}, {"reshape", reshape_rule}, {"flatten.using_ints", reshape_rule},
-  {"unflatten.int", reshape_rule}, {"unsqueeze", reshape_rule}, {"squeeze", reshape_rule}, {"squeeze.dim", reshape_rule},
-  {"squeeze.dims", reshape_rule}, {"expand", expand_rule}, {"expand_as", expand_rule},
-  {"permute", permute_rule}, {"transpose.int", permute_rule}, {"t", permute_rule},
-  {"slice.Tensor", slice_rule}, {"select.int", slice_rule}, {"narrow", slice_rule},
-  {"cat", cat_rule}, {"stack", cat_rule}, {"split.Tensor", split_rule}, {"split_with_sizes", split_rule}, {"chunk", split_rule},
-  {"unbind.int", split_rule}, {"gather", gather_rule}, {"embedding", embedding_rule},
-  {"sum", reduce_rule}, {"sum.dim_IntList", reduce_rule}, {"mean", reduce_rule}, {"mean.dim", reduce_rule}, {"amax", reduce_rule},
-  {"amin", reduce_rule}, {"logsumexp", reduce_rule}, {"max", reduce_rule}, {"min", reduce_rule}, {"max.dim", reduce_rule},
-  {"min.dim", reduce_rule}, {"linalg_vector_norm", reduce_rule},
-  {"softmax.int", softmax_rule}, {"_softmax", softmax_rule}, {"log_softmax.int", softmax_rule}, {"_log_softmax", softmax_rule},
-  {"linear", matmul_rule}, {"addmm", matmul_rule}, {"mm", matmul_rule}, {"bmm", matmul_rule}, {"matmul", matmul_rule},
-  {"conv1d", conv_rule}, {"conv2d", conv_rule}, {"conv3d", conv_rule}, {"convolution", conv_rule},
-  {"max_pool2d_with_indices", max_pool_rule},
-  {"frac", unary}, {"sinh", unary}, {"cosh", unary}, {"tan", unary}, {"atan", unary}, {"asin", unary}, {"log2", unary},
-  {"log10", unary}, {"exp2", unary}, {"log_sigmoid", unary}, {"selu", unary}, {"mish", unary}, {"flip", unary}, {"movedim.int", unary},
-  {"conv_transpose1d", conv_rule}, {"conv_transpose2d.input", conv_rule}, {"conv_transpose3d.input", conv_rule},
-  {"avg_pool2d", avg_pool_rule}, {"adaptive_avg_pool2d", avg_pool_rule}, {"_adaptive_avg_pool2d", avg_pool_rule},
-  {"upsample_nearest2d.vec", upsample_rule}, {"upsample_nearest2d", upsample_rule}, {"clamp.Tensor", clamp_tensor},
-  {"erfinv", unary}, {"celu", unary}, {"to.dtype_layout", unary}, {"tril", unary}, {"triu", unary}, {"cumsum", unary},
-  {"pow.Tensor_Tensor", pow_tensor}, {"var.correction", var_rule}, {"var.dim", var_rule},
-  {"constant_pad_nd", pad_rule}, {"pad", pad_rule},
-  {"index_select", index_rule}, {"index.Tensor", index_rule}, {"index_put", index_rule}, {"scatter.src", index_rule},
-  {"scatter.value", index_rule}, {"scatter_add", index_rule}, {"select_scatter", index_rule}, {"slice_scatter", index_rule},
-  {"sub.Scalar", unary}, {"div.Scalar", unary}, {"remainder.Scalar", unary}, {"fmod.Scalar", unary}, {"type_as", unary},
-  {"to.device", unary}, {"native_dropout", unary}, {"pow.Scalar", pow_scalar}, {"masked_fill.Tensor", where_rule},
-  {"std.dim", var_rule}, {"std.correction", var_rule}, {"var_mean.correction", var_rule}, {"baddbmm", matmul_rule},
-  {"max.other", binary}, {"min.other", binary}, {"div.Tensor_mode", no_gradient}, {"floor_divide", no_gradient},
-  {"floor", no_gradient}, {"ceil", no_gradient}, {"round", no_gradient}, {"trunc", no_gradient}, {"sign", no_gradient},
-  {"full_like", no_gradient}, {"zeros_like", no_gradient}, {"ones_like", no_gradient}, {"empty_like", no_gradient},
-  {"new_zeros", no_gradient}, {"new_ones", no_gradient}, {"new_full", no_gradient}, {"new_empty", no_gradient},
-};
+
+/* The op table's grad column: an op without a rule names grad_none. */
+int grad_none(Ad *a, Node *n) { (void)a; (void)n; return -1; }
 
 const char *const *autograd_rules(int *n) {
-  static const char *names[sizeof rules / sizeof *rules];
-  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++) names[i] = rules[i].op;
-  *n = (int)(sizeof rules / sizeof *rules);
+  static const char *names[1024];
+  int k = 0;
+  for (int i = 0; i < ops_count() && k < 1024; i++)
+    if (autograd_has_rule(ops_at(i))) names[k++] = ops_at(i)->name;
+  *n = k;
   return names;
 }
 
-bool autograd_has_rule(const char *op) {
-  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
-    if (!strcmp(rules[i].op, op)) return true;
-  return false;
-}
+bool autograd_has_rule(const OpDef *op) { return op->grad != grad_none; }
 
 static bool is_float_tensor(const Value *v) { return v && v->kind == VK_TENSOR && dtype_is_float(v->dtype); }
 
@@ -917,9 +875,7 @@ int autograd(Graph *g, int loss, bool wrt_inputs) {
     for (int i = 0; i < n->nouts; i++) has |= a->grad[n->outs[i]->id] != NULL;
     FOR_TENSOR_ARGS(n, v, needs |= a->diff[v->id])
     if (!has || !needs) continue;
-    int (*rule)(Ad *, Node *) = NULL;
-    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
-      if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
+    GradFn rule = n->op->grad != grad_none ? n->op->grad : NULL;
     if (!strcmp(n->op->name, "dropout") && rw_arg(n, "train")->u.b && rw_farg(n, "p", 0) > 0) rule = NULL;
     if (!rule) return gg_error(c, "%s: node %s: op %s has no derivative rule (gradients cannot flow through it)", g->path, gg_quote(c, n->name), n->op->name);
     a->r.orig = n;

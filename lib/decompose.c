@@ -52,7 +52,7 @@ static bool land(Rw *r, Value *y, Value *into, bool half) {
   return CALL(r, into, "_to_copy", "self", T(y), "dtype", DT(into->dtype)) != NULL;
 }
 
-static int group_norm(Rw *r, Node *n) {
+int decomp_group_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x0 = rw_targ(n, "input");
   bool half = is_half(x0);
@@ -83,7 +83,7 @@ static Value *empty_stat(Rw *r, Value *into, DType dt) {
   return CALL(r, into, "zeros", "size", INTS(r, 1, zero), "dtype", DT(dt));
 }
 
-static int batch_norm(Rw *r, Node *n) {
+int decomp_batch_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   if (is_half(rw_targ(n, "input"))) return gg_error(c, "%s: node %s: half-precision batch norm is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
   Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *rm = rw_targ(n, "running_mean"), *rv = rw_targ(n, "running_var");
@@ -131,7 +131,7 @@ static int batch_norm(Rw *r, Node *n) {
   return 0;
 }
 
-static int sdpa(Rw *r, Node *n) {
+int decomp_sdpa(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *mask = rw_targ(n, "attn_mask");
   if (rw_farg(n, "dropout_p", 0) > 0) return gg_error(c, "%s: node %s: attention dropout is random; export in eval mode", r->g->path, gg_quote(c, n->name));
@@ -184,7 +184,7 @@ static int sdpa(Rw *r, Node *n) {
 }
 
 /* n-th forward difference: concatenate prepend/self/append, then subtract neighbours n times */
-static int diff(Rw *r, Node *n) {
+int decomp_diff(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self"), *pre = rw_targ(n, "prepend"), *app = rw_targ(n, "append");
   int64_t times = (int64_t)rw_farg(n, "n", 1), d = (int64_t)rw_farg(n, "dim", -1);
@@ -212,7 +212,7 @@ static int diff(Rw *r, Node *n) {
 }
 
 /* glu: first half * sigmoid(second half) */
-static int glu(Rw *r, Node *n) {
+int decomp_glu(Rw *r, Node *n) {
   Value *x = rw_targ(n, "self");
   int64_t d = (int64_t)rw_farg(n, "dim", -1), half;
   if (d < 0) d += x->rank;
@@ -225,7 +225,7 @@ static int glu(Rw *r, Node *n) {
 }
 
 /* repeat: view as [1, s0, 1, s1, ...], expand to [r0, s0, r1, s1, ...], copy, view as the result */
-static int repeat(Rw *r, Node *n) {
+int decomp_repeat(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self");
   const Arg *rp = rw_arg(n, "repeats");
@@ -244,7 +244,7 @@ static int repeat(Rw *r, Node *n) {
   return cl && CALL(r, n->outs[0], "reshape", "self", T(cl), "shape", EXPRS(r, n->outs[0]->rank, n->outs[0]->sizes)) ? 0 : -1;
 }
 
-static int broadcast_tensors(Rw *r, Node *n) {
+int decomp_broadcast_tensors(Rw *r, Node *n) {
   const Arg *ts = rw_arg(n, "tensors");
   for (int i = 0; i < ts->n; i++)
     if (!CALL(r, n->outs[i], "expand", "self", T(ts->u.ts[i]), "size", EXPRS(r, n->outs[i]->rank, n->outs[i]->sizes))) return -1;
@@ -258,7 +258,7 @@ static Value *reduce_loss(Rw *r, Value *loss, Value *denom, int64_t reduction, V
   return s ? CALL(r, into, "div.Tensor", "self", T(s), "other", T(denom)) : NULL;
 }
 
-static int mse_loss(Rw *r, Node *n) {
+int decomp_mse_loss(Rw *r, Node *n) {
   Value *d = CALL(r, NULL, "sub.Tensor", "self", T(rw_targ(n, "self")), "other", T(rw_targ(n, "target")));
   Value *sq = d ? CALL(r, NULL, "mul.Tensor", "self", T(d), "other", T(d)) : NULL;
   return sq && reduce_loss(r, sq, NULL, (int64_t)rw_farg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
@@ -275,7 +275,7 @@ static Value *pick(Rw *r, Value *cond, Value *a, Value *b) {
   return cond && a && b ? CALL(r, NULL, "where.self", "condition", T(cond), "self", T(a), "other", T(b)) : NULL;
 }
 
-static int elementwise_loss(Rw *r, Node *n) {
+int decomp_elementwise_loss(Rw *r, Node *n) {
   const char *op = n->op->name;
   Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight"), *l;
   if (!strcmp(op, "l1_loss")) l = pw1(r, "abs", pw2(r, "sub.Tensor", x, t));
@@ -306,7 +306,7 @@ static int elementwise_loss(Rw *r, Node *n) {
 
 /* cross entropy (and nll on log-probabilities) with class-index targets: the picked log-probability,
  * weighted, ignoring ignore_index, smoothed; the mean divides by the weights of the kept targets. */
-static int cross_entropy(Rw *r, Node *n) {
+int decomp_cross_entropy(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight");
   bool nll = !strncmp(n->op->name, "nll_loss", 8);
@@ -354,7 +354,7 @@ static int cross_entropy(Rw *r, Node *n) {
 }
 
 /* roll: along each dim, the last `shift` elements move to the front (cat of two narrows) */
-static int roll(Rw *r, Node *n) {
+int decomp_roll(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self");
   const Arg *sh = rw_arg(n, "shifts"), *dm = rw_arg(n, "dims");
@@ -392,7 +392,7 @@ static int roll(Rw *r, Node *n) {
 
 /* layer_norm / rms_norm as pointwise ops and means over the normalized dims (their inference form
  * is one row kernel, which has no derivative rule of its own). */
-static int norm_primitives(Rw *r, Node *n) {
+int decomp_norm_primitives(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "input");
   if (is_half(x)) return gg_error(c, "%s: node %s: half-precision normalization is not supported with --train", r->g->path, gg_quote(c, n->name));
@@ -416,7 +416,7 @@ static int norm_primitives(Rw *r, Node *n) {
 }
 
 /* max pooling through its indices, whose derivative rule scatters the gradient back */
-static int max_pool_indices(Rw *r, Node *n) {
+int decomp_max_pool_indices(Rw *r, Node *n) {
   const OpDef *op = ops_find("max_pool2d_with_indices");
   Arg *args = arena_array(r->g->ctx->arena, (size_t)op->nargs + 1, sizeof *args);
   memcpy(args, n->args, sizeof *args * (size_t)op->nargs);   /* the same schema up to ceil_mode */
@@ -424,7 +424,7 @@ static int max_pool_indices(Rw *r, Node *n) {
 }
 
 /* global average pooling is a mean over the plane */
-static int adaptive_avg_pool(Rw *r, Node *n) {
+int decomp_adaptive_avg_pool(Rw *r, Node *n) {
   Value *x = rw_targ(n, "self");
   const Arg *os = rw_arg(n, "output_size");
   int64_t a, b;
@@ -433,43 +433,24 @@ static int adaptive_avg_pool(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "mean.dim", "self", T(x), "dim", INTS(r, 2, dims), "keepdim", BO(true)) ? 0 : -1;
 }
 
-static const struct { const char *op; int (*rule)(Rw *, Node *); } training_rules[] = {
-  {"layer_norm", norm_primitives}, {"native_layer_norm", norm_primitives}, {"rms_norm", norm_primitives},
-  {"max_pool2d", max_pool_indices}, {"adaptive_avg_pool2d", adaptive_avg_pool}, {"_adaptive_avg_pool2d", adaptive_avg_pool},
-};
 
 /* The rules, by op name. */
-static const struct { const char *op; int (*rule)(Rw *, Node *); } rules[] = {
-  {"group_norm", group_norm}, {"native_group_norm", group_norm}, {"instance_norm", group_norm},
-  {"batch_norm", batch_norm}, {"_native_batch_norm_legit_no_training", batch_norm},
-  {"_native_batch_norm_legit_functional", batch_norm}, {"_native_batch_norm_legit.no_stats", batch_norm},
-  {"scaled_dot_product_attention", sdpa}, {"diff", diff}, {"glu", glu}, {"repeat", repeat},
-  {"broadcast_tensors", broadcast_tensors}, {"mse_loss", mse_loss}, {"l1_loss", elementwise_loss}, {"smooth_l1_loss", elementwise_loss},
-  {"huber_loss", elementwise_loss}, {"binary_cross_entropy", elementwise_loss}, {"binary_cross_entropy_with_logits", elementwise_loss}, {"cross_entropy_loss", cross_entropy},
-  {"nll_loss_forward", cross_entropy}, {"nll_loss_nd", cross_entropy}, {"nll_loss", cross_entropy}, {"roll", roll},
-};
 
-bool decompose_has_training_rule(const char *op) {
-  for (size_t i = 0; i < sizeof training_rules / sizeof *training_rules; i++)
-    if (!strcmp(training_rules[i].op, op)) return true;
-  return false;
+/* The op table's decomp column: an op that is not rewritten names decomp_none. */
+int decomp_none(Rw *r, Node *n) { (void)r; (void)n; return 0; }
+
+/* Rules that apply only with --train (into ops with derivative rules); without it the op has a kernel. */
+bool decompose_has_training_rule(const OpDef *op) {
+  return op->decomp == decomp_norm_primitives || op->decomp == decomp_max_pool_indices || op->decomp == decomp_adaptive_avg_pool;
 }
 
-bool decompose_has_rule(const char *op) {
-  for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
-    if (!strcmp(rules[i].op, op)) return true;
-  return false;
-}
+bool decompose_has_rule(const OpDef *op) { return op->decomp != decomp_none && !decompose_has_training_rule(op); }
 
 int decompose(Graph *g, bool training) {
   Rw r = {.g = g};
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(Rw *, Node *) = NULL;
-    for (size_t i = 0; n->op && i < sizeof rules / sizeof *rules; i++)
-      if (!strcmp(rules[i].op, n->op->name)) rule = rules[i].rule;
-    for (size_t i = 0; training && n->op && i < sizeof training_rules / sizeof *training_rules; i++)
-      if (!strcmp(training_rules[i].op, n->op->name)) rule = training_rules[i].rule;
+    DecompFn rule = n->op && (decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) ? n->op->decomp : NULL;
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;

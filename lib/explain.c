@@ -92,11 +92,11 @@ static OpCount *count_ops(const Graph *g, int *n) {
 /* How the compiler treats an op: compiled as a kernel, a view, or rewritten first; differentiated by
  * its own rule, through what it is rewritten into (or its functional twin), or not at all. */
 const char *op_compiled_as(const OpDef *op) {
-  return decompose_has_rule(op->name) ? "rewritten" : op->view || !strcmp(op->name, "_unsafe_view") ? "view" : "kernel";
+  return decompose_has_rule(op) ? "rewritten" : op->view || !strcmp(op->name, "_unsafe_view") ? "view" : "kernel";
 }
 
 const char *op_gradient(const OpDef *op) {
-  return autograd_has_rule(op->name) ? "rule" : op->inplace || decompose_has_rule(op->name) || decompose_has_training_rule(op->name) ? "rewritten" : "none";
+  return autograd_has_rule(op) ? "rule" : op->inplace || decompose_has_rule(op) || decompose_has_training_rule(op) ? "rewritten" : "none";
 }
 
 /* A trace from the export: print its last frame (the user's line) indented, escaped. */
@@ -371,7 +371,7 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     if (op) {
       cJSON_AddStringToObject(o, "compiled_as", op_compiled_as(op));
       cJSON_AddStringToObject(o, "gradient", op_gradient(op));
-      if (decompose_has_rule(op->name)) {
+      if (decompose_has_rule(op)) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "op", op->name);
         cJSON_AddNumberToObject(d, "count", counts[j].count);

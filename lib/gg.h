@@ -173,6 +173,10 @@ typedef int (*ShapeFn)(struct ShapeCtx *);
 typedef int (*EvalFn)(struct EvalCtx *);
 struct Em;
 typedef int (*EmitFn)(struct Em *, struct Node *);
+struct Ad;
+struct Rw;
+typedef int (*GradFn)(struct Ad *, struct Node *);    /* appends the node's backward (autograd.c) */
+typedef int (*DecompFn)(struct Rw *, struct Node *);  /* replaces the node by core ops (decompose.c) */
 
 /* Result dtype of a pointwise op: the promoted operand dtype (SAME), that made floating (FLOAT:
  * integers become float32), or bool after comparing in the promoted dtype (CMP) or as truth values (BOOL). */
@@ -183,7 +187,9 @@ typedef struct OpDef {
   const char *schema;     /* PyTorch's own schema text, which gives names, types and defaults */
   ShapeFn shape;
   EvalFn eval;
-  EmitFn emit;            /* writes the node's C code (emit_c.c) */
+  EmitFn emit;            /* writes the node's code (emit.c, emit_ops.c) */
+  GradFn grad;            /* its derivative rule (autograd.c), or grad_none */
+  DecompFn decomp;        /* its decomposition into other ops (decompose.c), or decomp_none */
   double (*pwf)(const double *x);   /* pointwise ops: the scalar function on float operands */
   int64_t (*pwi)(const int64_t *x); /* ... and on integer/bool operands (NULL: promote to float) */
   int pwout;              /* PwOut: how the result dtype follows from the operands */
@@ -522,12 +528,12 @@ int fold_weights(Graph *g);
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
 int decompose(Graph *g, bool training);
-bool decompose_has_rule(const char *op);   /* rewritten into the core set before code generation */
-bool decompose_has_training_rule(const char *op); /* rewritten further with --train (into differentiable ops) */
+bool decompose_has_rule(const OpDef *op);   /* rewritten into the core set before code generation */
+bool decompose_has_training_rule(const OpDef *op); /* rewritten further with --train (into differentiable ops) */
 /* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters
  * that require grad (and every float user input when wrt_inputs): autograd.c. */
 int autograd(Graph *g, int loss, bool wrt_inputs);
-bool autograd_has_rule(const char *op);
+bool autograd_has_rule(const OpDef *op);
 const char *const *autograd_rules(int *n);   /* the ops with a derivative rule */
 typedef struct PartitionStats {
   int saved; int64_t saved_bytes;        /* what this partition saves for the backward */

@@ -424,7 +424,7 @@ static const char *check_gradients(const char *dir, char *ops_seen, size_t ops_l
       fl |= n->args[i].k == AK_TENSOR && n->args[i].u.t->dtype == DT_F64;
       for (int j = 0; n->args[i].k == AK_TENSORS && j < n->args[i].n; j++) fl |= n->args[i].u.ts[j] && n->args[i].u.ts[j]->dtype == DT_F64;
     }
-    if (fl && autograd_has_rule(n->op->name) && !strstr(fwd_ops, arena_printf(c->arena, " %s ", n->op->name)))
+    if (fl && autograd_has_rule(n->op) && !strstr(fwd_ops, arena_printf(c->arena, " %s ", n->op->name)))
       fwd_ops = arena_printf(c->arena, "%s%s ", fwd_ops, n->op->name);
   }
   if (autograd(g, -1, true) || verify_graph(g)) {
