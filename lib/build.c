@@ -90,7 +90,7 @@ int copy_file(Ctx *c, const char *from, const char *to) {
 }
 
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
+  static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
                                 "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", "cc_model.log", "cc_rt.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }

@@ -19,6 +19,6 @@ for case in tests/corpus/*/* tests/extra/* tests/extra_aten/*; do
   fi
   "$BUILD/gcc-graph" explain "$case/model.pt2" $train >"$out/$name.explain" 2>&1
   "$BUILD/gcc-graph" explain "$case/model.pt2" $train --json >"$out/$name.json" 2>&1
-  rm -f "$out/$name.c/gg_rt.c" "$out/$name.c/gg_rt_common.c" "$out/$name.c/gg_rt.h" "$out/$name.c/scalar.h" "$out/$name.c/gcc_graph.h" "$out/$name.c/gg_rt_cuda.cu" "$out/$name.c/weights.bin"
-  rm -f "$out/$name.cu/gg_rt.c" "$out/$name.cu/gg_rt_common.c" "$out/$name.cu/gg_rt.h" "$out/$name.cu/scalar.h" "$out/$name.cu/gcc_graph.h" "$out/$name.cu/gg_rt_cuda.cu" "$out/$name.cu/weights.bin"
+  rm -f "$out/$name.c"/gg_rt* "$out/$name.c/scalar.h" "$out/$name.c/gcc_graph.h" "$out/$name.c/weights.bin"
+  rm -f "$out/$name.cu"/gg_rt* "$out/$name.cu/scalar.h" "$out/$name.cu/gcc_graph.h" "$out/$name.cu/weights.bin"
 done
