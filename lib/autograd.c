@@ -375,9 +375,9 @@ int grad_embedding(Ad *a, Node *n) {
 
 int grad_reduce(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *y = n->outs[0];
-  const char *op = n->op->name;
-  bool all = !strcmp(op, "sum") || !strcmp(op, "mean") || !strcmp(op, "max") || !strcmp(op, "min");
-  if (!strcmp(op, "max.dim") || !strcmp(op, "min.dim")) {   /* the gradient goes to the index each row picked */
+  const int rk = n->op->red;
+  bool all = ops_arg_index(n->op, "dim") < 0;   /* sum(), mean(), max(), min(): over every dim */
+  if (rk == R_MAX_DIM || rk == R_MIN_DIM) {   /* the gradient goes to the index each row picked */
     const Arg *da = rw_arg(n, "dim"), *kda = rw_arg(n, "keepdim");
     Value *gv = g, *ix = n->outs[1];
     if (!kda->u.b) {
@@ -389,8 +389,8 @@ int grad_reduce(Ad *a, Node *n) {
   const Arg *kd = rw_arg(n, "keepdim");
   bool reduced[GG_MAX_RANK], keepdim = kd && kd->k == AK_BOOL && kd->u.b;
   reduced_dims(all ? NULL : rw_arg(n, "dim"), x->rank, reduced);
-  if (!strncmp(op, "sum", 3)) return acc(a, x, unreduce(a, g, x, reduced, keepdim));
-  if (!strncmp(op, "mean", 4)) {
+  if (rk == R_SUM) return acc(a, x, unreduce(a, g, x, reduced, keepdim));
+  if (rk == R_MEAN) {
     const Expr *cnt = expr_const(a->g->ctx->arena, 1);
     for (int d = 0; d < x->rank; d++) if (reduced[d]) cnt = expr_bin(a->g->ctx->arena, E_MUL, cnt, x->sizes[d]);
     int64_t c;
@@ -398,7 +398,7 @@ int grad_reduce(Ad *a, Node *n) {
     return acc(a, x, unreduce(a, mulf(a, g, 1.0 / (double)c), x, reduced, keepdim));
   }
   Value *yk = unreduce(a, y, x, reduced, keepdim), *gk = unreduce(a, g, x, reduced, keepdim);
-  if (!strcmp(op, "linalg_vector_norm")) {   /* g sign(x) |x|^(p-1) / y^(p-1) */
+  if (rk == R_NORM) {   /* g sign(x) |x|^(p-1) / y^(p-1) */
     double p = rw_farg(n, "ord", 2);
     if (!(p > 0) || isinf(p)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a %g-norm is not supported", a->g->path, gg_quote(a->g->ctx, n->name), p);
     if (p == 1) return acc(a, x, mul(a, gk, unop(a, "sign", x)));
@@ -408,7 +408,7 @@ int grad_reduce(Ad *a, Node *n) {
     Value *den = yk ? CALL(&a->r, NULL, "pow.Tensor_Scalar", "self", T(yk), "exponent", FL(p - 1)) : NULL;
     return acc(a, x, mul(a, gk, binop(a, "div.Tensor", num, den)));
   }
-  if (!strcmp(op, "logsumexp")) return acc(a, x, mul(a, gk, unop(a, "exp", binop(a, "sub.Tensor", x, yk))));
+  if (rk == R_LSE) return acc(a, x, mul(a, gk, unop(a, "exp", binop(a, "sub.Tensor", x, yk))));
   /* amax / amin: the gradient goes to the extreme elements, shared among ties */
   Value *m = as_float(a, binop(a, "eq.Tensor", x, yk), x->dtype);
   int64_t dims[GG_MAX_RANK];
@@ -422,7 +422,7 @@ int grad_softmax(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *y = n->outs[0], *g = G(a, n, 0);
   Arg dim = EXPRS(&a->r, 1, &n->args[1].u.i);
   if (y->dtype != x->dtype) return gg_error(a->g->ctx, "%s: node %s: softmax with a dtype change has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
-  if (strstr(n->op->name, "log_softmax")) {   /* g - exp(y) sum(g) */
+  if (n->op->red == R_LOG_SOFTMAX) {   /* g - exp(y) sum(g) */
     Value *s = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(g), "dim", dim, "keepdim", BO(true));
     return acc(a, x, binop(a, "sub.Tensor", g, mul(a, unop(a, "exp", y), s)));
   }
@@ -693,7 +693,7 @@ int grad_var(Ad *a, Node *n) {
   double corr = co && co->k != AK_NONE ? rw_farg(n, "correction", 1) : ub && ub->k == AK_BOOL ? (ub->u.b ? 1 : 0) : 1;
   Value *m = CALL(&a->r, NULL, "mean.dim", "self", T(x), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true));
   Value *xc = binop(a, "sub.Tensor", x, m);
-  bool std = !strncmp(n->op->name, "std", 3);
+  bool std = n->op->red == R_STD;
   if (g) {   /* var: g 2 (x - mean) / (N - c); std = sqrt(var): g (x - mean) / ((N - c) std) */
     Value *gv = std ? binop(a, "div.Tensor", mulf(a, g, 0.5), n->outs[0]) : g;
     if (acc(a, x, mul(a, unreduce(a, gv, x, reduced, keepdim), mulf(a, xc, 2 / ((double)cnt - corr))))) return -1;

@@ -12,7 +12,6 @@
 /* ---------------------------------------------------------------- reductions and rows */
 
 int emit_reduce(Em *e, Node *n) {
-  const char *name = n->op->name;
   Value *xv = n->args[0].u.t;
   TV *x = tv_of(e, n, xv);
   if (!x) return -1;
@@ -29,9 +28,12 @@ int emit_reduce(Em *e, Node *n) {
   for (int d = 0; d < x->rank; d++) { if (mask[d]) red[nred++] = d; else kept[nkept++] = d; }
   TV *out = alloc_value(e, n->outs[0]);
   TV *out2 = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
-  bool ints = !dtype_is_float(out->dt) && !dtype_is_float(x->dt) && strncmp(name, "arg", 3) && strcmp(name, "max.dim") && strcmp(name, "min.dim");
+  const int rk = n->op->red;
+  bool is_arg = rk == R_ARGMAX || rk == R_ARGMIN;
+  bool ints = !dtype_is_float(out->dt) && !dtype_is_float(x->dt) && !is_arg && rk != R_MAX_DIM && rk != R_MIN_DIM;
   double correction = 1;
-  if (!strcmp(name, "var.dim") || !strcmp(name, "std.dim")) { int ui = ops_arg_index(n->op, "unbiased"); correction = n->args[ui].u.b ? 1 : 0; }
+  int ui = ops_arg_index(n->op, "unbiased");   /* var.dim, std.dim */
+  if (ui >= 0) correction = n->args[ui].u.b ? 1 : 0;
   else {
     int ci = ops_arg_index(n->op, "correction");
     if (ci >= 0 && n->args[ci].k == AK_FLOAT) correction = n->args[ci].u.f;
@@ -45,7 +47,7 @@ int emit_reduce(Em *e, Node *n) {
   /* sums over outer dims of a contiguous inner dim (bias gradients, batch sums): blocks of columns
    * per thread, each row added with unit stride */
   int64_t one;
-  bool plain = (!strncmp(name, "sum", 3) || !strncmp(name, "mean", 4)) && dtype_is_float(out->dt) && !out2;
+  bool plain = (rk == R_SUM || rk == R_MEAN) && dtype_is_float(out->dt) && !out2;
   if (plain && !e->cuda && nkept >= 1 && nred >= 1 && expr_is_const(x->strides[kept[nkept - 1]], &one) && one == 1 && red[nred - 1] < kept[nkept - 1]) {
     kernel_begin(e, n, "column reduction");
     fprintf(f, "static void k%d(%s *restrict y, void *y2, const %s *x, const int64_t *s) {\n  (void)s; (void)y2;\n", id, ctype(out->dt), ctype(x->dt));
@@ -67,7 +69,7 @@ int emit_reduce(Em *e, Node *n) {
     fputs(" + cb;\n      for (int64_t j = 0; j < w; j++) acc[j] += ", f);
     load_f(f, x->dt, "row", "j");
     fputs(";\n    }\n", f);
-    const char *res = !strncmp(name, "mean", 4) ? arena_printf(e->a, "acc[j] / (double)(%s)", cx(e, cnt)) : "acc[j]";
+    const char *res = rk == R_MEAN ? arena_printf(e->a, "acc[j] / (double)(%s)", cx(e, cnt)) : "acc[j]";
     fputs("    for (int64_t j = 0; j < w; j++) ", f);
     store(f, out->dt, true, "y", "o * Cn + cb + j", res);
     fputs("  }\n}\n", f);
@@ -86,11 +88,9 @@ int emit_reduce(Em *e, Node *n) {
   /* output index: kept dims in order (keepdim only adds size-1 dims, which do not move data) */
   const char *oidx = linear_index(e, ksz, nkept, 0);
   const char *acc = ints ? "int64_t" : "double";
-  bool is_max = !strncmp(name, "amax", 4) || !strcmp(name, "max") || !strcmp(name, "max.dim") || !strcmp(name, "argmax");
-  bool is_min = !strncmp(name, "amin", 4) || !strcmp(name, "min") || !strcmp(name, "min.dim") || !strcmp(name, "argmin");
-  bool is_var = !strncmp(name, "var", 3) || !strncmp(name, "std", 3);
-  bool is_prod = !strncmp(name, "prod", 4), is_any = !strncmp(name, "any", 3), is_all = !strncmp(name, "all", 3);
-  bool is_lse = !strcmp(name, "logsumexp"), is_norm = !strcmp(name, "linalg_vector_norm");
+  bool is_max = red_is_max(rk), is_min = red_is_min(rk), is_var = red_is_var(rk);
+  bool is_prod = rk == R_PROD, is_any = rk == R_ANY, is_all = rk == R_ALL;
+  bool is_lse = rk == R_LSE, is_norm = rk == R_NORM;
   fprintf(f, "    %s acc = %s, acc2 = 0; int64_t best = -1, cnt = 0; (void)acc2; (void)best; (void)cnt;\n", acc,
           is_prod || is_all ? "1" : is_max ? (ints ? "INT64_MIN" : "-INFINITY") : is_min ? (ints ? "INT64_MAX" : "INFINITY") : is_norm && isinf(ord) && ord < 0 ? "INFINITY" : "0");
   /* passes: logsumexp and var need two */
@@ -140,15 +140,15 @@ int emit_reduce(Em *e, Node *n) {
   }
   /* result */
   const char *res = "acc";
-  if (!strncmp(name, "mean", 4)) res = "acc / (double)cnt";
-  else if (is_var) res = arena_printf(e->a, "%s(acc / ((double)cnt - %.17g))", !strncmp(name, "std", 3) ? "sqrt" : "", correction);
+  if (rk == R_MEAN) res = "acc / (double)cnt";
+  else if (is_var) res = arena_printf(e->a, "%s(acc / ((double)cnt - %.17g))", rk == R_STD ? "sqrt" : "", correction);
   else if (is_lse) res = "(cnt ? log(acc) + m : -INFINITY)";
   else if (is_norm && !isinf(ord) && ord == 2) res = "sqrt(acc)";
   else if (is_norm && !isinf(ord) && ord != 0 && ord != 1) res = arena_printf(e->a, "pow(acc, 1.0 / %.17g)", ord);
-  if (!strncmp(name, "arg", 3)) res = "best";
+  if (is_arg) res = "best";
   fputs("    ", f);
-  store(f, out->dt, !ints && strncmp(name, "arg", 3), "y", oidx, res);
-  if (out2 && !strcmp(name, "var_mean.correction")) { fputs("    ", f); store(f, out2->dt, true, "y2", oidx, "mean"); }
+  store(f, out->dt, !ints && !is_arg, "y", oidx, res);
+  if (out2 && rk == R_VAR_MEAN) { fputs("    ", f); store(f, out2->dt, true, "y2", oidx, "mean"); }
   else if (out2) { fputs("    ", f); store(f, out2->dt, false, "y2", oidx, "best"); }
   close_loops(e, cl);
   fputs("}\n", f);
@@ -159,13 +159,12 @@ int emit_reduce(Em *e, Node *n) {
 }
 
 int emit_scan(Em *e, Node *n) {
-  const char *name = n->op->name;
   TV *x = tv_of(e, n, n->args[0].u.t);
   if (!x) return -1;
   TV *out = alloc_value(e, n->outs[0]);
   int d = wrap(int_arg(n, "dim", 0), x->rank);
-  bool ints = !dtype_is_float(out->dt), prod = !strcmp(name, "cumprod"), cum = !strncmp(name, "cum", 3);
-  bool logsm = strstr(name, "log_softmax") != NULL;
+  bool ints = !dtype_is_float(out->dt), prod = n->op->red == R_CUMPROD, cum = prod || n->op->red == R_CUMSUM;
+  bool logsm = n->op->red == R_LOG_SOFTMAX;
   /* loops over every dim but d, then along d */
   const Expr *osz[R];
   int map[R], k = 0;

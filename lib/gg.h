@@ -178,6 +178,16 @@ struct Rw;
 typedef int (*GradFn)(struct Ad *, struct Node *);    /* appends the node's backward (autograd.c) */
 typedef int (*DecompFn)(struct Rw *, struct Node *);  /* replaces the node by core ops (decompose.c) */
 
+/* What a reduction or scan computes (the op table's reduction column; R_NONE: not one). *_DIM: the
+ * value and its index along a dim; VAR_MEAN: both; LSE: log-sum-exp; NORM: a vector p-norm. */
+typedef enum {
+  R_NONE, R_SUM, R_MEAN, R_PROD, R_AMAX, R_AMIN, R_MAX, R_MIN, R_MAX_DIM, R_MIN_DIM, R_ARGMAX, R_ARGMIN, R_ANY, R_ALL,
+  R_VAR, R_STD, R_VAR_MEAN, R_LSE, R_NORM, R_CUMSUM, R_CUMPROD, R_SOFTMAX, R_LOG_SOFTMAX,
+} Reduction;
+static inline bool red_is_max(int r) { return r == R_AMAX || r == R_MAX || r == R_MAX_DIM || r == R_ARGMAX; }
+static inline bool red_is_min(int r) { return r == R_AMIN || r == R_MIN || r == R_MIN_DIM || r == R_ARGMIN; }
+static inline bool red_is_var(int r) { return r == R_VAR || r == R_STD || r == R_VAR_MEAN; }
+
 /* Result dtype of a pointwise op: the promoted operand dtype (SAME), that made floating (FLOAT:
  * integers become float32), or bool after comparing in the promoted dtype (CMP) or as truth values (BOOL). */
 typedef enum { PW_SAME, PW_FLOAT, PW_CMP, PW_BOOL } PwOut;
@@ -190,6 +200,7 @@ typedef struct OpDef {
   EmitFn emit;            /* writes the node's code (emit.c, emit_ops.c) */
   GradFn grad;            /* its derivative rule (autograd.c), or grad_none */
   DecompFn decomp;        /* its decomposition into other ops (decompose.c), or decomp_none */
+  int red;                /* Reduction: what a reduction or scan computes, or R_NONE */
   double (*pwf)(const double *x);   /* pointwise ops: the scalar function on float operands */
   int64_t (*pwi)(const int64_t *x); /* ... and on integer/bool operands (NULL: promote to float) */
   int pwout;              /* PwOut: how the result dtype follows from the operands */

@@ -397,7 +397,7 @@ static int reduce_rows(E *e, Tensor *x, Rows *r, bool *mask) {
 }
 
 int eval_reduce(E *e) {
-  const char *name = e->n->op->name;
+  const int rk = e->n->op->red;
   Tensor *x = T(e, "self");
   Rows r;
   bool mask[GG_MAX_RANK];
@@ -405,24 +405,23 @@ int eval_reduce(E *e) {
   Interp *I = e->I;
   Tensor *out = out0(e);
   int64_t O = r.outer, N = r.inner;
-  bool is_arg = !strncmp(name, "arg", 3), with_index = !strcmp(name, "max.dim") || !strcmp(name, "min.dim");
-  bool want_max = !strncmp(name, "amax", 4) || !strncmp(name, "max", 3) || !strcmp(name, "argmax");
-  if ((want_max || !strncmp(name, "amin", 4) || !strncmp(name, "min", 3) || !strcmp(name, "argmin")) && N == 0)
+  bool is_arg = rk == R_ARGMAX || rk == R_ARGMIN, with_index = rk == R_MAX_DIM || rk == R_MIN_DIM;
+  bool want_max = red_is_max(rk);
+  if ((want_max || red_is_min(rk)) && N == 0)
     return fail(e, "reduction over an empty dimension has no identity");
   bool ints = !dtype_is_float(out->dtype) && !dtype_is_float(x->dtype) && !is_arg && !with_index;
-  if (ints && (!strncmp(name, "sum", 3) || !strncmp(name, "prod", 4) || !strncmp(name, "amax", 4) || !strncmp(name, "amin", 4) ||
-               !strcmp(name, "max") || !strcmp(name, "min"))) {
+  if (ints && (rk == R_SUM || rk == R_PROD || rk == R_AMAX || rk == R_AMIN || rk == R_MAX || rk == R_MIN)) {
     int64_t *v = read_i64(I, r.view), *res = arena_array(I->c->arena, (size_t)O + 1, sizeof *res);
     for (int64_t o = 0; o < O; o++) {
       const int64_t *row = v + o * N;
-      uint64_t acc = !strncmp(name, "prod", 4) ? 1 : 0;
+      uint64_t acc = rk == R_PROD ? 1 : 0;
       int64_t m = N ? row[0] : 0;
       for (int64_t i = 0; i < N; i++) {
-        if (!strncmp(name, "sum", 3)) acc += (uint64_t)row[i];
-        else if (!strncmp(name, "prod", 4)) acc *= (uint64_t)row[i];
+        if (rk == R_SUM) acc += (uint64_t)row[i];
+        else if (rk == R_PROD) acc *= (uint64_t)row[i];
         else if (want_max ? row[i] > m : row[i] < m) m = row[i];
       }
-      res[o] = !strncmp(name, "sum", 3) || !strncmp(name, "prod", 4) ? (int64_t)acc : m;
+      res[o] = rk == R_SUM || rk == R_PROD ? (int64_t)acc : m;
     }
     write_i64(out, res);
     return 0;
@@ -432,32 +431,32 @@ int eval_reduce(E *e) {
   double *res2 = arena_array(I->c->arena, (size_t)O + 1, sizeof *res2);
   double correction = 1;
   double ord = F64(e, "ord", 2);
-  if (!strcmp(name, "var.dim") || !strcmp(name, "std.dim")) correction = B(e, "unbiased") ? 1 : 0;
+  if (ops_arg_index(e->n->op, "unbiased") >= 0) correction = B(e, "unbiased") ? 1 : 0;   /* var.dim, std.dim */
   else { RArg *ca = A(e, "correction"); if (ca && ca->k != AK_NONE) correction = F64(e, "correction", 1); }
   for (int64_t o = 0; o < O; o++) {
     const double *row = v + o * N;
     double acc = 0;
-    if (!strncmp(name, "sum", 3) || !strncmp(name, "mean", 4)) {
+    if (rk == R_SUM || rk == R_MEAN) {
       for (int64_t i = 0; i < N; i++) acc += row[i];
-      res[o] = !strncmp(name, "mean", 4) ? acc / (double)N : acc;
-    } else if (!strncmp(name, "prod", 4)) {
+      res[o] = rk == R_MEAN ? acc / (double)N : acc;
+    } else if (rk == R_PROD) {
       acc = 1;
       for (int64_t i = 0; i < N; i++) acc *= row[i];
       res[o] = acc;
-    } else if (!strncmp(name, "any", 3) || !strncmp(name, "all", 3)) {
+    } else if (rk == R_ANY || rk == R_ALL) {
       bool any = false, all = true;
       for (int64_t i = 0; i < N; i++) { any |= row[i] != 0; all &= row[i] != 0; }
-      res[o] = name[1] == 'n' ? any : all;
-    } else if (!strncmp(name, "var", 3) || !strncmp(name, "std", 3)) {
+      res[o] = rk == R_ANY ? any : all;
+    } else if (red_is_var(rk)) {
       double mean = 0, ss = 0;
       for (int64_t i = 0; i < N; i++) mean += row[i];
       mean /= (double)N;
       for (int64_t i = 0; i < N; i++) ss += (row[i] - mean) * (row[i] - mean);
       double dof = (double)N - correction;
       double var = dof > 0 ? ss / dof : (dof == 0 ? ss / 0.0 : NAN);
-      res[o] = !strncmp(name, "std", 3) ? sqrt(var) : var;
+      res[o] = rk == R_STD ? sqrt(var) : var;
       res2[o] = mean;
-    } else if (!strcmp(name, "linalg_vector_norm")) {
+    } else if (rk == R_NORM) {
       double m = isinf(ord) && ord < 0 ? INFINITY : 0;
       for (int64_t i = 0; i < N; i++) {
         double a = fabs(row[i]);
@@ -468,7 +467,7 @@ int eval_reduce(E *e) {
         else acc += pow(a, ord);
       }
       res[o] = isinf(ord) ? m : ord == 0 || ord == 1 ? acc : ord == 2 ? sqrt(acc) : pow(acc, 1.0 / ord);
-    } else if (!strcmp(name, "logsumexp")) {
+    } else if (rk == R_LSE) {
       double m = -INFINITY;
       for (int64_t i = 0; i < N; i++) if (row[i] > m || isnan(row[i])) m = row[i];
       if (isinf(m) || isnan(m)) { res[o] = N ? (isnan(m) ? m : (m > 0 ? m : log(0.0))) : -INFINITY; if (m > 0 && !isnan(m)) res[o] = INFINITY; continue; }
@@ -488,21 +487,21 @@ int eval_reduce(E *e) {
   if (is_arg) write_i64(out, idx);
   else write_f64(out, res);
   if (with_index) write_i64(e->outs[1], idx);
-  if (!strcmp(name, "var_mean.correction")) write_f64(e->outs[1], res2);
+  if (rk == R_VAR_MEAN) write_f64(e->outs[1], res2);
   return 0;
 }
 
 /* cumsum, softmax and log_softmax run along one dim. */
 int eval_scan(E *e) {
-  const char *name = e->n->op->name;
+  const int rk = e->n->op->red;
   Tensor *x = T(e, "self"), *out = out0(e);
   int d;
   if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
   Interp *I = e->I;
   Tensor *xv = dim_last(I, x, d), *ov = dim_last(I, out, d);
   int64_t N = x->rank ? x->sizes[d] : 1, O = N ? tensor_numel(x) / N : 0;
-  bool prod = !strcmp(name, "cumprod");
-  if (!strncmp(name, "cum", 3) && !dtype_is_float(out->dtype)) {
+  bool prod = rk == R_CUMPROD;
+  if ((rk == R_CUMSUM || rk == R_CUMPROD) && !dtype_is_float(out->dtype)) {
     int64_t *v = read_i64(I, xv);
     for (int64_t o = 0; o < O; o++) {
       uint64_t acc = prod;
@@ -512,10 +511,10 @@ int eval_scan(E *e) {
     return 0;
   }
   double *v = read_f64(I, xv);
-  bool log_sm = strstr(name, "log_softmax") != NULL;
+  bool log_sm = rk == R_LOG_SOFTMAX;
   for (int64_t o = 0; o < O; o++) {
     double *row = v + o * N;
-    if (!strncmp(name, "cum", 3)) {
+    if (rk == R_CUMSUM || rk == R_CUMPROD) {
       double acc = prod;
       for (int64_t i = 0; i < N; i++) { acc = prod ? acc * row[i] : acc + row[i]; row[i] = acc; }
       continue;

@@ -12,15 +12,15 @@
 
 /* ---------------------------------------------------------------- the table */
 
-#define OP(schema, shape, eval, emit, grad, decomp, pwf, pwi, pwout, doc) \
+#define OP(schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, doc) \
   int shape(struct ShapeCtx *); int eval(struct EvalCtx *); int emit(struct Em *, struct Node *); int grad(struct Ad *, struct Node *); \
   int decomp(struct Rw *, struct Node *);
 #include "ops.def"
 #undef OP
 
 static OpDef table[] = {
-#define OP(schema, shape, eval, emit, grad, decomp, pwf, pwi, pwout, doc) \
-  {NULL, schema, shape, eval, emit, grad, decomp, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
+#define OP(schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, doc) \
+  {NULL, schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
 #include "ops.def"
 #undef OP
 };

@@ -253,17 +253,17 @@ int shape_reduce(S *s) {
   }
   DType dt = x->dtype;
   const Arg *dta = arg(s, "dtype");
-  bool is = !strncmp(name, "sum", 3) || !strncmp(name, "prod", 4);
+  const int rk = s->n->op->red;
   if (dta && dta->k == AK_DTYPE) dt = (DType)dta->u.code;
-  else if (is && !dtype_is_float(dt)) dt = DT_I64;
-  else if (!strncmp(name, "arg", 3)) dt = DT_I64;
-  else if (!strncmp(name, "any", 3) || !strncmp(name, "all", 3)) dt = x->dtype == DT_U8 ? DT_U8 : DT_BOOL;
-  else if ((!strcmp(name, "logsumexp") || !strcmp(name, "linalg_vector_norm")) && !dtype_is_float(dt)) dt = DT_F32;
-  else if ((!strncmp(name, "mean", 4) || !strncmp(name, "var", 3) || !strncmp(name, "std", 3)) && !dtype_is_float(dt))
+  else if ((rk == R_SUM || rk == R_PROD) && !dtype_is_float(dt)) dt = DT_I64;
+  else if (rk == R_ARGMAX || rk == R_ARGMIN) dt = DT_I64;
+  else if (rk == R_ANY || rk == R_ALL) dt = x->dtype == DT_U8 ? DT_U8 : DT_BOOL;
+  else if ((rk == R_LSE || rk == R_NORM) && !dtype_is_float(dt)) dt = DT_F32;
+  else if ((rk == R_MEAN || red_is_var(rk)) && !dtype_is_float(dt))
     return fail(s, "%s needs a floating-point input", name);
   set_out(s, 0, dt, rank, sizes);
-  if (!strcmp(name, "max.dim") || !strcmp(name, "min.dim")) set_out(s, 1, DT_I64, rank, sizes);
-  if (!strcmp(name, "var_mean.correction")) set_out(s, 1, dt, rank, sizes);
+  if (rk == R_MAX_DIM || rk == R_MIN_DIM) set_out(s, 1, DT_I64, rank, sizes);
+  if (rk == R_VAR_MEAN) set_out(s, 1, dt, rank, sizes);
   return 0;
 }
 
@@ -273,10 +273,11 @@ int shape_scan(S *s) {
   if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
   DType dt = x->dtype;
   const Arg *dta = arg(s, "dtype");
+  bool cum = s->n->op->red == R_CUMSUM || s->n->op->red == R_CUMPROD;
   if (dta && dta->k == AK_DTYPE) dt = (DType)dta->u.code;
-  else if (!strncmp(s->n->op->name, "cum", 3) && !dtype_is_float(dt)) dt = DT_I64;
+  else if (cum && !dtype_is_float(dt)) dt = DT_I64;
   else if (bool_arg(s, "half_to_float") && dt == DT_F16) dt = DT_F32;
-  else if (!dtype_is_float(dt) && strncmp(s->n->op->name, "cum", 3)) return fail(s, "%s", "softmax needs a floating-point input");
+  else if (!dtype_is_float(dt) && !cum) return fail(s, "%s", "softmax needs a floating-point input");
   like(s, 0, x, dt);
   return 0;
 }
