@@ -263,7 +263,8 @@ bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *con
  * contiguous tensor: PyTorch copies here too), or -1 with a message naming the node. */
 enum { VIEW_ALIAS = 0, VIEW_COPY = 1 };
 int view_layouts(struct Graph *g, const struct Node *n, const Layout *in, Layout *outs);
-bool view_is_reshape(const struct OpDef *op);   /* view, reshape, flatten...: a copy keeps the input's order */
+bool view_is_reshape(const struct OpDef *op);
+const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t off);   /* diagonal's length */   /* view, reshape, flatten...: a copy keeps the input's order */
 int emit_view(struct Em *e, struct Node *n);
 
 /* ---------------------------------------------------------------- the schedule (schedule.c) */

@@ -643,6 +643,23 @@ static const Expr *slice_bound(S *s, const Arg *a, const Expr *size, int64_t dfl
   return expr_bin(s->a, E_MIN, a->u.i, size);
 }
 
+/* diagonal(self, offset, dim1, dim2): dim1 and dim2 removed, the diagonal's length appended */
+int shape_diagonal(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t off, d1, d2;
+  if (int_arg(s, "offset", &off) || int_arg(s, "dim1", &d1) || int_arg(s, "dim2", &d2)) return -1;
+  if (x->rank < 2) return fail(s, "%s", "diagonal needs at least two dims");
+  if (norm_dim(s, d1, x->rank, &d1) || norm_dim(s, d2, x->rank, &d2)) return -1;
+  if (d1 == d2) return fail(s, "%s", "diagonal dimensions cannot be identical");
+  if (off < -GG_MAX_ELEMS || off > GG_MAX_ELEMS) return fail(s, "%s", "offset out of range");
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < x->rank; d++) if (d != d1 && d != d2) sizes[r++] = x->sizes[d];
+  sizes[r++] = view_diagonal_len(s->a, x->sizes[d1], x->sizes[d2], off);
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
 int shape_view(S *s) {
   const char *name = s->n->op->name;
   Value *x = tensor(s, "self");

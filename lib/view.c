@@ -96,6 +96,12 @@ bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *con
   return true;
 }
 
+/* The length of the diagonal at offset off of dims of sizes n1, n2 (PyTorch's diagonal) */
+const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t off) {
+  const Expr *len = off >= 0 ? expr_bin(a, E_MIN, n1, ADD(a, n2, C(a, -off))) : expr_bin(a, E_MIN, ADD(a, n1, C(a, off)), n2);
+  return expr_bin(a, E_MAX, len, C(a, 0));
+}
+
 static int64_t int_arg(const Node *n, const char *name, int64_t dflt) {
   int i = ops_arg_index(n->op, name);
   int64_t v;
@@ -227,6 +233,15 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     v.offset = ADD(a, t->offset, MUL(a, start, t->strides[d]));
     v.sizes[d] = y->sizes[d];
     v.strides[d] = MUL(a, t->strides[d], C(a, step));
+  } else if (!strcmp(name, "diagonal")) {   /* the two dims replaced by one whose stride is their sum */
+    int d1 = wrap(int_arg(n, "dim1", 0), t->rank), d2 = wrap(int_arg(n, "dim2", 1), t->rank), k = 0;
+    int64_t off = int_arg(n, "offset", 0);
+    v.offset = ADD(a, t->offset, MUL(a, C(a, off >= 0 ? off : -off), t->strides[off >= 0 ? d2 : d1]));
+    for (int d = 0; d < t->rank; d++)
+      if (d != d1 && d != d2) { v.sizes[k] = t->sizes[d]; v.strides[k++] = t->strides[d]; }
+    v.sizes[k] = view_diagonal_len(a, t->sizes[d1], t->sizes[d2], off);
+    v.strides[k++] = ADD(a, t->strides[d1], t->strides[d2]);
+    v.rank = k;
   } else if (strcmp(name, "alias") && strcmp(name, "detach") && strcmp(name, "contiguous"))
     return vfail(g, n, "no view rule in the code generator");
   if (v.rank != y->rank) return vfail(g, n, arena_printf(a, "internal error: view rank %d, expected %d", v.rank, y->rank));

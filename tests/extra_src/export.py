@@ -120,6 +120,12 @@ case("indexing", Fn(lambda s, x, i, j: (x[i], x[:, j], x[i, :, j.clamp(max=2)], 
 case("index_put", Fn(lambda s, x, i, v: x.clone().index_put_((i,), v) * 2), r(5, 3), torch.tensor([4, 0]), r(2, 3))
 case("scatter", Fn(lambda s, x, i: (torch.scatter(x, 1, i, 1.5), torch.zeros_like(x).scatter_add(1, i, x[:, :2]), x.scatter(0, i[:2].clamp(max=2), x[:2] * 2))),
      r(3, 5), torch.tensor([[0, 1], [4, 2], [3, 3]]))
+# diagonal, a view: offsets either side of the main diagonal, dims in either order and negative, an
+# empty diagonal, a diagonal of a transposed view, one read by a reduction
+case("diagonal", Fn(lambda s, x, y: (torch.diagonal(x, 0, 0, 1) * 2, torch.diagonal(x, 1, 1, 2) + 1, torch.diagonal(x, -2, 2, 0).contiguous(),
+                                     torch.diagonal(y, 3), torch.diagonal(x.transpose(0, 2), 1, -1, -2) - x.sum(), torch.diagonal(y, -1).exp(),
+                                     torch.diagonal(x, 2, 0, 2).sum(-1))),
+     r(4, 5, 6), r(3, 3))
 case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
 case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
                                   torch.ones_like(x, dtype=torch.int64), torch.zeros(2, 2) + x.sum(), torch.eye(3) * x[0, 1], torch.empty_like(x).fill_(3.0))), r(2, 3))
