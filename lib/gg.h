@@ -2,7 +2,9 @@
  *
  * Everything a stage needs to know about the others lives here: the arena and diagnostics, the dtype
  * table, symbolic sizes (Expr), the graph IR (Graph, Value, Node, Arg), the op table (OpDef, built from
- * lib/ops.def), and the reference interpreter's tensors. Stages are one file each under lib/. */
+ * lib/ops.def), views (view.c), the schedule (schedule.c), memory planning (memplan.c), the stage
+ * table (pipeline.c), the reference interpreter's tensors and the build (build.c). Stages are one file
+ * each under lib/; the emitters share lib/emit.h. */
 #ifndef GG_H
 #define GG_H
 
@@ -55,7 +57,7 @@ typedef struct Ctx {
   KernelRec *kernels; int nkernels, cap_kernels;
   Refusal *refused; int nrefused, cap_refused;
   int64_t scratch_naive, scratch_planned;
-  bool cuda;             /* generating for --target cuda (emit_c.c writes CUDA C) */
+  bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
 } Ctx;
 
 Ctx *ctx_new(void);

@@ -4,7 +4,7 @@
  * (SN_FUSED, pointwise into pointwise over the same shape), or is applied in the epilogue of the
  * product or convolution before it (SN_EPILOGUE: the chain of pointwise nodes after it, in order),
  * and every fusion refused with the reason; and, for every tensor value, its layout (view.c) and the
- * value whose storage it lives in. The emitters (emit_c.c) write what it says and decide nothing of
+ * value whose storage it lives in. The emitters (emit.h) write what it says and decide nothing of
  * it; explain and the tests read it. The decisions are made in graph order, the order the code runs. */
 #include "gg.h"
 
