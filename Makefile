@@ -64,6 +64,11 @@ demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
 bench: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) sh bench/run.sh
 
+# On a machine with an NVIDIA GPU, PyTorch 2.x, torchvision and transformers: the GPU suite at the
+# sizes people run (bench/gpu_suite.py; MODELS="resnet50_b32 ..." for some of them).
+bench-gpu: $(BUILD)/gcc-graph
+	GG=$(BUILD)/gcc-graph python3 bench/gpu_suite.py $(MODELS)
+
 # Training steps (forward + backward) of bench/train/* against PyTorch's.
 bench-train: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) TRAIN=1 sh bench/run.sh
@@ -88,4 +93,4 @@ uninstall:
 clean:
 	rm -rf build build-san
 
-.PHONY: all test test-cuda sanitize clean demo bench bench-train install uninstall
+.PHONY: all test test-cuda sanitize clean demo bench bench-gpu bench-train install uninstall
