@@ -76,6 +76,35 @@ int emit_reduce(Em *e, Node *n) {
     fprintf(e->r, "  k%d(%s, NULL, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
     return 0;
   }
+  /* on the GPU, a sum or mean over a contiguous run of the last dims (RMSNorm's mean, a row sum): a
+   * warp per output, its lanes striding along the run (coalesced) and combining with shuffles */
+  bool rows = plain && e->cuda && nkept >= 1 && nred >= 1 && red[0] == x->rank - nred && expr_is_const(x->strides[x->rank - 1], &one) && one == 1;
+  for (int i = 0; rows && i < nred - 1; i++) rows = expr_same(e->g, x->strides[red[i]], MUL(e, x->strides[red[i + 1]], x->sizes[red[i + 1]]));
+  if (rows) {
+    const Expr *ksz[R], *len = C(e, 1);
+    for (int i = 0; i < nkept; i++) ksz[i] = x->sizes[kept[i]];
+    for (int i = 0; i < nred; i++) len = MUL(e, len, x->sizes[red[i]]);
+    kernel_begin(e, n, "row reduction");
+    kopen(e, id, false, false);
+    fprintf(f, "%s *restrict y, void *y2, const %s *x", ctype(out->dt), ctype(x->dt));
+    ksyms(e);
+    fputs("  (void)y2;\n", f);
+    int cl = open_rows(e, nkept, ksz, len);
+    fprintf(f, "    const int64_t L = %s;\n    const %s *row = x + %s", cx(e, len), ctype(x->dt), cx(e, x->offset));
+    for (int i = 0; i < nkept; i++) fprintf(f, " + i%d * %s", i, cx(e, x->strides[kept[i]]));
+    fprintf(f, ";\n    double acc = 0;\n    %s acc += ", row_for(e));
+    load_f(f, x->dt, "row", "j");
+    fputs(";\n", f);
+    row_combine(e, "acc", false);
+    fputs(e->rowwarp ? "    if (lane == 0) " : "    ", f);
+    store(f, out->dt, true, "y", linear_index(e, ksz, nkept, 0), rk == R_MEAN ? "acc / (double)L" : "acc");
+    close_loops(e, cl);
+    fputs("}\n", f);
+    kcall(e, id);
+    fprintf(e->r, "%s, NULL, %s", sname(e, out->stor), sname(e, x->stor));
+    kcall_end(e);
+    return 0;
+  }
   kernel_begin(e, n, "reduction");
   kopen(e, id, false, false);
   fprintf(f, "%s *restrict y, %s%s *restrict y2, const %s *x", ctype(out->dt), out2 ? "" : "void", out2 ? ctype(out2->dt) : "", ctype(x->dt));
