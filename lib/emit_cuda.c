@@ -159,12 +159,13 @@ static int product_cuda(Em *e, const Product *p) {
 }
 
 
-/* Convolutions: im2col + cuBLAS per image in the CUDA runtime; direct kernels for grouped and
- * transposed ones there. */
+/* Convolutions: cuDNN in the CUDA runtime (float32, float64, float16, bfloat16), else im2col +
+ * cuBLAS per image and direct kernels for grouped and transposed ones. */
 static int conv_cuda(Em *e, const Conv *cv) {
   Epi none = {0};
   const char *what = cv->tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)";
-  const char *body = arena_printf(e->a, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", cv->n->outs[0]->dtype == DT_F64);
+  DType dt = cv->n->outs[0]->dtype;   /* the runtime's dtype codes: float32, float64, float16, bfloat16 */
+  const char *body = arena_printf(e->a, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : 0);
   return conv_kernel(e, cv, what, MUL(e, MUL(e, cv->cg, cv->ksp), cv->sp), NULL, &none, body) || epilogue_kernel(e, cv->n, cv->out) ? -1 : 0;
 }
 

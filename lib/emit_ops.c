@@ -464,7 +464,9 @@ int emit_conv(Em *e, Node *n) {
   Value *xv = n->args[0].u.t, *wv = n->args[1].u.t, *y = n->outs[0];
   const Arg *ba = &n->args[2];
   Value *bv = ba->k == AK_TENSOR ? ba->u.t : NULL;
-  if (y->dtype != DT_F32 && y->dtype != DT_F64) return efail(e, n, "convolution in %s is not supported in compiled code", dtype_name(y->dtype));
+  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;   /* on the GPU, through cuDNN */
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->cuda))
+    return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
   if (!x || !w || (bv && !b)) return -1;
   TV *out = alloc_value(e, y);

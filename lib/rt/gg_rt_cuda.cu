@@ -8,12 +8,14 @@
  * replayed, so that a small model costs one launch. Work goes to the stream given by gg_set_stream
  * (else the model's own); gg_run returns when it is done. A model serializes its runs: its scratch
  * and graph are per model (open one model per thread to run concurrently). It needs the CUDA
- * runtime and cuBLAS. */
+ * runtime and cuBLAS; convolutions run on cuDNN where it can be loaded (dlopen, at the first one),
+ * else on im2col + cuBLAS. */
 #include "gg_rt.h"
 
 #include <cublas_v2.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -52,6 +54,10 @@ struct gg_model {
   cudaStream_t exec_stream;
   int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
   int *err_host;
+  void *dnn;                /* cuDNN's handle (cudnnHandle_t), made at the first convolution */
+  struct dnn_plan *dnn_plans;   /* its descriptors and algorithm, one per convolution shape */
+  int ndnn, cap_dnn;
+  bool dnn_missing;         /* a float16/bfloat16 convolution found no cuDNN: the run fails */
 };
 
 /* The model whose run is being issued on this thread (the generated code asks for its stream). */
@@ -69,6 +75,7 @@ unsigned gg_cu_blocks(int64_t n) {
 }
 
 static void lt_free(gg_model *m);
+static void dnn_free(gg_model *m);
 
 /* ---------------------------------------------------------------- open, close */
 
@@ -77,6 +84,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   if (m->exec) cudaGraphExecDestroy(m->exec);
   if (m->blas) cublasDestroy(m->blas);
   lt_free(m);
+  dnn_free(m);
   if (m->lt) cublasLtDestroy(m->lt);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
@@ -236,6 +244,11 @@ static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const
     cudaError_t ce = cudaStreamSynchronize(m->stream);
     if (ce == cudaSuccess) ce = cudaGetLastError();
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
+  }
+  if (!rc && m->dnn_missing) {   /* the run was issued without a convolution: not to be replayed */
+    rc = gg_rt_fail(err, errlen, "float16 and bfloat16 convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
+    m->dnn_missing = false;
+    if (m->exec) { cudaGraphExecDestroy(m->exec); m->exec = NULL; }
   }
   if (!rc && *m->err_host) {   /* a kernel met an index out of range: say which, and clear the flag */
     rc = gg_rt_fail(err, errlen, "%s", gg__desc.device_error(*m->err_host));
@@ -565,9 +578,164 @@ template <typename T> __global__ void conv_direct(gg_conv c, const T *x, const T
   }
 }
 
+/* cuDNN, loaded at the first convolution: implicit-GEMM convolutions of every group count, on
+ * tensor cores for float16/bfloat16 and in float32 arithmetic (no TF32, as PyTorch's default) for
+ * float32, the algorithm from cuDNN's heuristics (PyTorch's choice without cudnn.benchmark) among
+ * those whose workspace fits cuBLAS's (shared: the two run one after the other on the stream). No
+ * device memory is allocated and nothing is timed, so a convolution first met inside a graph capture
+ * is captured like any kernel; only the handle must exist before: where it does not, that run takes
+ * the im2col path. */
+#if __has_include(<cudnn.h>)
+#include <cudnn.h>
+#define DNN_FN(X) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream) X(cudnnCreateTensorDescriptor) X(cudnnSetTensorNdDescriptor) \
+  X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnSetFilterNdDescriptor) X(cudnnDestroyFilterDescriptor) \
+  X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType) \
+  X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)
+static struct {
+#define X(f) decltype(&::f) f;
+  DNN_FN(X)
+#undef X
+  bool ok;
+} dnn;
+static pthread_once_t dnn_once = PTHREAD_ONCE_INIT;
+
+static void dnn_load(void) {
+  if (getenv("GCC_GRAPH_NO_CUDNN") && strcmp(getenv("GCC_GRAPH_NO_CUDNN"), "0")) return;
+  void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  Dl_info di;
+  if (!h && dladdr((void *)&cublasCreate_v2, &di) && di.dli_fname) {   /* next to the cuBLAS the model links */
+    char path[4096];
+    snprintf(path, sizeof path, "%s", di.dli_fname);
+    char *slash = strrchr(path, '/');
+    if (slash) { snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcudnn.so.9"); h = dlopen(path, RTLD_NOW | RTLD_LOCAL); }
+  }
+  if (!h) h = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return;
+  bool ok = true;
+#define X(f) ok = ok && (*(void **)&dnn.f = dlsym(h, #f)) != NULL;
+  DNN_FN(X)
+#undef X
+  dnn.ok = ok;
+}
+
+struct dnn_plan {
+  int64_t key[20];
+  cudnnTensorDescriptor_t x, y, b;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t c;
+  cudnnConvolutionFwdAlgo_t algo;
+  size_t ws;
+};
+
+static void dnn_free(gg_model *m) {
+  for (int i = 0; dnn.ok && i < m->ndnn; i++) {
+    struct dnn_plan *p = &m->dnn_plans[i];
+    dnn.cudnnDestroyTensorDescriptor(p->x);
+    dnn.cudnnDestroyTensorDescriptor(p->y);
+    dnn.cudnnDestroyTensorDescriptor(p->b);
+    dnn.cudnnDestroyFilterDescriptor(p->w);
+    dnn.cudnnDestroyConvolutionDescriptor(p->c);
+  }
+  free(m->dnn_plans);
+  if (m->dnn) dnn.cudnnDestroy((cudnnHandle_t)m->dnn);
+}
+
+/* The plan for convolution c in dtype code dt (0 float32, 1 float64, 2 float16, 3 bfloat16), or NULL. */
+static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
+  int64_t key[20] = {dt, c->N, c->Cin, c->Cout, c->groups};
+  for (int d = 0; d < 3; d++) key[5 + d] = c->in[d], key[8 + d] = c->k[d], key[11 + d] = c->stride[d], key[14 + d] = c->pad[d], key[17 + d] = c->dil[d];
+  for (int i = 0; i < m->ndnn; i++)
+    if (!memcmp(m->dnn_plans[i].key, key, sizeof key)) return &m->dnn_plans[i];
+  /* 2-d (and 1-d) convolutions as 4-d tensors, 3-d ones as 5-d */
+  bool three = c->in[0] != 1 || c->k[0] != 1 || c->pad[0] != 0 || c->stride[0] != 1 || c->dil[0] != 1;
+  int nd = three ? 5 : 4, sp = nd - 2, first = three ? 0 : 1;
+  static const cudnnDataType_t types[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16};
+  cudnnDataType_t t = types[dt], comp = dt == 1 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  int xd[5] = {(int)c->N, (int)c->Cin}, yd[5] = {(int)c->N, (int)c->Cout}, wd[5] = {(int)c->Cout, (int)(c->Cin / c->groups)}, bd[5] = {1, (int)c->Cout};
+  int pad[3], str[3], dil[3];
+  for (int d = 0; d < sp; d++) {
+    xd[2 + d] = (int)c->in[first + d], yd[2 + d] = (int)c->out[first + d], wd[2 + d] = (int)c->k[first + d], bd[2 + d] = 1;
+    pad[d] = (int)c->pad[first + d], str[d] = (int)c->stride[first + d], dil[d] = (int)c->dil[first + d];
+  }
+  int xs[5], ys[5], bs[5];
+  xs[nd - 1] = ys[nd - 1] = bs[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; d--) xs[d] = xs[d + 1] * xd[d + 1], ys[d] = ys[d + 1] * yd[d + 1], bs[d] = bs[d + 1] * bd[d + 1];
+  struct dnn_plan p;
+  memset(&p, 0, sizeof p);
+  memcpy(p.key, key, sizeof key);
+  bool ok = dnn.cudnnCreateTensorDescriptor(&p.x) == CUDNN_STATUS_SUCCESS && dnn.cudnnCreateTensorDescriptor(&p.y) == CUDNN_STATUS_SUCCESS &&
+            dnn.cudnnCreateTensorDescriptor(&p.b) == CUDNN_STATUS_SUCCESS && dnn.cudnnCreateFilterDescriptor(&p.w) == CUDNN_STATUS_SUCCESS &&
+            dnn.cudnnCreateConvolutionDescriptor(&p.c) == CUDNN_STATUS_SUCCESS;
+  ok = ok && dnn.cudnnSetTensorNdDescriptor(p.x, t, nd, xd, xs) == CUDNN_STATUS_SUCCESS && dnn.cudnnSetTensorNdDescriptor(p.y, t, nd, yd, ys) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetTensorNdDescriptor(p.b, t, nd, bd, bs) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetFilterNdDescriptor(p.w, t, CUDNN_TENSOR_NCHW, nd, wd) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetConvolutionNdDescriptor(p.c, sp, pad, str, dil, CUDNN_CROSS_CORRELATION, comp) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetConvolutionGroupCount(p.c, (int)c->groups) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetConvolutionMathType(p.c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) == CUDNN_STATUS_SUCCESS;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int got = 0;
+  ok = ok && dnn.cudnnGetConvolutionForwardAlgorithm_v7((cudnnHandle_t)m->dnn, p.x, p.w, p.c, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf) ==
+                 CUDNN_STATUS_SUCCESS;
+  int pick = -1;
+  for (int i = 0; ok && i < got && pick < 0; i++)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= GG_BLAS_WS && (dt != 0 || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) pick = i;
+  if (pick >= 0) {
+    p.algo = perf[pick].algo;
+    p.ws = perf[pick].memory;
+    ok = dnn.cudnnSetConvolutionMathType(p.c, perf[pick].mathType) == CUDNN_STATUS_SUCCESS;
+  }
+  if (!ok || pick < 0) {
+    if (p.x) dnn.cudnnDestroyTensorDescriptor(p.x);
+    if (p.y) dnn.cudnnDestroyTensorDescriptor(p.y);
+    if (p.b) dnn.cudnnDestroyTensorDescriptor(p.b);
+    if (p.w) dnn.cudnnDestroyFilterDescriptor(p.w);
+    if (p.c) dnn.cudnnDestroyConvolutionDescriptor(p.c);
+    return NULL;
+  }
+  if (m->ndnn == m->cap_dnn) {
+    int cap = m->cap_dnn ? 2 * m->cap_dnn : 16;
+    struct dnn_plan *n = (struct dnn_plan *)realloc(m->dnn_plans, sizeof *n * (size_t)cap);
+    if (!n) return NULL;
+    m->dnn_plans = n;
+    m->cap_dnn = cap;
+  }
+  m->dnn_plans[m->ndnn] = p;
+  return &m->dnn_plans[m->ndnn++];
+}
+
+/* y = conv(x, w) (+ bias per channel) through cuDNN; false when it is not to be had for c */
+static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
+  gg_model *m = gg_cur;
+  pthread_once(&dnn_once, dnn_load);
+  if (!dnn.ok || c->transposed) return false;
+  if (!m->dnn) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(m->stream, &cs);
+    cudnnHandle_t h;
+    if (cs != cudaStreamCaptureStatusNone || dnn.cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return false;
+    m->dnn = (void *)h;
+  }
+  struct dnn_plan *p = dnn_plan_for(m, dt, c);
+  if (!p) return false;
+  cudnnHandle_t h = (cudnnHandle_t)m->dnn;
+  dnn.cudnnSetStream(h, m->stream);
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
+  if (dnn.cudnnConvolutionForward(h, one, p->x, x, p->w, w, p->c, p->algo, m->blas_ws, p->ws, zero, p->y, y) != CUDNN_STATUS_SUCCESS) return false;
+  if (bias) dnn.cudnnAddTensor(h, one, p->b, bias, one, p->y, y);
+  return true;
+}
+#else
+struct dnn_plan { int unused; };
+static void dnn_free(gg_model *m) { (void)m; }
+static bool dnn_conv(int, const gg_conv *, const void *, const void *, const void *, void *) { return false; }
+#endif
+
 template <typename T> static void conv(int dt, const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {
   cudaStream_t st = gg_cur->stream;
   int64_t osp = c->out[0] * c->out[1] * c->out[2], isp = c->in[0] * c->in[1] * c->in[2], ksp = c->k[0] * c->k[1] * c->k[2];
+  if (dnn_conv(dt, c, x, w, bias, y)) return;
   if (c->transposed || c->groups != 1) {
     conv_direct<T><<<gg_cu_blocks(c->N * c->Cout * osp), 256, 0, st>>>(*c, x, w, bias, y);
     return;
@@ -586,6 +754,10 @@ template <typename T> static void conv(int dt, const gg_conv *c, const T *x, con
 }
 
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col) {
+  if (dt >= 2) {   /* float16 / bfloat16: cuDNN only */
+    if (!dnn_conv(dt, c, x, w, bias, y)) gg_cur->dnn_missing = true;
+    return;
+  }
   if (dt) conv<double>(dt, c, (const double *)x, (const double *)w, (const double *)bias, (double *)y, (double *)col);
   else conv<float>(dt, c, (const float *)x, (const float *)w, (const float *)bias, (float *)y, (float *)col);
 }

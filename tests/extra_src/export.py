@@ -126,6 +126,10 @@ case("diagonal", Fn(lambda s, x, y: (torch.diagonal(x, 0, 0, 1) * 2, torch.diago
                                      torch.diagonal(y, 3), torch.diagonal(x.transpose(0, 2), 1, -1, -2) - x.sum(), torch.diagonal(y, -1).exp(),
                                      torch.diagonal(x, 2, 0, 2).sum(-1))),
      r(4, 5, 6), r(3, 3))
+# bfloat16 convolutions (plain, strided, depthwise, 1x1, with bias and without): --target cuda runs them
+# on cuDNN; the CPU refuses them with a message
+case("conv_bf16", nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, groups=8, padding=1, bias=False),
+                                nn.Conv2d(8, 16, 1), nn.GELU()).to(torch.bfloat16), r(2, 3, 12, 12).to(torch.bfloat16))
 case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
 case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
                                   torch.ones_like(x, dtype=torch.int64), torch.zeros(2, 2) + x.sum(), torch.eye(3) * x[0, 1], torch.empty_like(x).fill_(3.0))), r(2, 3))
