@@ -169,7 +169,7 @@ static int conv_cuda(Em *e, const Conv *cv) {
   return conv_kernel(e, cv, what, MUL(e, MUL(e, cv->cg, cv->ksp), cv->sp), NULL, &none, body) || epilogue_kernel(e, cv->n, cv->out) ? -1 : 0;
 }
 
-static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", dt == DT_F64); }
+static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : 0); }
 
 /* ---------------------------------------------------------------- the module */
 

@@ -574,7 +574,9 @@ int emit_conv_backward(Em *e, Node *n) {
 
 static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const Expr *st[2], const Expr *pd[2], const Expr *dl[2], bool cip, int64_t divisor) {
   Value *xv = n->args[0].u.t, *y = n->outs[0];
-  if (y->dtype != DT_F32 && y->dtype != DT_F64) return efail(e, n, "pooling in %s is not supported in compiled code", dtype_name(y->dtype));
+  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;   /* on the GPU */
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->cuda))
+    return efail(e, n, "pooling in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   TV *x = contiguous_of(e, n, xv);
   if (!x) return -1;
   TV *out = alloc_value(e, y), *idx = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;

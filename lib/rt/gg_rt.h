@@ -230,8 +230,8 @@ void gg_rt_pool_f32(const gg_pool *p, const float *x, float *y, int64_t *idx);
 void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
 /* One output of pooling (plane pl, row oh, column ow): the CPU loops over these, a CUDA thread
  * computes one. */
-#define GG_POOL_ONE(T)                                                                      \
-  GG_HD void gg_pool_one_##T(const gg_pool *p, const T *x, T *y, int64_t *idx, int64_t pl, int64_t oh, int64_t ow) { \
+#define GG_POOL_ONE(NAME, T, LOAD, STORE)                                                   \
+  GG_HD void gg_pool_one_##NAME(const gg_pool *p, const T *x, T *y, int64_t *idx, int64_t pl, int64_t oh, int64_t ow) { \
     const T *xp = x + pl * p->H * p->W;                                                     \
     int64_t o = (pl * p->OH + oh) * p->OW + ow, h0, h1, w0, w1;                             \
     if (p->kind >= 2) {                                                                     \
@@ -252,10 +252,10 @@ void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
       if (w1 > p->W) w1 = p->W;                                                             \
       for (int64_t h = h0; h < h1; h += dh)                                                 \
         for (int64_t w = w0; w < w1; w += dw) {                                             \
-          double v = xp[h * p->W + w];                                                      \
+          double v = LOAD(xp[h * p->W + w]);                                                \
           if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * p->W + w; }     \
         }                                                                                   \
-      y[o] = (T)m;                                                                          \
+      y[o] = STORE(m);                                                                      \
       if (idx) idx[o] = mi;                                                                 \
     } else {                                                                                \
       int64_t count;                                                                        \
@@ -274,12 +274,21 @@ void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
       }                                                                                     \
       double s = 0;                                                                         \
       for (int64_t h = h0; h < h1; h++)                                                     \
-        for (int64_t w = w0; w < w1; w++) s += xp[h * p->W + w];                            \
-      y[o] = (T)(s / (double)count);                                                        \
+        for (int64_t w = w0; w < w1; w++) s += LOAD(xp[h * p->W + w]);                      \
+      y[o] = STORE(s / (double)count);                                                      \
     }                                                                                       \
   }
-GG_POOL_ONE(float)
-GG_POOL_ONE(double)
+#define GG_POOL_AS(T) (T)
+#define GG_POOL_LOAD_BF16(v) (double)gg_bf2f(v)
+#define GG_POOL_STORE_BF16(v) gg_f2bf((float)(v))
+#define GG_POOL_LOAD_F16(v) (double)gg_h2f(v)
+#define GG_POOL_STORE_F16(v) gg_f2h((float)(v))
+GG_POOL_ONE(float, float, GG_POOL_AS(double), GG_POOL_AS(float))
+GG_POOL_ONE(double, double, GG_POOL_AS(double), GG_POOL_AS(double))
+#ifdef __CUDACC__   /* half types pool on the GPU only */
+GG_POOL_ONE(bf16, uint16_t, GG_POOL_LOAD_BF16, GG_POOL_STORE_BF16)
+GG_POOL_ONE(f16, uint16_t, GG_POOL_LOAD_F16, GG_POOL_STORE_F16)
+#endif
 
 /* CUDA models (gg_rt_cuda.cu): device pointers, work queued on the run's stream. dt: 0 float32,
  * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16). Matrix products: `batch` products, operand

@@ -764,16 +764,23 @@ void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const vo
 
 /* ---------------------------------------------------------------- pooling */
 
-template <typename T> __global__ void pool(gg_pool p, const T *x, T *y, int64_t *idx) {
+/* dt: 0 float32, 1 float64, 2 float16, 3 bfloat16 (gg_rt.h's GG_POOL_ONE instances) */
+template <int DT> __global__ void pool(gg_pool p, const void *x, void *y, int64_t *idx) {
   int64_t n = p.planes * p.OH * p.OW;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    if (sizeof(T) == 8) gg_pool_one_double(&p, (const double *)x, (double *)y, idx, i / (p.OH * p.OW), i / p.OW % p.OH, i % p.OW);
-    else gg_pool_one_float(&p, (const float *)x, (float *)y, idx, i / (p.OH * p.OW), i / p.OW % p.OH, i % p.OW);
+    int64_t pl = i / (p.OH * p.OW), oh = i / p.OW % p.OH, ow = i % p.OW;
+    if (DT == 1) gg_pool_one_double(&p, (const double *)x, (double *)y, idx, pl, oh, ow);
+    else if (DT == 2) gg_pool_one_f16(&p, (const uint16_t *)x, (uint16_t *)y, idx, pl, oh, ow);
+    else if (DT == 3) gg_pool_one_bf16(&p, (const uint16_t *)x, (uint16_t *)y, idx, pl, oh, ow);
+    else gg_pool_one_float(&p, (const float *)x, (float *)y, idx, pl, oh, ow);
   }
 }
 
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx) {
   unsigned b = gg_cu_blocks(p->planes * p->OH * p->OW);
-  if (dt) pool<double><<<b, 256, 0, gg_cur->stream>>>(*p, (const double *)x, (double *)y, idx);
-  else pool<float><<<b, 256, 0, gg_cur->stream>>>(*p, (const float *)x, (float *)y, idx);
+  cudaStream_t st = gg_cur->stream;
+  if (dt == 1) pool<1><<<b, 256, 0, st>>>(*p, x, y, idx);
+  else if (dt == 2) pool<2><<<b, 256, 0, st>>>(*p, x, y, idx);
+  else if (dt == 3) pool<3><<<b, 256, 0, st>>>(*p, x, y, idx);
+  else pool<0><<<b, 256, 0, st>>>(*p, x, y, idx);
 }

@@ -130,6 +130,9 @@ case("diagonal", Fn(lambda s, x, y: (torch.diagonal(x, 0, 0, 1) * 2, torch.diago
 # on cuDNN; the CPU refuses them with a message
 case("conv_bf16", nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, groups=8, padding=1, bias=False),
                                 nn.Conv2d(8, 16, 1), nn.GELU()).to(torch.bfloat16), r(2, 3, 12, 12).to(torch.bfloat16))
+# bfloat16 pooling (max with padding and ceil mode, average, adaptive average): on the GPU only
+case("pool_bf16", Fn(lambda s, x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1),
+                                   F.adaptive_avg_pool2d(x, 1))), r(2, 4, 11, 11).to(torch.bfloat16))
 case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
 case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
                                   torch.ones_like(x, dtype=torch.int64), torch.zeros(2, 2) + x.sum(), torch.eye(3) * x[0, 1], torch.empty_like(x).fill_(3.0))), r(2, 3))
