@@ -14,6 +14,17 @@ pass=$(grep -c '^ok' "$TMP/cases")
 fail=$(grep -c '^FAIL' "$TMP/cases")
 grep '^FAIL' "$TMP/cases"
 echo "   ($(grep -c '^skip' "$TMP/cases") training cases skipped: training runs on the CPU)"
+echo "== CUDA: convolutions without cuDNN (GCC_GRAPH_NO_CUDNN=1: im2col + cuBLAS, direct kernels)"
+for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/conv3d tests/extra/conv_strides; do
+  r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
+  case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (no cuDNN): $r"; fail=$((fail + 1));; esac
+done
+"$GG" compile tests/extra/conv_bf16/model.pt2 --target cuda -o "$TMP/cbf.so" >/dev/null 2>&1
+if ! GCC_GRAPH_NO_CUDNN=1 "$GG" run "$TMP/cbf.so" --inputs tests/extra/conv_bf16/io.safetensors -o "$TMP/cbf.st" 2>"$TMP/err" && grep -q "need cuDNN" "$TMP/err"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: a bfloat16 convolution without cuDNN: $(cat "$TMP/err")"; fail=$((fail + 1))
+fi
 echo "== CUDA ABI: guards, graph replay, streams"
 if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so" &&
    ${NVCC:-nvcc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/cuda_abi.cu -o "$TMP/cuda_abi" -ldl; then
