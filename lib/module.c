@@ -153,6 +153,130 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
   r->flops = fl;
 }
 
+/* ---------------------------------------------------------------- kernels that are the same code */
+
+/* A function definition's first line: "[GG_VEC ]static [GG_VEC ][__global__ ]void|int k<N>(" or ep<N> */
+static bool fn_head(const char *l, const char **name, size_t *len) {
+  static const char *const pre[] = {"GG_VEC static ", "static "};
+  for (int i = 0; i < 2; i++) {
+    size_t n = strlen(pre[i]);
+    if (strncmp(l, pre[i], n)) continue;
+    const char *p = l + n;
+    if (!strncmp(p, "GG_VEC ", 7)) p += 7;
+    if (!strncmp(p, "__global__ ", 11)) p += 11;
+    if (!strncmp(p, "void ", 5)) p += 5;
+    else if (!strncmp(p, "int ", 4)) p += 4;
+    else return false;
+    const char *q = p;
+    if (*q == 'k') q++;
+    else if (q[0] == 'e' && q[1] == 'p') q += 2;
+    else return false;
+    if (*q < '0' || *q > '9') return false;
+    while (*q >= '0' && *q <= '9') q++;
+    if (*q != '(') return false;
+    *name = p;
+    *len = (size_t)(q - p);
+    return true;
+  }
+  return false;
+}
+
+typedef struct { char *norm; char *name; } Seen;
+typedef struct { char **from, **to; int n, cap; } Aliases;
+
+static const char *alias_of(const Aliases *al, const char *id, size_t len) {
+  for (int i = 0; i < al->n; i++)
+    if (strlen(al->from[i]) == len && !strncmp(al->from[i], id, len)) return al->to[i];
+  return NULL;
+}
+
+/* The function's text with its own name SELF, its locals a<N>/r<N> numbered in order of appearance,
+ * and the kernels and epilogues it names replaced by what they alias. */
+static char *normalize(const char *t, size_t n, const char *self, size_t selflen, const Aliases *al) {
+  char *buf = NULL;
+  size_t blen = 0;
+  FILE *f = open_memstream(&buf, &blen);
+  const char *loc[512];
+  size_t loclen[512];
+  int nloc = 0;
+  for (size_t i = 0; i < n;) {
+    char ch = t[i];
+    if (!(ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) { fputc(ch, f); i++; continue; }
+    size_t j = i;
+    while (j < n && (t[j] == '_' || (t[j] >= 'a' && t[j] <= 'z') || (t[j] >= 'A' && t[j] <= 'Z') || (t[j] >= '0' && t[j] <= '9'))) j++;
+    const char *id = t + i;
+    size_t len = j - i, pl = id[0] == 'e' && len > 2 && id[1] == 'p' ? 2 : 1;
+    bool digits = len > pl;
+    for (size_t q = pl; q < len && digits; q++) digits = id[q] >= '0' && id[q] <= '9';
+    bool local = digits && pl == 1 && (id[0] == 'a' || id[0] == 'r'), callee = digits && (id[0] == 'k' || pl == 2);
+    if (local) {
+      int k = 0;
+      while (k < nloc && !(loclen[k] == len && !strncmp(loc[k], id, len))) k++;
+      if (k == nloc && nloc < 512) { loc[nloc] = id; loclen[nloc++] = len; }
+      fprintf(f, "L%d", k);
+    } else if (callee && len == selflen && !strncmp(id, self, len)) fputs("SELF", f);
+    else if (callee && alias_of(al, id, len)) fputs(alias_of(al, id, len), f);
+    else fwrite(id, 1, len, f);
+    i = j;
+  }
+  fclose(f);
+  return buf;
+}
+
+/* Kernels that are the same code (a transformer's layers, a network's repeated blocks): a function
+ * whose normalized text (normalize) equals an earlier one's becomes `#define NEW EARLIER`, so that
+ * the C compiler compiles each distinct kernel once. Kernels that name their own id (a CUDA kernel's
+ * index-error flag) never match another. Returns a malloc'd text. */
+static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
+  char *out = NULL;
+  size_t olen = 0;
+  FILE *f = open_memstream(&out, &olen);
+  Seen *seen = NULL;
+  int nseen = 0, cap = 0;
+  Aliases al = {0};
+  *ndup = 0;
+  for (const char *l = k; *l;) {
+    const char *eol = strchr(l, '\n');
+    size_t ll = eol ? (size_t)(eol - l) + 1 : strlen(l);
+    const char *name;
+    size_t nlen;
+    const char *end = fn_head(l, &name, &nlen) ? strstr(l, "\n}\n") : NULL;
+    if (!end) { fwrite(l, 1, ll, f); l += ll; continue; }
+    end += 3;
+    char *norm = normalize(l, (size_t)(end - l), name, nlen, &al);
+    int hit = -1;
+    for (int i = 0; i < nseen && hit < 0; i++) if (!strcmp(seen[i].norm, norm)) hit = i;
+    char *nm = arena_printf(c->arena, "%.*s", (int)nlen, name);
+    if (hit >= 0) {
+      fprintf(f, "#define %s %s   /* the same code */\n", nm, seen[hit].name);
+      if (al.n == al.cap) {
+        al.cap = al.cap ? 2 * al.cap : 64;
+        char **nf = arena_array(c->arena, (size_t)al.cap, sizeof *nf), **nt = arena_array(c->arena, (size_t)al.cap, sizeof *nt);
+        if (al.n) { memcpy(nf, al.from, sizeof *nf * (size_t)al.n); memcpy(nt, al.to, sizeof *nt * (size_t)al.n); }
+        al.from = nf;
+        al.to = nt;
+      }
+      al.from[al.n] = nm;
+      al.to[al.n++] = seen[hit].name;
+      free(norm);
+      (*ndup)++;
+    } else {
+      if (nseen == cap) {
+        cap = cap ? 2 * cap : 64;
+        Seen *ns = arena_array(c->arena, (size_t)cap, sizeof *ns);
+        if (nseen) memcpy(ns, seen, sizeof *ns * (size_t)nseen);
+        seen = ns;
+      }
+      seen[nseen++] = (Seen){norm, nm};
+      fwrite(l, 1, (size_t)(end - l), f);
+    }
+    l = end;
+  }
+  for (int i = 0; i < nseen; i++) free(seen[i].norm);
+  fclose(f);
+  return out;
+}
+
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
  * float32 weights of products may be packed at gg_open (CPU inference). */
@@ -291,7 +415,11 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
               e->npacks, e->packs};
-  fputs(kbuf, out);
+  int ndup;
+  char *kd = dedup_kernels(c, kbuf, &ndup);
+  if (ndup) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one: compiled once", ndup);
+  fputs(kd, out);
+  free(kd);
   /* guard, shapes, scratch, run */
   FILE *save = e->k;
   e->k = out;

@@ -133,6 +133,12 @@ case("conv_bf16", nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Con
 # bfloat16 pooling (max with padding and ceil mode, average, adaptive average): on the GPU only
 case("pool_bf16", Fn(lambda s, x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1),
                                    F.adaptive_avg_pool2d(x, 1))), r(2, 4, 11, 11).to(torch.bfloat16))
+# kernels that are the same code (compiled once): four products of one shape in a chain, each with a
+# different epilogue, and two identical pointwise kernels; a kernel merged with another that calls a
+# different epilogue would compute the wrong activation
+case("same_code", Fn(lambda s, x: (lambda a: (lambda b: (lambda c: (a, b, c, torch.tanh(s.l4(c) + c), torch.exp(a) + 1, torch.exp(b) + 1))(
+                         s.l3(b) * 2 + 1))(torch.sigmoid(s.l2(a))))(torch.relu(s.l1(x))),
+                     l1=nn.Linear(16, 16), l2=nn.Linear(16, 16), l3=nn.Linear(16, 16), l4=nn.Linear(16, 16)), r(8, 16))
 case("inplace_views", Fn(lambda s, x: (lambda y: (y[:, 1].mul_(2), y.t()[0].add_(1), y)[-1])(x.clone())), r(3, 4))
 case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * x[0, 0], torch.linspace(0, 1, 5) + x[0, 0], torch.full((2, 3), 7, dtype=torch.int32),
                                   torch.ones_like(x, dtype=torch.int64), torch.zeros(2, 2) + x.sum(), torch.eye(3) * x[0, 1], torch.empty_like(x).fill_(3.0))), r(2, 3))
