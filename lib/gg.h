@@ -162,6 +162,7 @@ typedef struct ArgSpec {
   const char *name;
   ArgType type;
   bool optional;          /* Type? */
+  bool none_elems;        /* Type?[]: a list whose elements may be None */
   bool mutated;           /* Tensor(a!) */
   int fixed_len;          /* int[2]: 2; 0 otherwise */
   bool has_default;
@@ -296,6 +297,7 @@ typedef struct Schedule {
 Schedule *schedule_graph(struct Graph *g);   /* the same for every target; NULL with a message */
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
+bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is emit_pointwise's family */
 void schedule_print(const Schedule *s, FILE *f);
 struct TrainOptions;
 /* The model file (module.c and the emitters): the forward (and a training model's backward) from its

@@ -246,7 +246,7 @@ static Value *lookup(L *l, const char *name) {
 
 /* ---------------------------------------------------------------- arguments */
 
-typedef struct NodeDesc { const char *name, *target; } NodeDesc;
+typedef struct NodeDesc { const char *name, *target; const OpDef *op; } NodeDesc;
 
 static int arg_err(L *l, const NodeDesc *nd, const char *arg, const char *fmt, const char *detail) {
   char msg[512];
@@ -283,14 +283,20 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
       if (!strcmp(k, "as_optional_tensor")) {
         const char *k2;
         cJSON *m2 = union_member(m, &k2);
-        if (m2 && !strcmp(k2, "as_none")) { out->k = AK_NONE; return 0; }
+        if (m2 && !strcmp(k2, "as_none")) {
+          if (!as->optional) return arg_err(l, nd, as->name, "%s", "None for a required tensor");
+          out->k = AK_NONE;
+          return 0;
+        }
         if (!m2 || strcmp(k2, "as_tensor")) return arg_err(l, nd, as->name, "%s", "bad optional tensor");
         m = m2;
       }
       out->k = AK_TENSOR;
       return tensor_ref(l, nd, as->name, m, &out->u.t);
     }
-    break; /* a number for a Tensor: a wrapped scalar, read below */
+    /* a number for a Tensor: a wrapped scalar, read below; only pointwise ops take one */
+    if (!nd->op || !op_is_pointwise(nd->op)) return arg_err(l, nd, as->name, "expected a tensor, got %s", k);
+    break;
   case T_TENSOR_LIST:
     if (!strcmp(k, "as_tensors") || !strcmp(k, "as_optional_tensors")) {
       if (!cJSON_IsArray(m)) return arg_err(l, nd, as->name, "%s", "expected a list");
@@ -302,7 +308,10 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
         if (!strcmp(k, "as_optional_tensors")) {
           const char *k2;
           cJSON *m2 = union_member(e, &k2);
-          if (m2 && !strcmp(k2, "as_none")) continue;
+          if (m2 && !strcmp(k2, "as_none")) {
+            if (!as->none_elems) return arg_err(l, nd, as->name, "%s", "None in a list of tensors that cannot hold one");
+            continue;
+          }
           if (!m2 || strcmp(k2, "as_tensor")) return arg_err(l, nd, as->name, "%s", "bad optional tensor");
           if (tensor_ref(l, nd, as->name, m2, &out->u.ts[i])) return -1;
         } else if (tensor_ref(l, nd, as->name, e, &out->u.ts[i])) return -1;
@@ -324,6 +333,13 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
           if (!get_int(e, &v)) return arg_err(l, nd, as->name, "%s", "expected integers");
           out->u.is[i] = expr_const(a, v);
         } else if (!(out->u.is[i] = read_symint(l, e, as->name))) return -1;
+      }
+      /* int[2]: two values, one (meaning it twice) or none (the default: stride=[] is the kernel);
+       * int[1] is PyTorch's "an int or a list of any length" (dim=) */
+      if (as->fixed_len > 1 && n > 1 && n != as->fixed_len) {
+        char want[32];
+        snprintf(want, sizeof want, "%d", as->fixed_len);
+        return arg_err(l, nd, as->name, "expected a list of %s integers", want);
       }
       if (as->fixed_len && n == 1) {   /* int[2] given one value means it twice */
         const Expr *one = out->u.is[0];
@@ -532,7 +548,7 @@ static int inline_subgraph(L *l, const NodeDesc *nd, const cJSON *node) {
 }
 
 static int load_node(L *l, const cJSON *jn) {
-  NodeDesc nd;
+  NodeDesc nd = {0};
   nd.target = get_str(jn, "target");
   if (!nd.target) return gg_error(l->c, "%s: node without a target", l->file);
   const cJSON *outs = get(jn, "outputs");
@@ -550,7 +566,7 @@ static int load_node(L *l, const cJSON *jn) {
   n->target = arena_strdup(l->c->arena, nd.target);
   n->stack_trace = meta_str(l, jn, "stack_trace");
   n->module_stack = meta_str(l, jn, "nn_module_stack");
-  n->op = ops_find(nd.target);
+  n->op = nd.op = ops_find(nd.target);
   const cJSON *ins = get(jn, "inputs");
   if (ins && !cJSON_IsArray(ins)) return gg_error(l->c, "%s: node %s: inputs is not a list", l->file, gg_quote(l->c, nd.name));
   if (n->op) {

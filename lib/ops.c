@@ -61,7 +61,7 @@ static int parse_type(SP *p, const char *t, ArgSpec *as) {
   if (br) {
     list = true;
     as->fixed_len = atoi(br + 1);
-    if (br > base && br[-1] == '?') br[-1] = 0;   /* Tensor?[]: elements may be None */
+    if (br > base && br[-1] == '?') { br[-1] = 0; as->none_elems = true; }   /* Tensor?[]: elements may be None */
     *br = 0;
   }
   static const struct { const char *name; ArgType one, many; } types[] = {

@@ -19,9 +19,9 @@ int emit_linear(struct Em *, struct Node *);
 int emit_addmm(struct Em *, struct Node *);
 int emit_conv(struct Em *, struct Node *);
 
-bool sched_is_pointwise(const Node *n) {
-  return n && n->op && n->nouts == 1 && (n->op->emit == emit_pointwise || n->op->emit == emit_gelu || n->op->emit == emit_div_mode);
-}
+bool op_is_pointwise(const OpDef *op) { return op->emit == emit_pointwise || op->emit == emit_gelu || op->emit == emit_div_mode; }
+
+bool sched_is_pointwise(const Node *n) { return n && n->op && n->nouts == 1 && op_is_pointwise(n->op); }
 
 /* A product or convolution: the kernels that take an epilogue. */
 static bool takes_epilogue(const Node *n) {
