@@ -241,7 +241,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   if (o->cuda && o->tr.on) return gg_error(c, "--train with --target cuda is not supported yet: train on the CPU");
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
-  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .cuda = o->cuda};
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights};
   tm.p = &p;
   stage(&tm, "load");
   c->cuda = o->cuda;

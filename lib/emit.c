@@ -556,14 +556,7 @@ int emit_copy(Em *e, Node *n) {   /* copy_ after functionalization: src broadcas
 
 /* ---------------------------------------------------------------- views */
 
-int64_t int_arg(Node *n, const char *name, int64_t dflt) {
-  int i = ops_arg_index(n->op, name);
-  int64_t v;
-  if (i < 0 || n->args[i].k != AK_INT || !expr_is_const(n->args[i].u.i, &v)) return dflt;
-  return v;
-}
 
-int wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
 
 /* Views (view.c's rules): the output indexes the input's storage; where PyTorch copies, a copy
  * kernel into a fresh contiguous tensor (reshape: the input in its own order, then viewed). */
@@ -596,14 +589,6 @@ int emit_sym_size(Em *e, Node *n) { (void)e; (void)n; return 0; } /* sizes are e
 int emit_sym_arith(Em *e, Node *n) { (void)e; (void)n; return 0; }
 
 
-int64_t const_numel(const Value *v) {
-  int64_t ne = 1, d;
-  for (int i = 0; i < v->rank; i++) {
-    if (!expr_is_const(v->sizes[i], &d)) return -1;
-    ne *= d;
-  }
-  return ne;
-}
 
 /* The statements of n's epilogue (the schedule's chain after it) over a run of its output's elements:
  * the product's element, yr[j], is the seed; the chain's values before the last are computed inline;

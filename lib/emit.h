@@ -106,6 +106,7 @@ typedef struct Target {
   const Dialect *device;    /* the dialect of kernels that run on the device */
   const char *vec;          /* before a kernel whose loops vectorize ("GG_VEC ": built for AVX-512 too) */
   bool float32_functions;   /* scalar.h's float32 exp, erf, ... for float32 operands */
+  bool half_convs;          /* convolutions and pooling in float16 and bfloat16 (the CUDA runtime's cuDNN) */
   int (*product)(Em *e, const Product *p);
   int (*conv)(Em *e, const Conv *cv);
   void (*pool)(Em *e, DType dt);              /* the runtime call of a pooling kernel (x, y, idx, p) */
@@ -189,9 +190,6 @@ void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src);
 TV *contiguous_of(Em *e, Node *n, Value *v);
 int operands_of(Em *e, Node *n, Operand *ops, int *nops);
 const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float);
-int64_t int_arg(Node *n, const char *name, int64_t dflt);
-int wrap(int64_t d, int rank);
-int64_t const_numel(const Value *v);           /* -1 when symbolic */
 int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body, const char **val, bool *fl);
 
 /* ---- emit_ops.c: shared by the targets' products and convolutions */

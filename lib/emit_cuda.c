@@ -193,6 +193,6 @@ static void finish_cuda(FILE *out, const char *errs) {
   fputs("  }\n  return \"index out of range\";\n}\n", out);
 }
 
-const Target gg_target_cuda = {&gg_dialect_cuda, "", false, product_cuda, conv_cuda, pool_cuda,
+const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, product_cuda, conv_cuda, pool_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
                                prelude_cuda, finish_cuda};

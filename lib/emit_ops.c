@@ -17,9 +17,9 @@ int emit_reduce(Em *e, Node *n) {
   if (!x) return -1;
   bool mask[R] = {0};
   int di = ops_arg_index(n->op, "dim"), nd = 0;
-  if (di >= 0 && n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (x->rank) mask[wrap(d, x->rank)] = true; nd = 1; }
+  if (di >= 0 && n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (x->rank) mask[dim_wrap(d, x->rank)] = true; nd = 1; }
   else if (di >= 0 && n->args[di].k == AK_INTS && n->args[di].n) {
-    for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (x->rank) mask[wrap(d, x->rank)] = true; }
+    for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (x->rank) mask[dim_wrap(d, x->rank)] = true; }
     nd = 1;
   }
   if (!nd) for (int d = 0; d < x->rank; d++) mask[d] = true;
@@ -191,7 +191,7 @@ int emit_scan(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);
   if (!x) return -1;
   TV *out = alloc_value(e, n->outs[0]);
-  int d = wrap(int_arg(n, "dim", 0), x->rank);
+  int d = dim_wrap(node_int_arg(n, "dim", 0), x->rank);
   bool ints = !dtype_is_float(out->dt), prod = n->op->red == R_CUMPROD, cum = prod || n->op->red == R_CUMSUM;
   bool logsm = n->op->red == R_LOG_SOFTMAX;
   /* loops over every dim but d, then along d */
@@ -464,8 +464,8 @@ int emit_conv(Em *e, Node *n) {
   Value *xv = n->args[0].u.t, *wv = n->args[1].u.t, *y = n->outs[0];
   const Arg *ba = &n->args[2];
   Value *bv = ba->k == AK_TENSOR ? ba->u.t : NULL;
-  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;   /* on the GPU, through cuDNN */
-  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->cuda))
+  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
     return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
   if (!x || !w || (bv && !b)) return -1;
@@ -574,8 +574,8 @@ int emit_conv_backward(Em *e, Node *n) {
 
 static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const Expr *st[2], const Expr *pd[2], const Expr *dl[2], bool cip, int64_t divisor) {
   Value *xv = n->args[0].u.t, *y = n->outs[0];
-  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;   /* on the GPU */
-  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->cuda))
+  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
     return efail(e, n, "pooling in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   TV *x = contiguous_of(e, n, xv);
   if (!x) return -1;
@@ -635,7 +635,7 @@ int emit_cat(Em *e, Node *n) {
   Value *y = n->outs[0];
   TV *out = alloc_value(e, y);
   bool stack = !strcmp(n->op->name, "stack");
-  int d = wrap(int_arg(n, "dim", 0), y->rank);
+  int d = dim_wrap(node_int_arg(n, "dim", 0), y->rank);
   const Expr *at = C(e, 0);
   for (int i = 0; i < ts->n; i++) {
     TV *src = tv_of(e, n, ts->u.ts[i]);
@@ -714,13 +714,13 @@ int emit_embedding(Em *e, Node *n) {
 int emit_index_select(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
   if (!x || !ix) return -1;
-  return gather_kernel(e, n, x, ix, wrap(int_arg(n, "dim", 0), x->rank), false);
+  return gather_kernel(e, n, x, ix, dim_wrap(node_int_arg(n, "dim", 0), x->rank), false);
 }
 
 int emit_gather(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
   if (!x || !ix) return -1;
-  return gather_kernel(e, n, x, ix, wrap(int_arg(n, "dim", 0), x->rank), true);
+  return gather_kernel(e, n, x, ix, dim_wrap(node_int_arg(n, "dim", 0), x->rank), true);
 }
 
 /* tril/triu: keep elements on one side of a diagonal of the last two dims. */
@@ -728,7 +728,7 @@ int emit_tri(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);
   if (!x) return -1;
   TV *out = alloc_value(e, n->outs[0]);
-  int64_t diag = int_arg(n, "diagonal", 0);
+  int64_t diag = node_int_arg(n, "diagonal", 0);
   bool lower = !strcmp(n->op->name, "tril");
   FILE *f = e->k;
   int id = e->nk++;
@@ -884,7 +884,7 @@ int emit_view_scatter(Em *e, Node *n) {
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
   TV dst = *out;
-  int d = wrap(int_arg(n, "dim", 0), out->rank);
+  int d = dim_wrap(node_int_arg(n, "dim", 0), out->rank);
   if (!strcmp(n->op->name, "select_scatter")) {
     const Expr *ix = n->args[ops_arg_index(n->op, "index")].u.i;
     int64_t iv;
@@ -898,7 +898,7 @@ int emit_view_scatter(Em *e, Node *n) {
     if (sa->k == AK_INT && !expr_is_const(sa->u.i, &start)) return efail(e, n, "symbolic slice start");
     if (start < 0) { if (!expr_is_const(out->sizes[d], &size)) return efail(e, n, "negative start on a symbolic dim"); start += size; }
     dst.offset = ADD(e, out->offset, MUL(e, C(e, start), out->strides[d]));
-    dst.strides[d] = MUL(e, out->strides[d], C(e, int_arg(n, "step", 1)));
+    dst.strides[d] = MUL(e, out->strides[d], C(e, node_int_arg(n, "step", 1)));
     dst.sizes[d] = src->sizes[d];
   }
   copy_kernel(e, n, &dst, src);
@@ -958,7 +958,7 @@ int emit_scatter(Em *e, Node *n) {
   if (!x || !ix || (si >= 0 && !src)) return -1;
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
-  int d = wrap(int_arg(n, "dim", 0), x->rank);
+  int d = dim_wrap(node_int_arg(n, "dim", 0), x->rank);
   bool add = !strcmp(n->op->name, "scatter_add"), fl = dtype_is_float(out->dt);
   FILE *f = e->k;
   int id = e->nk++;
@@ -1066,7 +1066,7 @@ int emit_flip(Em *e, Node *n) {
   for (int i = 0; i < dims->n; i++) {
     int64_t dv;
     expr_is_const(dims->u.is[i], &dv);
-    int d = wrap(dv, x->rank);
+    int d = dim_wrap(dv, x->rank);
     src.offset = ADD(e, src.offset, MUL(e, ADD(e, x->sizes[d], C(e, -1)), x->strides[d]));
     src.strides[d] = MUL(e, C(e, -1), x->strides[d]);
   }

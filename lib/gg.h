@@ -267,6 +267,9 @@ bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *con
 enum { VIEW_ALIAS = 0, VIEW_COPY = 1 };
 int view_layouts(struct Graph *g, const struct Node *n, const Layout *in, Layout *outs);
 bool view_is_reshape(const struct OpDef *op);
+int64_t node_int_arg(const struct Node *n, const char *name, int64_t dflt);   /* a static int argument, else dflt */
+int dim_wrap(int64_t d, int rank);              /* a negative dim counted from the end */
+int64_t const_numel(const Value *v);            /* elements at static sizes; -1 when symbolic */
 const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t off);   /* diagonal's length */   /* view, reshape, flatten...: a copy keeps the input's order */
 int emit_view(struct Em *e, struct Node *n);
 
@@ -567,7 +570,6 @@ typedef struct Pipeline {
   Graph *g;
   const TrainOptions *tr;    /* --train when tr && tr->on */
   bool fold;                 /* fold weights into new ones (inference, weights inside the .so) */
-  bool cuda;                 /* --target cuda */
   Graph *bwd;                /* training: the backward, after partition */
   PartitionStats ps;
   Schedule *sf, *sb;         /* the forward's (or the model's) schedule; the backward's */

@@ -70,15 +70,6 @@ static bool fusible(Schedule *s, const Node *n) {
   return s->uses[v->id] == 1 && sched_is_pointwise(u) && same_shape(s->g, v, u->outs[0]);
 }
 
-static int64_t const_numel(const Value *v) {
-  int64_t ne = 1, d;
-  for (int i = 0; i < v->rank; i++) {
-    if (!expr_is_const(v->sizes[i], &d)) return -1;
-    ne *= d;
-  }
-  return ne;
-}
-
 /* Why u (v's last reader) cannot join the epilogue after value v, or NULL when it can: then the
  * storages of u's other operands join the chain's (*roots, *nroots: the epilogue's tensors, one
  * per storage, SCHED_EPI_MAX at most). */

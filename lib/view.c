@@ -102,14 +102,23 @@ const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t 
   return expr_bin(a, E_MAX, len, C(a, 0));
 }
 
-static int64_t int_arg(const Node *n, const char *name, int64_t dflt) {
+int64_t node_int_arg(const Node *n, const char *name, int64_t dflt) {
   int i = ops_arg_index(n->op, name);
   int64_t v;
   if (i < 0 || n->args[i].k != AK_INT || !expr_is_const(n->args[i].u.i, &v)) return dflt;
   return v;
 }
 
-static int wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
+int64_t const_numel(const Value *v) {
+  int64_t ne = 1, d;
+  for (int i = 0; i < v->rank; i++) {
+    if (!expr_is_const(v->sizes[i], &d)) return -1;
+    ne *= d;
+  }
+  return ne;
+}
+
+int dim_wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
 
 bool view_is_reshape(const OpDef *op) {
   const char *s = op->name;
@@ -140,7 +149,7 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     return VIEW_COPY;
   }
   if (!strncmp(name, "split", 5) || !strcmp(name, "chunk") || !strcmp(name, "unbind.int")) {
-    int d = wrap(int_arg(n, "dim", 0), t->rank);
+    int d = dim_wrap(node_int_arg(n, "dim", 0), t->rank);
     bool unbind = !strcmp(name, "unbind.int");
     const Expr *at = C(a, 0);
     for (int i = 0; i < n->nouts; i++) {
@@ -174,19 +183,19 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     for (int d = 0; d < t->rank; d++) perm[d] = d;
     if (!strcmp(name, "permute")) {
       const Arg *p = &n->args[1];
-      for (int i = 0; i < p->n; i++) { int64_t d; expr_is_const(p->u.is[i], &d); perm[i] = wrap(d, t->rank); }
+      for (int i = 0; i < p->n; i++) { int64_t d; expr_is_const(p->u.is[i], &d); perm[i] = dim_wrap(d, t->rank); }
     } else if (!strcmp(name, "movedim.int")) {
-      int src = wrap(int_arg(n, "source", 0), t->rank), dst = wrap(int_arg(n, "destination", 0), t->rank), k = 0;
+      int src = dim_wrap(node_int_arg(n, "source", 0), t->rank), dst = dim_wrap(node_int_arg(n, "destination", 0), t->rank), k = 0;
       for (int d = 0; d < t->rank; d++) { if (k == dst) perm[k++] = src; if (d != src) perm[k++] = d; }
       if (k == dst) perm[k++] = src;
     } else if (t->rank >= 2) {
-      int p0 = !strcmp(name, "t") ? 0 : wrap(int_arg(n, "dim0", 0), t->rank), p1 = !strcmp(name, "t") ? 1 : wrap(int_arg(n, "dim1", 1), t->rank);
+      int p0 = !strcmp(name, "t") ? 0 : dim_wrap(node_int_arg(n, "dim0", 0), t->rank), p1 = !strcmp(name, "t") ? 1 : dim_wrap(node_int_arg(n, "dim1", 1), t->rank);
       perm[p0] = p1;
       perm[p1] = p0;
     }
     for (int d = 0; d < t->rank; d++) { v.sizes[d] = t->sizes[perm[d]]; v.strides[d] = t->strides[perm[d]]; }
   } else if (!strcmp(name, "unsqueeze")) {
-    int64_t d = int_arg(n, "dim", 0);
+    int64_t d = node_int_arg(n, "dim", 0);
     if (d < 0) d += t->rank + 1;
     for (int k = t->rank; k > d; k--) { v.sizes[k] = t->sizes[k - 1]; v.strides[k] = t->strides[k - 1]; }
     v.sizes[d] = C(a, 1);
@@ -200,8 +209,8 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
       bool mask[R] = {0};
       int di = ops_arg_index(n->op, "dim");
       if (di < 0) for (int d = 0; d < t->rank; d++) mask[d] = true;
-      else if (n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
-      else for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (t->rank) mask[wrap(d, t->rank)] = true; }
+      else if (n->args[di].k == AK_INT) { int64_t d; expr_is_const(n->args[di].u.i, &d); if (t->rank) mask[dim_wrap(d, t->rank)] = true; }
+      else for (int i = 0; i < n->args[di].n; i++) { int64_t d; expr_is_const(n->args[di].u.is[i], &d); if (t->rank) mask[dim_wrap(d, t->rank)] = true; }
       for (int d = 0; d < t->rank; d++) {
         int64_t one;
         if (mask[d] && expr_is_const(t->sizes[d], &one) && one == 1) continue;
@@ -211,7 +220,7 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
       v.rank = k;
     }
   } else if (!strcmp(name, "select.int")) {
-    int d = wrap(int_arg(n, "dim", 0), t->rank);
+    int d = dim_wrap(node_int_arg(n, "dim", 0), t->rank);
     const Expr *ix = n->args[ops_arg_index(n->op, "index")].u.i;
     int64_t iv;
     if (expr_is_const(ix, &iv) && iv < 0) ix = ADD(a, t->sizes[d], ix);
@@ -219,7 +228,7 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     for (int k = d; k < t->rank - 1; k++) { v.sizes[k] = t->sizes[k + 1]; v.strides[k] = t->strides[k + 1]; }
     v.rank--;
   } else if (!strcmp(name, "slice.Tensor") || !strcmp(name, "narrow")) {
-    int d = wrap(int_arg(n, "dim", 0), t->rank);
+    int d = dim_wrap(node_int_arg(n, "dim", 0), t->rank);
     /* the output size is known; the start is the slice's start, clamped as the shape rule did */
     const Arg *sa = &n->args[ops_arg_index(n->op, "start")];
     const Expr *start = sa->k == AK_INT ? sa->u.i : C(a, 0);
@@ -229,13 +238,13 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
       sv += sz;
       start = C(a, sv < 0 ? 0 : sv);
     } else if (expr_is_const(start, &sv) && expr_is_const(t->sizes[d], &sz) && sv > sz) start = C(a, sz);
-    int64_t step = strcmp(name, "narrow") ? int_arg(n, "step", 1) : 1;
+    int64_t step = strcmp(name, "narrow") ? node_int_arg(n, "step", 1) : 1;
     v.offset = ADD(a, t->offset, MUL(a, start, t->strides[d]));
     v.sizes[d] = y->sizes[d];
     v.strides[d] = MUL(a, t->strides[d], C(a, step));
   } else if (!strcmp(name, "diagonal")) {   /* the two dims replaced by one whose stride is their sum */
-    int d1 = wrap(int_arg(n, "dim1", 0), t->rank), d2 = wrap(int_arg(n, "dim2", 1), t->rank), k = 0;
-    int64_t off = int_arg(n, "offset", 0);
+    int d1 = dim_wrap(node_int_arg(n, "dim1", 0), t->rank), d2 = dim_wrap(node_int_arg(n, "dim2", 1), t->rank), k = 0;
+    int64_t off = node_int_arg(n, "offset", 0);
     v.offset = ADD(a, t->offset, MUL(a, C(a, off >= 0 ? off : -off), t->strides[off >= 0 ? d2 : d1]));
     for (int d = 0; d < t->rank; d++)
       if (d != d1 && d != d2) { v.sizes[k] = t->sizes[d]; v.strides[k++] = t->strides[d]; }
