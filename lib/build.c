@@ -219,6 +219,13 @@ static const char *default_cuda_arch(Ctx *c) {
   return major > 0 ? arena_printf(c->arena, "sm_%d%d", major, minor) : "sm_90";
 }
 
+/* --cuda-arch (or the installed GPU's) as a number: 90 for sm_90, sm_90a or compute_90 */
+int build_cuda_sm(Ctx *c, const CompileOptions *o) {
+  const char *a = o->cuda_arch ? o->cuda_arch : default_cuda_arch(c);
+  while (*a && (*a < '0' || *a > '9')) a++;
+  return atoi(a);
+}
+
 /* nvcc builds model.cu and the CUDA runtime (at once with -j 2 or more), then links them with cuBLAS;
  * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
  * headers as gcc does (nvcc itself does not read CPATH). */

@@ -245,6 +245,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   tm.p = &p;
   stage(&tm, "load");
   c->cuda = o->cuda;
+  c->cuda_sm = o->cuda ? build_cuda_sm(c, o) : 0;
   int rc = -1;
   BuildFiles b = {0};
   char *src = NULL;

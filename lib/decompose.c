@@ -140,6 +140,13 @@ int decomp_sdpa(Rw *r, Node *n) {
   int64_t E;
   if (!expr_is_const(q->sizes[rk - 1], &E)) return gg_error(c, "%s: node %s: attention needs a static head size", r->g->path, gg_quote(c, n->name));
   double scale = sa->k == AK_FLOAT ? sa->u.f : 1.0 / sqrt((double)E);
+  /* half types in float32 (opmath), as the fused kernels accumulate, and the result rounded once */
+  bool half = is_half(q);
+  q = up(r, q);
+  k = up(r, k);
+  v = up(r, v);
+  if (mask && mask->dtype != DT_BOOL) mask = up(r, mask);
+  if (!q || !k || !v || (rw_targ(n, "attn_mask") && !mask)) return -1;
   if (rw_arg(n, "enable_gqa")->u.b && rk >= 3 && !expr_same(r->g, q->sizes[rk - 3], k->sizes[rk - 3])) {
     /* grouped-query attention: each key/value head serves hq/hk query heads */
     int64_t hq, hk;
@@ -180,7 +187,7 @@ int decomp_sdpa(Rw *r, Node *n) {
     Value *bad = CALL(r, NULL, "isnan", "self", T(p));
     p = bad ? CALL(r, NULL, "masked_fill.Scalar", "self", T(p), "mask", T(bad), "value", FL(0)) : NULL;
   }
-  return p && CALL(r, n->outs[0], "matmul", "self", T(p), "other", T(v)) ? 0 : -1;
+  return p && land(r, CALL(r, direct(n->outs[0], half), "matmul", "self", T(p), "other", T(v)), n->outs[0], half) ? 0 : -1;
 }
 
 /* n-th forward difference: concatenate prepend/self/append, then subtract neighbours n times */
@@ -446,11 +453,16 @@ bool decompose_has_training_rule(const OpDef *op) {
 
 bool decompose_has_rule(const OpDef *op) { return op->decomp != decomp_none && !decompose_has_training_rule(op); }
 
+/* Ops the target runs whole, for inference: attention as one fused kernel on the GPU. */
+static bool target_keeps(const Graph *g, const Node *n, bool training) {
+  return !training && g->ctx->cuda && n->op->decomp == decomp_sdpa && cuda_attention_fits(g, n);
+}
+
 int decompose(Graph *g, bool training) {
   Rw r = {.g = g};
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    DecompFn rule = n->op && (decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) ? n->op->decomp : NULL;
+    DecompFn rule = n->op && (decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training) ? n->op->decomp : NULL;
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;

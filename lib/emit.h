@@ -110,6 +110,7 @@ typedef struct Target {
   int (*product)(Em *e, const Product *p);
   int (*conv)(Em *e, const Conv *cv);
   void (*pool)(Em *e, DType dt);              /* the runtime call of a pooling kernel (x, y, idx, p) */
+  int (*attention)(Em *e, Node *n);           /* scaled_dot_product_attention whole (NULL: decomposed) */
   const char *run_start;    /* the run function's first statements */
   const char *device_code;  /* "kDLCPU" / "kDLCUDA" */
   void (*prelude)(Graph *g, FILE *out);       /* the model file's includes and definitions */

@@ -6,6 +6,8 @@
  * range leave their id in gg_dev_err; the module's error table names the node. */
 #include "emit.h"
 
+#include <math.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,6 +173,103 @@ static int conv_cuda(Em *e, const Conv *cv) {
 
 static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : 0); }
 
+/* ---------------------------------------------------------------- attention */
+
+static const Arg *sdpa_arg(const Node *n, const char *name) {
+  int i = ops_arg_index(n->op, name);
+  return i >= 0 ? &n->args[i] : NULL;
+}
+
+static Value *sdpa_tensor(const Node *n, const char *name) {
+  const Arg *a = sdpa_arg(n, name);
+  return a && a->k == AK_TENSOR ? a->u.t : NULL;
+}
+
+/* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
+ * which decompose() then keeps whole: float16 or bfloat16 on sm_80 or later, rank 3 or 4, a static
+ * head size the kernel is built for (32, 64, 96, 128) shared by the values, no dropout, the key/value
+ * heads dividing the query heads (grouped-query attention), equal batch sizes, and a mask that is bool
+ * or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
+bool cuda_attention_fits(const Graph *g, const Node *n) {
+  Value *q = sdpa_tensor(n, "query"), *k = sdpa_tensor(n, "key"), *v = sdpa_tensor(n, "value"), *m = sdpa_tensor(n, "attn_mask");
+  const Arg *dp = sdpa_arg(n, "dropout_p"), *sc = sdpa_arg(n, "scale"), *gq = sdpa_arg(n, "enable_gqa"), *ca = sdpa_arg(n, "is_causal");
+  if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != 1) return false;
+  if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16)) return false;
+  int r = q->rank;
+  if ((r != 3 && r != 4) || k->rank != r || v->rank != r) return false;
+  int64_t D, Dk, Dv, hq, hk, hv, zero;
+  if (!expr_is_const(q->sizes[r - 1], &D) || !expr_is_const(k->sizes[r - 1], &Dk) || !expr_is_const(v->sizes[r - 1], &Dv) || D != Dk || D != Dv ||
+      (D != 32 && D != 64 && D != 96 && D != 128))
+    return false;
+  if (dp && !(dp->k == AK_FLOAT ? dp->u.f == 0 : dp->k == AK_INT ? expr_is_const(dp->u.i, &zero) && zero == 0 : dp->k == AK_NONE)) return false;
+  if (sc && sc->k != AK_FLOAT && sc->k != AK_NONE) return false;
+  if ((gq && gq->k != AK_BOOL && gq->k != AK_NONE) || (ca && ca->k != AK_BOOL && ca->k != AK_NONE)) return false;
+  if (!expr_is_const(q->sizes[r - 3], &hq) || !expr_is_const(k->sizes[r - 3], &hk) || !expr_is_const(v->sizes[r - 3], &hv) || hk != hv || hk <= 0 ||
+      hq % hk || (hq != hk && !(gq && gq->k == AK_BOOL && gq->u.b)))
+    return false;
+  if (r == 4 && (!expr_same(g, q->sizes[0], k->sizes[0]) || !expr_same(g, q->sizes[0], v->sizes[0]))) return false;
+  if (!expr_same(g, k->sizes[r - 2], v->sizes[r - 2])) return false;
+  if (m) {
+    if ((m->dtype != DT_BOOL && m->dtype != q->dtype) || m->rank > r) return false;
+    for (int d = 0; d < m->rank; d++) {   /* right-aligned against [batch..., heads, L, S] */
+      int qd = d + r - m->rank;
+      const Expr *want = qd == r - 1 ? k->sizes[r - 2] : q->sizes[qd];
+      int64_t one;
+      if (!(expr_is_const(m->sizes[d], &one) && one == 1) && !expr_same(g, m->sizes[d], want)) return false;
+    }
+  }
+  return true;
+}
+
+/* A fused attention kernel: a host function filling gg_attn and calling the runtime. Operands with a
+ * strided last dim are copied contiguous first; the mask is read through its broadcast strides. */
+static int attention_cuda(Em *e, Node *n) {
+  Value *qv = sdpa_tensor(n, "query"), *kv = sdpa_tensor(n, "key"), *vv = sdpa_tensor(n, "value"), *mv = sdpa_tensor(n, "attn_mask");
+  if (!cuda_attention_fits(e->g, n)) return efail(e, n, "reached the code generator undecomposed (internal error)");
+  Value *ins[3] = {qv, kv, vv};
+  TV *t[3];
+  for (int i = 0; i < 3; i++) {
+    int64_t unit;
+    t[i] = tv_of(e, n, ins[i]);
+    if (t[i] && !(expr_is_const(t[i]->strides[t[i]->rank - 1], &unit) && unit == 1)) t[i] = contiguous_of(e, n, ins[i]);
+    if (!t[i]) return -1;
+  }
+  int r = qv->rank;
+  const Expr *bhls[4] = {r == 4 ? qv->sizes[0] : C(e, 1), qv->sizes[r - 3], qv->sizes[r - 2], kv->sizes[r - 2]};
+  TV mb = {0};
+  if (mv) {
+    TV *m = tv_of(e, n, mv);
+    if (!m) return -1;
+    mb = broadcast_tv(e, m, 4, bhls);
+  }
+  const Arg *sc = sdpa_arg(n, "scale"), *ca = sdpa_arg(n, "is_causal");
+  int64_t D;
+  expr_is_const(qv->sizes[r - 1], &D);
+  double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);
+  TV *out = alloc_value(e, n->outs[0]);
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "attention (fused, tensor cores)");
+  kopen(e, id, false, true);
+  fprintf(f, "uint16_t *y, const uint16_t *q, const uint16_t *k, const uint16_t *v, const %s *m", mv ? ctype(mv->dtype) : "void");
+  ksyms(e);
+  const char *st[3][3];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) st[i][j] = r == 3 && j == 0 ? "0" : cx(e, t[i]->strides[j - (4 - r)]);
+  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
+          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
+          st[2][1], st[2][2]);
+  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb.strides[0]), cx(e, mb.strides[1]), cx(e, mb.strides[2]), cx(e, mb.strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
+  else fputs("{0, 0, 0, 0}, 0, ", f);
+  fprintf(f, "%d, %.17g};\n", ca && ca->k == AK_BOOL && ca->u.b, scale);
+  fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
+          cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb.offset)) : "NULL");
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, t[0]->stor), sname(e, t[1]->stor), sname(e, t[2]->stor), mv ? sname(e, mb.stor) : "NULL");
+  kcall_end(e);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- the module */
 
 static void prelude_cuda(Graph *g, FILE *out) {
@@ -193,6 +292,6 @@ static void finish_cuda(FILE *out, const char *errs) {
   fputs("  }\n  return \"index out of range\";\n}\n", out);
 }
 
-const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, product_cuda, conv_cuda, pool_cuda,
+const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, product_cuda, conv_cuda, pool_cuda, attention_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
                                prelude_cuda, finish_cuda};

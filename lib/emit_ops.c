@@ -1166,9 +1166,11 @@ int emit_linspace(Em *e, Node *n) {
 #define NOT_YET(fn)                                                                                   \
   int fn(Em *e, Node *n) { return efail(e, n, "no C code generator for this op yet (it runs under --interpret)"); }
 /* ops that decompose.c rewrites before code generation */
+/* attention reaches the code generator whole where the target has a kernel for it (decompose.c) */
+int emit_sdpa(Em *e, Node *n) { return e->t->attention ? e->t->attention(e, n) : efail(e, n, "reached the code generator undecomposed (internal error)"); }
+
 #define DECOMPOSED(fn) \
   int fn(Em *e, Node *n) { return efail(e, n, "reached the code generator undecomposed (internal error)"); }
-DECOMPOSED(emit_sdpa)
 DECOMPOSED(emit_loss)
 DECOMPOSED(emit_diff)
 DECOMPOSED(emit_broadcast_tensors)

@@ -58,6 +58,7 @@ typedef struct Ctx {
   Refusal *refused; int nrefused, cap_refused;
   int64_t scratch_naive, scratch_planned;
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
+  int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
 } Ctx;
 
 Ctx *ctx_new(void);
@@ -272,6 +273,8 @@ int dim_wrap(int64_t d, int rank);              /* a negative dim counted from t
 int64_t const_numel(const Value *v);            /* elements at static sizes; -1 when symbolic */
 const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t off);   /* diagonal's length */   /* view, reshape, flatten...: a copy keeps the input's order */
 int emit_view(struct Em *e, struct Node *n);
+/* whether --target cuda runs this scaled_dot_product_attention as one fused kernel (emit_cuda.c) */
+bool cuda_attention_fits(const struct Graph *g, const struct Node *n);
 
 /* ---------------------------------------------------------------- the schedule (schedule.c) */
 
@@ -599,6 +602,7 @@ typedef struct BuildFiles {
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
 int build_so(Ctx *c, const CompileOptions *o, const char *dir);   /* cc or nvcc, the .so copied to o->output */
+int build_cuda_sm(Ctx *c, const CompileOptions *o);   /* --cuda-arch as a number (90 for sm_90) */
 void build_finish(const CompileOptions *o, const char *dir);     /* the folder removed, unless --keep or -S */
 int build_cache_lookup(Ctx *c, const CompileOptions *o, const char **store);   /* 1: copied from the model cache */
 void build_cache_store(Ctx *c, const CompileOptions *o, const char *store);

@@ -299,6 +299,19 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
+/* Fused attention (scaled_dot_product_attention) in float16 (dt 2) or bfloat16 (dt 3) on tensor cores
+ * (sm_80 and later), never materializing the score matrix: y[b, h] = softmax(q k^T * scale + mask) v,
+ * y contiguous [B, H, L, D]. q, k and v have a unit stride along their last dim. Head sizes D: 32, 64,
+ * 96, 128 (emit_cuda.c's attention_fits). */
+typedef struct gg_attn {
+  int64_t B, H, Hk, L, S, D;   /* batch, query heads, key/value heads (dividing H), query and key lengths, head size */
+  int64_t qs[3], ks[3], vs[3]; /* each operand's strides along batch, head and row */
+  int64_t ms[4];               /* the mask's strides along [B, H, L, S] (0 where it broadcasts) */
+  int mask;                    /* 0 none, 1 bool (false: left out), 2 added, in the operands' dtype */
+  int causal;                  /* key j > query i left out */
+  double scale;
+} gg_attn;
+void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y);
 
 #ifdef __cplusplus
 }

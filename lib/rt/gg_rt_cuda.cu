@@ -784,3 +784,216 @@ void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx) 
   else if (dt == 3) pool<3><<<b, 256, 0, st>>>(*p, x, y, idx);
   else pool<0><<<b, 256, 0, st>>>(*p, x, y, idx);
 }
+
+/* ---------------------------------------------------------------- attention */
+
+/* FlashAttention-2's scheme on mma.sync (m16n8k16, float32 accumulators): a block of four warps takes
+ * 64 query rows of one (batch, head), each warp 16 rows, and walks the keys 64 at a time: S = Q K^T
+ * from Q's fragments (registers, loaded once) and a K tile in shared memory; the running row maximum
+ * and sum rescale the output accumulators (online softmax, in float32, in base 2); P, rounded to the
+ * operands' dtype as the accumulators hold it (the m16n8k16 C layout is the A layout of the next
+ * product), times a V tile. K and V tiles are stored as they are (16-byte rows) and read as fragments
+ * through ldmatrix (V's transposed). Nothing of size L x S reaches memory. A
+ * row whose every key is left out gives zeros, as the decomposition (PyTorch's math path) does.
+ * Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + t; A regs {A[g][2t..], A[g+8][2t..],
+ * A[g][2t+8..], A[g+8][2t+8..]}; B regs {B[2t..][g], B[2t+8..][g]}; C {C[g][2t], C[g][2t+1],
+ * C[g+8][2t], C[g+8][2t+1]}. */
+#define GG_ATT_BM 64
+#define GG_ATT_BN 64
+
+static __device__ __forceinline__ float att_load(int dt, const uint16_t *p) {
+  uint16_t h = *p;
+  if (dt == 3) return __uint_as_float((uint32_t)h << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+static __device__ __forceinline__ uint32_t att_pack(int dt, float lo, float hi) {
+  uint32_t d = 0;
+#if __CUDA_ARCH__ >= 800
+  if (dt == 3) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
+}
+
+static __device__ __forceinline__ void att_mma(int dt, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if __CUDA_ARCH__ >= 800
+  if (dt == 3)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* four 8x8 matrices of 16-bit elements from shared memory, lanes 8i..8i+7 giving matrix i's rows; as
+ * stored (a B operand from rows of B^T) or transposed (.trans: a B operand from rows of B) */
+static __device__ __forceinline__ void att_ldsm(uint32_t r[4], const uint16_t *p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+static __device__ __forceinline__ void att_ldsm_t(uint32_t r[4], const uint16_t *p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* two adjacent elements of a row as one register (zeros past the end of the rows) */
+static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in) {
+  return in ? (uint32_t)row[0] | (uint32_t)row[1] << 16 : 0u;
+}
+
+template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                                             const void *mask, uint16_t *y) {
+  __shared__ __align__(16) uint16_t Ks[GG_ATT_BN][D + 8];
+  __shared__ __align__(16) uint16_t Vs[GG_ATT_BN][D + 8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  const int64_t q0 = (int64_t)blockIdx.x * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+  const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; c++) {
+    qa[c][0] = att_pair(Q + r0 * a.qs[2] + c * 16 + 2 * t, r0 < a.L);
+    qa[c][1] = att_pair(Q + r1 * a.qs[2] + c * 16 + 2 * t, r1 < a.L);
+    qa[c][2] = att_pair(Q + r0 * a.qs[2] + c * 16 + 8 + 2 * t, r0 < a.L);
+    qa[c][3] = att_pair(Q + r1 * a.qs[2] + c * 16 + 8 + 2 * t, r1 < a.L);
+  }
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+  const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
+  const int64_t kend = a.causal && q0 + GG_ATT_BM < a.S ? q0 + GG_ATT_BM : a.S;
+  /* 16-byte loads of 8 elements where every row start is aligned */
+  const bool kvec = ((uintptr_t)K % 16 == 0) && a.ks[2] % 8 == 0, vvec = ((uintptr_t)V % 16 == 0) && a.vs[2] % 8 == 0;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const uint16_t *mh = (const uint16_t *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  for (int64_t k0 = 0; k0 < kend; k0 += GG_ATT_BN) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < GG_ATT_BN * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = k0 + j < a.S;
+      uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      const uint16_t *kr = K + (k0 + j) * a.ks[2] + e, *vr = V + (k0 + j) * a.vs[2] + e;
+      uint16_t ke[8], ve[8];
+      if (in && kvec) kk = *(const uint4 *)kr;
+      if (in && vvec) vv = *(const uint4 *)vr;
+      memcpy(ke, &kk, 16);
+      memcpy(ve, &vv, 16);
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        if (in && !kvec) ke[u] = kr[u];
+        if (in && !vvec) ve[u] = vr[u];
+      }
+      memcpy(&Ks[j][e], ke, 16);
+      memcpy(&Vs[j][e], ve, 16);
+    }
+    __syncthreads();
+    float s[GG_ATT_BN / 8][4];
+    /* lanes 8i..8i+7 address matrix i: rows of n-tile n + i / 2, columns 8 (i % 2) on */
+    const int lr = lane & 7, lm = lane >> 3;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n += 2)
+#pragma unroll
+      for (int c = 0; c < D / 16; c++) {
+        uint32_t kb[4];
+        att_ldsm(kb, &Ks[(n + (lm >> 1)) * 8 + lr][c * 16 + (lm & 1) * 8]);
+        att_mma(DT, s[n], qa[c], kb[0], kb[1]);
+        att_mma(DT, s[n + 1], qa[c], kb[2], kb[3]);
+      }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++)
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int64_t row = u < 2 ? r0 : r1, col = k0 + n * 8 + 2 * t + (u & 1);
+        float x = s[n][u] * sl;
+        if (col >= a.S || (a.causal && col > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + col * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += att_load(DT, mh + mi) * 1.4426950408889634f;
+        }
+        s[n][u] = x;
+        if (u < 2) mx0 = fmaxf(mx0, x);
+        else mx1 = fmaxf(mx1, x);
+      }
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    m0 = n0;
+    m1 = n1;
+    l0 *= al0;
+    l1 *= al1;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] *= al0; o[n][1] *= al0;
+      o[n][2] *= al1; o[n][3] *= al1;
+    }
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++) {
+      s[n][0] = exp2f(s[n][0] - b0); s[n][1] = exp2f(s[n][1] - b0);
+      s[n][2] = exp2f(s[n][2] - b1); s[n][3] = exp2f(s[n][3] - b1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int kc = 0; kc < GG_ATT_BN / 16; kc++) {
+      const uint32_t pa[4] = {att_pack(DT, s[2 * kc][0], s[2 * kc][1]), att_pack(DT, s[2 * kc][2], s[2 * kc][3]),
+                              att_pack(DT, s[2 * kc + 1][0], s[2 * kc + 1][1]), att_pack(DT, s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t vb[4];   /* matrix i: keys 8 (i % 2) on, head columns of n-tile n + i / 2 */
+        att_ldsm_t(vb, &Vs[kc * 16 + (lm & 1) * 8 + lr][(n + (lm >> 1)) * 8]);
+        att_mma(DT, o[n], pa, vb[0], vb[1]);
+        att_mma(DT, o[n + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int o2 = 1; o2 < 4; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  }
+  const float i0 = l0 > 0 ? 1.f / l0 : 0.f, i1 = l1 > 0 ? 1.f / l1 : 0.f;
+  uint16_t *Y = y + bh * a.L * D;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
+    if (r0 < a.L) memcpy(Y + r0 * D + n * 8 + 2 * t, &w0, 4);
+    if (r1 < a.L) memcpy(Y + r1 * D + n * 8 + 2 * t, &w1, 4);
+  }
+}
+
+void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y) {
+  if (a->B * a->H == 0 || a->L == 0) return;
+  dim3 grid((unsigned)((a->L + GG_ATT_BM - 1) / GG_ATT_BM), (unsigned)(a->B * a->H));
+  cudaStream_t st = gg_cur->stream;
+  const uint16_t *Q = (const uint16_t *)q, *K = (const uint16_t *)k, *V = (const uint16_t *)v;
+  uint16_t *Y = (uint16_t *)y;
+#define GG_ATT_CASE(DD)                                                                  \
+  case DD:                                                                               \
+    if (dt == 3) attention_tc<3, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);       \
+    else attention_tc<2, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);               \
+    break;
+  switch (a->D) {
+    GG_ATT_CASE(32)
+    GG_ATT_CASE(64)
+    GG_ATT_CASE(96)
+    GG_ATT_CASE(128)
+  }
+#undef GG_ATT_CASE
+}

@@ -149,6 +149,26 @@ case("attention", Fn(lambda s, q, k, v, m: (F.scaled_dot_product_attention(q, k,
                                           F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                                           F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True, scale=0.3))),
      r(2, 4, 6, 8), r(2, 4, 6, 8), r(2, 4, 6, 8), r(6, 6))
+# attention in half types, which --target cuda runs as one fused kernel (tensor cores): lengths not a
+# multiple of the kernel's 64-row tiles, L != S, causal, bool and additive masks broadcast, grouped
+# heads, rank 3, head sizes 32, 64, 96 and 128, and operands that are strided views
+def att_half(s, x, kv, m, mb):
+    B, L, _ = x.shape
+    q = x.view(B, L, 4, 64).transpose(1, 2)                     # [2, 4, 70, 64], row stride 256
+    k, v = kv.view(B, 90, 4, 64).transpose(1, 2), (kv.view(B, 90, 4, 64) * 2 - 1).transpose(1, 2)   # [2, 4, 90, 64]
+    return (F.scaled_dot_product_attention(q, q, q, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=m),                        # additive [2, 1, 1, 90]
+            F.scaled_dot_product_attention(q[:, :, :20], k, v, is_causal=True),          # L < S, causal
+            F.scaled_dot_product_attention(x.view(B, L, 8, 32).transpose(1, 2), k[:, :2, :, :32], v[:, :2, :, :32],
+                                           enable_gqa=True, scale=0.3),                 # grouped heads, D 32
+            F.scaled_dot_product_attention(x.view(B * 2, L, 128), kv[..., :128].reshape(B * 2, 45, 128), kv[..., :128].reshape(B * 2, 45, 128),
+                                           attn_mask=mb),                                # rank 3, D 128, bool [70, 45]
+            F.scaled_dot_product_attention(x[..., :192].reshape(B, L, 2, 96).transpose(1, 2), kv[:, :, :192].reshape(B, 90, 2, 96).transpose(1, 2),
+                                           kv[:, :, 64:256].reshape(B, 90, 2, 96).transpose(1, 2)))   # D 96
+for dt, nm in ((torch.bfloat16, "attention_bf16"), (torch.float16, "attention_f16")):
+    mb = torch.rand(70, 45) > 0.3
+    mb[:, 0] = True   # no row left without keys
+    case(nm, Fn(att_half), r(1, 70, 256).to(dt), r(1, 90, 256).to(dt), (torch.randn(1, 1, 1, 90) * 2).to(dt), mb)
 case("transformer_layer", nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True), r(2, 5, 16))
 # weight folding's edges (lib/fold.c): q, k and `shared` stacked (same input, with bias; `shared`'s
 # weight is also read by a sum, so it stays), `nb` apart (no bias); batch norm folded into c1 (no
