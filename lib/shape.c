@@ -497,7 +497,7 @@ int shape_norm(S *s) {
     for (int j = 0; j < 2; j++) {
       Value *t = tensor(s, wb[j]);
       bool ok = !t || t->rank == nsa->n;
-      for (int i = 0; ok && i < nsa->n; i++) ok = expr_same(s->g, t->sizes[i], nsa->u.is[i]);
+      for (int i = 0; t && ok && i < nsa->n; i++) ok = expr_same(s->g, t->sizes[i], nsa->u.is[i]);
       if (!ok) return fail(s, "%s has a shape other than normalized_shape", wb[j]);
     }
   }
