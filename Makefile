@@ -45,9 +45,27 @@ test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden
 test-cuda: $(BUILD)/gcc-graph $(BUILD)/test-golden
 	@BUILD=$(BUILD) sh tests/cuda.sh
 
-# The same tests, built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# The same tests, built with AddressSanitizer and UndefinedBehaviorSanitizer (float-cast-overflow
+# too: -fsanitize=undefined leaves out NaN, infinite or huge doubles converted to integers); any
+# report stops the program, so it fails its test.
+SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer
 sanitize:
-	GENERATE_ONLY=1 $(MAKE) BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	GENERATE_ONLY=1 $(MAKE) BUILD=build-san CFLAGS="-O1 -g $(SAN_FLAGS)" test
+
+# libFuzzer harnesses (tests/fuzz/) for the model loader (JSON, with a structure-aware mutator), the
+# .pt2 reader and the safetensors reader, built with clang and the sanitizers into build-fuzz;
+# `make fuzz FUZZ_SECONDS=N` runs each for N seconds (corpora and crashes under build-fuzz).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_NAMES   := model pt2 safetensors
+FUZZ_BINS    := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
+fuzz-build: $(FUZZ_BINS)
+fuzz-lib:
+	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(SAN_FLAGS)" build-fuzz/libgg.a
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_mutate.h fuzz-lib
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -fsanitize=fuzzer $(SAN_FLAGS) $< build-fuzz/libgg.a $(LDLIBS) -o $@
+fuzz: $(FUZZ_BINS)
+	BUILD=build-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # Compile a sample model, run it, and show its agreement with PyTorch's stored answer.
 demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
@@ -91,6 +109,6 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/gcc-graph $(DESTDIR)$(PREFIX)/include/gcc_graph.h $(DESTDIR)$(PREFIX)/share/man/man1/gcc-graph.1 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gcc-graph.pc
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
-.PHONY: all test test-cuda sanitize clean demo bench bench-gpu bench-train install uninstall
+.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-train install uninstall

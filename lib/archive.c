@@ -149,7 +149,7 @@ int st_read(Ctx *c, Graph *g, const char *path, SafeTensors *out) {
     t->rank = 0;
     bool bad = false;
     for (cJSON *d = sh->child; d; d = d->next) {
-      if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9e15 || d->valuedouble != (double)(int64_t)d->valuedouble) bad = true;
+      if (!cJSON_IsNumber(d) || !(d->valuedouble >= 0 && d->valuedouble <= 9e15) || d->valuedouble != (double)(int64_t)d->valuedouble) bad = true;
       else t->sizes[t->rank++] = (int64_t)d->valuedouble;
     }
     int64_t numel;

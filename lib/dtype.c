@@ -130,10 +130,9 @@ int64_t dtype_load_i64(DType d, const void *p) {
   case DT_I64: { int64_t v; memcpy(&v, p, 8); return v; }
   case DT_F16: case DT_BF16: case DT_F32: case DT_F64: {
     double v = dtype_load_f64(d, p);
-    if (!(v > -9.3e18 && v < 9.3e18)) return INT64_MIN;  /* out of range: what x86 gives */
-    return (int64_t)v;
+    return gg_f64_to_i64(v);   /* out of range: what x86 gives */
   }
-  default: return (int64_t)dtype_load_f64(d, p);
+  default: return gg_f64_to_i64(dtype_load_f64(d, p));
   }
 }
 
@@ -145,7 +144,7 @@ void dtype_store_f64(DType d, void *p, double v) {
   case DT_BF16: { uint16_t h = float_to_bf16(v); memcpy(p, &h, 2); return; }
   case DT_BOOL: *(uint8_t *)p = v != 0; return;
   default: {
-    int64_t i = (v > -9.3e18 && v < 9.3e18) ? (int64_t)v : INT64_MIN;
+    int64_t i = gg_f64_to_i64(v);
     dtype_store_i64(d, p, i);
   }
   }

@@ -368,7 +368,7 @@ int operands_of(Em *e, Node *n, Operand *ops, int *nops) {
       o->is_tensor = true;
       o->t = *t;
     } else if (a->k == AK_NONE) o->none = true;
-    else if (a->k == AK_FLOAT) { o->f = a->u.f; o->i = (int64_t)a->u.f; }
+    else if (a->k == AK_FLOAT) { o->f = a->u.f; o->i = gg_f64_to_i64(a->u.f); }
     else if (a->k == AK_BOOL) { o->f = a->u.b; o->i = a->u.b; }
     else if (a->k == AK_INT) {
       int64_t v;

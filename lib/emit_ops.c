@@ -766,7 +766,7 @@ int emit_full(Em *e, Node *n) {
   const char *fill = ops_arg_index(n->op, "fill_value") >= 0 ? "fill_value" : ops_arg_index(n->op, "s") >= 0 ? "s" : "value";
   double v = strstr(name, "zero") || strstr(name, "empty") ? 0 : strstr(name, "ones") ? 1 : scalar_arg(n, fill, 0);
   int fi = ops_arg_index(n->op, fill);
-  int64_t iv = (int64_t)v;
+  int64_t iv = gg_f64_to_i64(v);
   if (fi >= 0 && n->args[fi].k == AK_INT) expr_is_const(n->args[fi].u.i, &iv);
   Operand op = {.f = v, .i = iv};
   bool fl = dtype_is_float(out->dt);

@@ -61,6 +61,7 @@ double node_matrix_flops(const Graph *g, const Node *n) {
 
 double graph_matrix_flops(const Graph *g) {
   double f = 0;
+  if (g->unverified) return 0;   /* the rules below trust shapes verify checked */
   for (int k = 0; k < g->nnodes; k++) f += node_matrix_flops(g, g->nodes[k]);
   return f;
 }
@@ -167,7 +168,8 @@ int explain_graph(Graph *g, FILE *f) {
     fprintf(f, "  %5d  %-50s %s\n", counts[j].count, gg_quote(c, counts[j].target), op ? op->doc : "UNSUPPORTED");
   }
   free(counts);
-  fprintf(f, "\nmatrix FLOPs: %.4g (matrix products and convolutions, at the example sizes)\n", graph_matrix_flops(g));
+  if (!g->unverified) fprintf(f, "\nmatrix FLOPs: %.4g (matrix products and convolutions, at the example sizes)\n", graph_matrix_flops(g));
+  else fputs("\nmatrix FLOPs: unknown (the graph did not verify)\n", f);
   fprintf(f, "\nunsupported nodes (graph breaks): %d\n", g->nunsupported);
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];

@@ -13,6 +13,7 @@ const Expr *expr_const(Arena *a, int64_t v) {
   Expr *e = arena_alloc(a, sizeof *e);
   e->k = E_CONST;
   e->c = v;
+  e->nodes = 1;
   return e;
 }
 
@@ -20,6 +21,7 @@ const Expr *expr_sym(Arena *a, int index) {
   Expr *e = arena_alloc(a, sizeof *e);
   e->k = E_SYM;
   e->c = index;
+  e->nodes = 1;
   return e;
 }
 
@@ -61,6 +63,8 @@ const Expr *expr_bin(Arena *a, ExprKind k, const Expr *x, const Expr *y) {
   e->k = k;
   e->a = x;
   e->b = y;
+  /* shared subtrees count once per use: the cost of every walk (evaluation, printing) */
+  if (__builtin_add_overflow(x->nodes, y->nodes, &e->nodes) || __builtin_add_overflow(e->nodes, 1, &e->nodes)) e->nodes = INT64_MAX;
   return e;
 }
 
@@ -199,12 +203,14 @@ static const Expr *parse_call(P *p, const char *name, size_t len) {
     if (n != 2 || !expr_is_const(args[1], &ex) || ex < 0 || ex > 8) return perr(p, "unsupported power");
     const Expr *r = expr_const(a, 1);
     for (int i = 0; i < ex; i++) r = expr_bin(a, E_MUL, r, args[0]);
+    if (r->nodes > GG_MAX_EXPR_NODES) return perr(p, "expression too large");
     return r;
   } else return perr(p, "unsupported function");
 #undef IS
   if (n < 2) return n == 1 ? args[0] : perr(p, "expected arguments");
   const Expr *r = args[0];
   for (int i = 1; i < n; i++) r = expr_bin(a, k, r, args[i]);
+  if (r->nodes > GG_MAX_EXPR_NODES) return perr(p, "expression too large");
   return r;
 }
 
@@ -216,7 +222,8 @@ static const Expr *parse_primary(P *p) {
     p->s++;
     r = parse_sum(p);
     skip_ws(p);
-    if (r && *p->s++ != ')') r = perr(p, "expected ')'");
+    if (r && *p->s != ')') r = perr(p, "expected ')'");
+    else if (r) p->s++;
   } else if (*p->s == '-') {
     p->s++;
     const Expr *e = parse_primary(p);
@@ -256,6 +263,7 @@ static const Expr *parse_product(P *p) {
     const Expr *r = parse_primary(p);
     if (!r) return NULL;
     l = expr_bin(p->c->arena, k, l, r);
+    if (l->nodes > GG_MAX_EXPR_NODES) return perr(p, "expression too large");
   }
 }
 
@@ -270,6 +278,7 @@ static const Expr *parse_sum(P *p) {
     if (!r) return NULL;
     if (neg) r = expr_bin(p->c->arena, E_MUL, expr_const(p->c->arena, -1), r);
     l = expr_bin(p->c->arena, E_ADD, l, r);
+    if (l->nodes > GG_MAX_EXPR_NODES) return perr(p, "expression too large");
   }
 }
 

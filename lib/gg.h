@@ -16,6 +16,8 @@
 #define GG_VERSION "0.1.0"
 #define GG_MAX_RANK 16      /* PyTorch allows more; nothing real comes close. Refused with a message. */
 #define GG_MAX_ELEMS (INT64_C(1) << 40)  /* refuse tensors past 1 Ti elements before allocating */
+#define GG_MAX_FAKE_BYTES (INT64_C(1) << 30)  /* a weight stored as a zero-length file (zeros) */
+#define GG_MAX_EXPR_NODES 4096  /* a symbolic size's tree, counted as a tree (shared subtrees each time) */
 
 /* ---------------------------------------------------------------- arena and diagnostics (arena.c) */
 
@@ -96,6 +98,10 @@ double dtype_load_f64(DType d, const void *p);
 int64_t dtype_load_i64(DType d, const void *p);
 void dtype_store_f64(DType d, void *p, double v); /* rounds to nearest even, as PyTorch casts */
 void dtype_store_i64(DType d, void *p, int64_t v);
+/* A double converted to int64 with defined results: in range it truncates; NaN, infinities and
+ * magnitudes past 2^63 give INT64_MIN (what x86 gives, and C leaves undefined). */
+static inline bool gg_f64_fits_i64(double v) { return v >= -0x1p63 && v < 0x1p63; }
+static inline int64_t gg_f64_to_i64(double v) { return gg_f64_fits_i64(v) ? (int64_t)v : INT64_MIN; }
 static inline bool dtype_is_float(DType d) { return d == DT_F16 || d == DT_F32 || d == DT_F64 || d == DT_BF16; }
 
 /* ---------------------------------------------------------------- symbolic sizes (expr.c) */
@@ -104,6 +110,7 @@ typedef enum { E_CONST, E_SYM, E_ADD, E_MUL, E_FLOORDIV, E_MOD, E_MAX, E_MIN } E
 typedef struct Expr {
   ExprKind k;
   int64_t c;              /* E_CONST value, E_SYM index */
+  int64_t nodes;          /* its size as a tree (saturating): what walking it costs */
   const struct Expr *a, *b;
 } Expr;
 
@@ -379,6 +386,7 @@ typedef struct OutputSpec {
 
 struct Graph {
   Ctx *ctx;
+  bool unverified;         /* the last verify_graph failed: shapes unchecked (explain skips its FLOPs) */
   const char *path;
   int schema_major, schema_minor;
   const char *ir;          /* "TRAINING" or "ATEN" */

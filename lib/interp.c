@@ -298,7 +298,7 @@ static int pointwise(E *e, Tensor *out) {
     } else {
       double d = a->k == AK_FLOAT ? a->f : a->k == AK_BOOL ? a->b : (double)a->i;
       fv[nops] = round_to(comp, d);
-      iv[nops] = a->k == AK_INT ? a->i : (int64_t)d;
+      iv[nops] = a->k == AK_INT ? a->i : gg_f64_to_i64(d);   /* used only when computing in integers */
     }
     nops++;
   }
@@ -806,7 +806,7 @@ static int64_t nearest_src(int64_t o, int64_t in, int64_t out, double scale_fact
   if (out == in) return o;
   if (out == 2 * in) return o >> 1;
   float scale = scale_factor > 0 ? (float)(1.0 / scale_factor) : (float)in / (float)out;
-  int64_t s = (int64_t)floorf((float)o * scale);
+  int64_t s = gg_f64_to_i64(floorf((float)o * scale));
   return s < in - 1 ? s : in - 1;
 }
 
@@ -836,7 +836,7 @@ int eval_upsample(E *e) {
         if (!bilinear) v = xp[nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
         else {
           double sh = linear_src(oh, H, OH, sc[0], align), sw = linear_src(ow, W, OW, sc[1], align);
-          int64_t h0 = (int64_t)sh, w0 = (int64_t)sw, h1 = h0 + (h0 < H - 1), w1 = w0 + (w0 < W - 1);
+          int64_t h0 = gg_f64_to_i64(sh), w0 = gg_f64_to_i64(sw), h1 = h0 + (h0 < H - 1), w1 = w0 + (w0 < W - 1);
           double lh = sh - (double)h0, lw = sw - (double)w0;
           v = (1 - lh) * ((1 - lw) * xp[h0 * W + w0] + lw * xp[h0 * W + w1]) + lh * ((1 - lw) * xp[h1 * W + w0] + lw * xp[h1 * W + w1]);
         }
@@ -1156,7 +1156,7 @@ int eval_conv_backward(E *e) {
 static bool view_strides(const Tensor *t, int rank, const int64_t *sizes, int64_t *strides) {
   int64_t numel = tensor_numel(t);
   if (numel == 0 || t->rank == 0) {
-    for (int d = rank - 1, s = 1; d >= 0; d--) { strides[d] = s; s *= (int)(sizes[d] ? sizes[d] : 1); }
+    { int64_t s = 1; for (int d = rank - 1; d >= 0; d--) { strides[d] = s; s *= sizes[d] ? sizes[d] : 1; } }
     return true;
   }
   int view_d = rank - 1;
@@ -1749,7 +1749,7 @@ int eval_scatter(E *e) {
     uint8_t *dst = elem_ptr(out, ravel(x->rank, x->sizes, idx));
     double v = src ? dtype_load_f64(src->dtype, elem_ptr(src, si)) : value;
     if (!dtype_is_float(out->dtype)) {
-      int64_t w = src ? dtype_load_i64(src->dtype, elem_ptr(src, si)) : (int64_t)value;
+      int64_t w = src ? dtype_load_i64(src->dtype, elem_ptr(src, si)) : gg_f64_to_i64(value);
       dtype_store_i64(out->dtype, dst, add ? dtype_load_i64(out->dtype, dst) + w : w);
     } else dtype_store_f64(out->dtype, dst, add ? dtype_load_f64(out->dtype, dst) + v : v);
   }

@@ -126,6 +126,14 @@ static bool get_int(const cJSON *o, int64_t *out) {
   return true;
 }
 
+/* An integer argument's value: nothing a size, dim, index or step can mean lies beyond GG_MAX_ELEMS,
+ * so larger magnitudes are refused before any rule does arithmetic on them. Python's sys.maxsize
+ * (what get_int reads 2^63-1 and beyond as) stays for start and end: "to the end". */
+static bool int_in_range(const char *arg, int64_t v) {
+  if (v >= -GG_MAX_ELEMS && v <= GG_MAX_ELEMS) return true;
+  return (v == INT64_MAX || v == INT64_MIN) && (!strcmp(arg, "start") || !strcmp(arg, "end"));
+}
+
 static bool get_float(const cJSON *o, double *out) {
   if (cJSON_IsNumber(o)) { *out = o->valuedouble; return true; }
   if (cJSON_IsString(o)) {   /* json.dumps(allow_nan=False) writes these as strings */
@@ -341,6 +349,10 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
         snprintf(want, sizeof want, "%d", as->fixed_len);
         return arg_err(l, nd, as->name, "expected a list of %s integers", want);
       }
+      for (int j = 0; j < n; j++) {
+        int64_t v;
+        if (expr_is_const(out->u.is[j], &v) && !int_in_range(as->name, v)) return arg_err(l, nd, as->name, "%s", "integer out of range");
+      }
       if (as->fixed_len && n == 1) {   /* int[2] given one value means it twice */
         const Expr *one = out->u.is[0];
         out->n = as->fixed_len;
@@ -354,6 +366,7 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
       int64_t v;
       if (!strcmp(k, "as_int")) { if (!get_int(m, &v)) return arg_err(l, nd, as->name, "%s", "expected an integer"); one = expr_const(a, v); }
       else if (!(one = read_symint(l, m, as->name))) return -1;
+      if (expr_is_const(one, &v) && !int_in_range(as->name, v)) return arg_err(l, nd, as->name, "%s", "integer out of range");
       int n = as->fixed_len ? as->fixed_len : 1;
       out->k = AK_INTS;
       out->n = n;
@@ -423,12 +436,19 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
   if ((!strcmp(k, "as_int") && get_int(m, &iv))) {
     if (as->type == T_FLOAT) { out->k = AK_FLOAT; out->u.f = (double)iv; }
     else if (as->type == T_BOOL) { out->k = AK_BOOL; out->u.b = iv != 0; }
-    else { out->k = AK_INT; out->u.i = expr_const(a, iv); }
+    else {
+      if (as->type == T_INT && !int_in_range(as->name, iv)) return arg_err(l, nd, as->name, "%s", "integer out of range");
+      out->k = AK_INT;
+      out->u.i = expr_const(a, iv);
+    }
     return 0;
   }
   if (!strcmp(k, "as_sym_int") && as->type != T_FLOAT && as->type != T_BOOL) {
     out->k = AK_INT;
-    return (out->u.i = read_symint(l, m, as->name)) ? 0 : -1;
+    if (!(out->u.i = read_symint(l, m, as->name))) return -1;
+    if (as->type == T_INT && expr_is_const(out->u.i, &iv) && !int_in_range(as->name, iv))
+      return arg_err(l, nd, as->name, "%s", "integer out of range");
+    return 0;
   }
   if ((!strcmp(k, "as_float") || !strcmp(k, "as_sym_float")) && as->type != T_INT && as->type != T_BOOL) {
     const char *k2;
@@ -444,6 +464,13 @@ static int read_arg(L *l, const NodeDesc *nd, const ArgSpec *as, const cJSON *ja
     if (!m2 || !cJSON_IsBool(m2)) return arg_err(l, nd, as->name, "%s", "expected a bool");
     out->k = AK_BOOL;
     out->u.b = cJSON_IsTrue(m2);
+    /* a bool Scalar is a value of a tensor (fill values, pointwise operands: they keep the bool's
+     * dtype); anywhere else (a norm's order, a correction, alpha) it is the number 0 or 1 */
+    if (as->type == T_SCALAR && !(nd->op && op_is_pointwise(nd->op)) && strcmp(as->name, "fill_value") && strcmp(as->name, "value") &&
+        strcmp(as->name, "s") && strcmp(as->name, "other")) {
+      out->k = AK_INT;
+      out->u.i = expr_const(a, out->u.b);
+    }
     return 0;
   }
   return arg_err(l, nd, as->name, "unexpected %s", k);
@@ -473,6 +500,10 @@ static int declare_outputs(L *l, const NodeDesc *nd, const cJSON *outs, Node *n)
         if (!nm) return gg_error(l->c, "%s: node %s: output tensor without a name", l->file, gg_quote(l->c, nd->name));
         if (nv == 256) return gg_error(l->c, "%s: node %s: too many outputs", l->file, gg_quote(l->c, nd->name));
         if (!(vs[nv] = declare(l, nm, VK_TENSOR))) return -1;
+        /* torch.export records every tensor it makes; one without a record would have a size only
+         * the rules vouch for */
+        if (!vs[nv]->declared)
+          return gg_error(l->c, "%s: node %s: output %s has no entry in tensor_values", l->file, gg_quote(l->c, nd->name), gg_quote(l->c, nm));
         vs[nv++]->def = n;
       }
     } else if (!strcmp(k, "as_sym_int") || !strcmp(k, "as_sym_float") || !strcmp(k, "as_sym_bool")) {
@@ -707,8 +738,9 @@ static int bind_payload(L *l, const Zip *z, const char *top, const char *dir, co
     if (!expr_same(l->g, meta.sizes[i], v->sizes[i]))
       return gg_error(l->c, "%s: %s: stored size at dim %d differs from the graph's", l->file, gg_quote(l->c, v->fqn), i);
     if (w->strides[i] < 0) return gg_error(l->c, "%s: %s: negative stride", l->file, gg_quote(l->c, v->fqn));
-    numel *= w->sizes[i];
-    if (w->sizes[i] > 0 && __builtin_add_overflow(last, (w->sizes[i] - 1) * w->strides[i], &last))
+    int64_t span;
+    if (__builtin_mul_overflow(numel, w->sizes[i], &numel) ||
+        (w->sizes[i] > 0 && (__builtin_mul_overflow(w->sizes[i] - 1, w->strides[i], &span) || __builtin_add_overflow(last, span, &last))))
       return gg_error(l->c, "%s: %s: strides overflow", l->file, gg_quote(l->c, v->fqn));
   }
   cJSON *so = get(get(e, "tensor_meta"), "storage_offset");
@@ -718,14 +750,20 @@ static int bind_payload(L *l, const Zip *z, const char *top, const char *dir, co
   if (w->offset < 0) return gg_error(l->c, "%s: %s: bad storage_offset", l->file, gg_quote(l->c, v->fqn));
   size_t es = (size_t)dtype_info(w->dtype)->size;
   if (numel > 0 && ze->size == 0) {
-    /* a zero-length file is a fake tensor: PyTorch loads zeros */
+    /* a zero-length file is a fake tensor: PyTorch loads zeros (bounded: the file is nothing) */
     size_t nb = (size_t)numel * es;
+    if (nb > GG_MAX_FAKE_BYTES)
+      return gg_error(l->c, "%s: %s: a fake (zero-length) weight of %llu bytes exceeds %llu", l->file, gg_quote(l->c, v->fqn),
+                      (unsigned long long)nb, (unsigned long long)GG_MAX_FAKE_BYTES);
     w->data = arena_alloc(l->c->arena, nb);
     w->nbytes = nb;
     w->offset = 0;
-    for (int i = w->rank - 1, s = 1; i >= 0; s *= (int)w->sizes[i], i--) w->strides[i] = s;
+    for (int64_t i = w->rank - 1, s = 1; i >= 0; s *= w->sizes[i], i--) w->strides[i] = s;
   } else {
-    uint64_t need = numel == 0 ? 0 : ((uint64_t)w->offset + (uint64_t)last + 1) * es;
+    /* offset + last + 1 elements of es bytes, each step checked: a huge offset must not wrap */
+    uint64_t need = 0;
+    if (numel != 0 && (__builtin_add_overflow((uint64_t)w->offset, (uint64_t)last + 1, &need) || __builtin_mul_overflow(need, (uint64_t)es, &need)))
+      need = UINT64_MAX;
     if (need > ze->size)
       return gg_error(l->c, "%s: %s: needs %llu bytes but its file %s holds %llu (truncated weights?)", l->file, gg_quote(l->c, v->fqn),
                       (unsigned long long)need, gg_quote(l->c, full), (unsigned long long)ze->size);
@@ -779,12 +817,12 @@ static int bind_safetensors_weights(L *l, const char *path) {
     w->fqn = v->fqn;
     w->dtype = t->dtype;
     w->rank = t->rank;
-    for (int d = t->rank - 1, s = 1; d >= 0; d--) {
+    for (int64_t d = t->rank - 1, s = 1; d >= 0; d--) {
       w->sizes[d] = t->sizes[d];
       if (!expr_same(l->g, expr_const(l->c->arena, t->sizes[d]), v->sizes[d]))
-        return gg_error(l->c, "%s: %s: size %lld at dim %d differs from the graph's", path, gg_quote(l->c, v->fqn), (long long)t->sizes[d], d);
+        return gg_error(l->c, "%s: %s: size %lld at dim %d differs from the graph's", path, gg_quote(l->c, v->fqn), (long long)t->sizes[d], (int)d);
       w->strides[d] = s;
-      s *= (int)t->sizes[d];
+      s *= t->sizes[d];
     }
     w->data = t->data;
     w->nbytes = t->nbytes;
@@ -814,10 +852,12 @@ static int load_program(L *l, cJSON *root) {
   if (!graph || !sig) return gg_error(l->c, "%s: graph_module.graph or its signature is missing", l->file);
   /* symbols named in range_constraints, with their bounds */
   const cJSON *rc = get(root, "range_constraints");
+  if (rc && !cJSON_IsObject(rc)) return gg_error(l->c, "%s: range_constraints is not an object", l->file);
   for (const cJSON *r = rc ? rc->child : NULL; r; r = r->next) {
     const Expr *e = expr_parse(l->c, g, r->string, arena_printf(l->c->arena, "%s: range_constraints", l->file));
     if (!e) return -1;
     if (e->k != E_SYM) continue;   /* constraints on expressions follow from those on symbols */
+    if (!cJSON_IsObject(r)) return gg_error(l->c, "%s: range_constraints[%s] is not an object", l->file, gg_quote(l->c, r->string));
     int64_t lo, hi;
     if (get_int(get(r, "min_val"), &lo)) g->syms[e->c].min = lo;
     if (get_int(get(r, "max_val"), &hi)) g->syms[e->c].max = hi;

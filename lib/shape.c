@@ -352,6 +352,9 @@ static int spatial_list(S *s, const char *name, int nsp, int64_t *out) {
   if (ints_arg(s, name, out, &n)) return -1;
   if (n == 1) for (int i = 1; i < nsp; i++) out[i] = out[0];
   else if (n != nsp) return fail(s, "argument '%s' has the wrong length", name);
+  /* kernels, strides, paddings and dilations within 2^31: the rules' arithmetic stays in int64 */
+  for (int i = 0; i < n; i++)
+    if (out[i] > INT32_MAX || out[i] < -INT32_MAX) return fail(s, "argument '%s' out of range", name);
   return 0;
 }
 
@@ -382,6 +385,7 @@ int shape_conv(S *s) {
     const Expr *in = x->sizes[x->rank - nsp + i];
     int64_t k;
     if (!expr_is_const(w->sizes[2 + i], &k)) return fail(s, "%s", "kernel size must be static");
+    if (k > INT32_MAX) return fail(s, "%s", "kernel size out of range");
     const Expr *o;
     if (transposed) o = ADD(s, MUL(s, ADD(s, in, C(s, -1)), C(s, st[i])), C(s, -2 * pd[i] + dl[i] * (k - 1) + op[i] + 1));
     else o = ADD(s, DIV(s, ADD(s, in, C(s, 2 * pd[i] - dl[i] * (k - 1) - 1)), C(s, st[i])), C(s, 1));
@@ -469,7 +473,9 @@ int shape_upsample(S *s) {
     for (int i = 0; i < 2; i++) {
       int64_t in;
       if (!expr_is_const(x->sizes[2 + i], &in)) return fail(s, "%s", "scale_factors need static input sizes");
-      sizes[2 + i] = C(s, (int64_t)floor((double)in * sf->u.fs[i]));
+      double o = floor((double)in * sf->u.fs[i]);
+      if (!(sf->u.fs[i] > 0 && o >= 0 && o <= (double)GG_MAX_ELEMS)) return fail(s, "%s", "scale_factors must be positive and finite, and give a size in range");
+      sizes[2 + i] = C(s, (int64_t)o);
     }
   } else return fail(s, "%s", "give output_size or two scale_factors");
   set_out(s, 0, x->dtype, 4, sizes);
@@ -482,6 +488,30 @@ int shape_norm(S *s) {
   const char *name = s->n->op->name;
   Value *x = tensor(s, "input");
   if (!dtype_is_float(x->dtype)) return fail(s, "%s", "normalization needs a floating-point input");
+  const Arg *nsa = arg(s, "normalized_shape");
+  if (nsa && nsa->k == AK_INTS) {   /* layer and RMS norm: the input's last dims, and weight and bias of that shape */
+    if (nsa->n > x->rank) return fail(s, "%s", "normalized_shape longer than the input's rank");
+    for (int i = 0; i < nsa->n; i++)
+      if (!expr_same(s->g, nsa->u.is[i], x->sizes[x->rank - nsa->n + i])) return fail(s, "%s", "normalized_shape differs from the input's last dims");
+    const char *wb[] = {"weight", "bias"};
+    for (int j = 0; j < 2; j++) {
+      Value *t = tensor(s, wb[j]);
+      bool ok = !t || t->rank == nsa->n;
+      for (int i = 0; t && ok && i < nsa->n; i++) ok = expr_same(s->g, t->sizes[i], nsa->u.is[i]);
+      if (!ok) return fail(s, "%s has a shape other than normalized_shape", wb[j]);
+    }
+  }
+  if (!strncmp(name, "batch_norm", 10) || !strncmp(name, "_native_batch_norm", 18) || !strcmp(name, "group_norm") || !strcmp(name, "native_group_norm")) {
+    /* per-channel parameters and statistics: 1-d of the channel count; the statistics both or neither */
+    if (x->rank < 2) return fail(s, "%s", "normalization needs a rank >= 2 input");
+    const char *per[] = {"weight", "bias", "running_mean", "running_var"};
+    for (int j = 0; j < 4; j++) {
+      Value *t = tensor(s, per[j]);
+      if (t && (t->rank != 1 || !expr_same(s->g, t->sizes[0], x->sizes[1]))) return fail(s, "%s must have one value per channel", per[j]);
+    }
+    if (arg(s, "running_mean") && (tensor(s, "running_mean") == NULL) != (tensor(s, "running_var") == NULL))
+      return fail(s, "%s", "running_mean and running_var must be given together");
+  }
   like(s, 0, x, x->dtype);
   const Expr *st[GG_MAX_RANK];
   if (!strcmp(name, "native_layer_norm")) {
@@ -934,6 +964,35 @@ int shape_embedding(S *s) {
   return 0;
 }
 
+/* select_scatter, slice_scatter: self's shape; src must have the shape of the view it replaces */
+int shape_view_scatter(S *s) {
+  Value *x = tensor(s, "self"), *src = tensor(s, "src");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (x->rank == 0) return fail(s, "%s", "a view scatter into a 0-d tensor");
+  const Expr *want[GG_MAX_RANK];
+  int r = x->rank;
+  memcpy(want, x->sizes, sizeof *want * (size_t)r);
+  if (!strcmp(s->n->op->name, "select_scatter")) {
+    int64_t iv, sz;
+    if (expr_is_const(arg(s, "index")->u.i, &iv) && expr_is_const(x->sizes[d], &sz) && (iv < -sz || iv >= sz)) return fail(s, "%s", "index out of range");
+    memmove(&want[d], &want[d + 1], sizeof *want * (size_t)(r - d - 1));
+    r--;
+  } else {
+    int64_t step;
+    if (int_arg(s, "step", &step)) return -1;
+    if (step < 1) return fail(s, "%s", "slice step must be positive");
+    const Expr *st = slice_bound(s, arg(s, "start"), x->sizes[d], 0), *en = slice_bound(s, arg(s, "end"), x->sizes[d], 1);
+    const Expr *len = expr_bin(s->a, E_MAX, C(s, 0), ADD(s, en, MUL(s, C(s, -1), st)));
+    want[d] = step == 1 ? len : DIV(s, ADD(s, len, C(s, step - 1)), C(s, step));
+  }
+  bool same = src->rank == r;
+  for (int i = 0; same && i < r; i++) same = expr_same(s->g, src->sizes[i], want[i]);
+  if (!same) return fail(s, "%s", "src does not have the shape of the view it replaces");
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
 int shape_diff(S *s) {
   Value *x = tensor(s, "self");
   int64_t n, d;
@@ -944,6 +1003,10 @@ int shape_diff(S *s) {
   memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
   const Expr *len = x->sizes[d];
   Value *pre = tensor(s, "prepend"), *app = tensor(s, "append");
+  if ((pre && pre->rank != x->rank) || (app && app->rank != x->rank)) return fail(s, "%s", "prepend and append must have self's rank");
+  /* differences beyond the length give nothing: n is bounded by it (each is a pass over the data) */
+  if (n > expr_hint(s->g, ADD(s, ADD(s, len, pre ? pre->sizes[d] : C(s, 0)), app ? app->sizes[d] : C(s, 0))) + 1)
+    return fail(s, "%s", "n exceeds the length along dim");
   if (pre) len = ADD(s, len, pre->sizes[d]);
   if (app) len = ADD(s, len, app->sizes[d]);
   sizes[d] = expr_bin(s->a, E_MAX, C(s, 0), ADD(s, len, C(s, -n)));
@@ -962,6 +1025,9 @@ int shape_pad(S *s) {
     sizes[d] = ADD(s, ADD(s, sizes[d], p->u.is[2 * i]), p->u.is[2 * i + 1]);
     if (expr_hint(s->g, sizes[d]) < 0) return fail(s, "%s", "negative padding removes more than the dim holds");
   }
+  const Arg *val = arg(s, "value");
+  if (val && val->k == AK_FLOAT && !dtype_is_float(x->dtype) && x->dtype != DT_BOOL && !gg_f64_fits_i64(val->u.f))
+    return fail(s, "%s", "the pad value cannot be converted to the integer dtype (NaN, infinite or out of range)");
   set_out(s, 0, x->dtype, x->rank, sizes);
   return 0;
 }
@@ -1016,6 +1082,8 @@ int shape_full(S *s) {
   if (self) dflt = self->dtype;
   else if (fill && strcmp(name, "scalar_tensor")) dflt = fill->k == AK_INT ? DT_I64 : fill->k == AK_BOOL ? DT_BOOL : DT_F32;
   DType dt = given_dtype(s, dflt);
+  if (fill && fill->k == AK_FLOAT && !dtype_is_float(dt) && dt != DT_BOOL && !gg_f64_fits_i64(fill->u.f))
+    return fail(s, "%s", "the fill value cannot be converted to the integer dtype (NaN, infinite or out of range)");
   const Arg *sz = arg(s, "size");
   if (sz) {
     if (sz->k != AK_INTS || sz->n > GG_MAX_RANK) return fail(s, "%s", "size must be a list of at most 16 integers");
@@ -1094,10 +1162,53 @@ int shape_sym_size(S *s) {
   return 0;
 }
 
+/* Arguments that name dims of the first tensor argument (of the first tensor of a Tensor[]). */
+static bool is_dim_arg(const char *name) {
+  static const char *const dims[] = {"dim", "dims", "dim0", "dim1", "dim2", "start_dim", "end_dim", "source", "destination"};
+  for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+    if (!strcmp(name, dims[i])) return true;
+  return false;
+}
+
+/* Every dim argument in range of its operand's rank, checked once here before any rule (or the
+ * interpreter and emitters after it) indexes a size array with it. unsqueeze and stack name a dim
+ * of the result, one more. Tensor arguments must have shapes by now. */
+static int check_dims(S *s) {
+  const OpDef *op = s->n->op;
+  int rank = -1;
+  for (int i = 0; i < op->nargs && rank < 0; i++) {
+    const Arg *a = &s->n->args[i];
+    if (a->k == AK_TENSOR) rank = a->u.t->rank;
+    else if (a->k == AK_TENSORS)
+      for (int j = 0; j < a->n; j++)
+        if (a->u.ts[j] && a->u.ts[j]->rank > rank) rank = a->u.ts[j]->rank;
+  }
+  FOR_TENSOR_ARGS(s->n, v, if (!v->sizes && v->rank) return fail(s, "operand '%s' has no shape", v->name));
+  if (rank < 0) return 0;
+  if (!strcmp(op->name, "unsqueeze") || !strcmp(op->name, "stack")) rank++;
+  for (int i = 0; i < op->nargs; i++) {
+    const Arg *a = &s->n->args[i];
+    if (!is_dim_arg(op->args[i].name) || (a->k != AK_INT && a->k != AK_INTS)) continue;
+    int cnt = a->k == AK_INT ? 1 : a->n;
+    if (cnt > GG_MAX_RANK) return fail(s, "argument '%s' lists more dims than a tensor has", op->args[i].name);
+    for (int j = 0; j < cnt; j++) {
+      int64_t d, r = rank ? rank : 1;   /* a 0-d tensor accepts dim 0 and -1 */
+      if (!expr_is_const(a->k == AK_INT ? a->u.i : a->u.is[j], &d)) return fail(s, "argument '%s' must not be symbolic", op->args[i].name);
+      if (d < -r || d >= r) {
+        char buf[96];
+        snprintf(buf, sizeof buf, "%lld (argument '%s', rank %d)", (long long)d, op->args[i].name, rank);
+        return fail(s, "dim %s out of range", buf);
+      }
+    }
+  }
+  return 0;
+}
+
 int shape_infer(Graph *g, Node *n, ShapeCtx *sc) {
   memset(sc, 0, sizeof *sc);
   sc->g = g;
   sc->n = n;
   sc->a = g->ctx->arena;
+  if (check_dims(sc)) return -1;
   return n->op->shape(sc);
 }

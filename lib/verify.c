@@ -11,11 +11,27 @@
 static int check_output(Graph *g, Node *n, int i, ShapeCtx *sc) {
   Ctx *c = g->ctx;
   Value *v = n->outs[i];
+  /* the kind of each output against the op's return type: a SymInt op's result is no tensor */
+  if (sc->out[i].is_sym != (v->kind != VK_TENSOR))
+    return gg_error(c, "%s: node %s (%s): output %s: the op returns %s, the export gives %s", g->path, gg_quote(c, n->name),
+                    gg_quote(c, n->target), gg_quote(c, v->name), sc->out[i].is_sym ? "a symbolic int" : "a tensor",
+                    v->kind == VK_TENSOR ? "a tensor" : "a symbolic value");
   if (sc->out[i].is_sym) {
     if (!v->sym) v->sym = sc->out[i].sym;
     else if (!expr_same(g, v->sym, sc->out[i].sym))
       return gg_error(c, "%s: node %s (%s): symbolic value disagrees with the export", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
     return 0;
+  }
+  /* sizes a rule derives are bounded like declared ones: static elements, and the cost of the expression */
+  int64_t numel = 1;
+  for (int d = 0; d < sc->out[i].rank; d++) {
+    const Expr *e = sc->out[i].sizes[d];
+    int64_t h = expr_hint(g, e);
+    if (e->nodes > GG_MAX_EXPR_NODES)
+      return gg_error(c, "%s: node %s (%s): output %s: size expression too large", g->path, gg_quote(c, n->name), gg_quote(c, n->target), gg_quote(c, v->name));
+    if (h < 0 || __builtin_mul_overflow(numel, h, &numel) || numel > GG_MAX_ELEMS)
+      return gg_error(c, "%s: node %s (%s): output %s: sizes negative or multiplying to more than %lld elements", g->path, gg_quote(c, n->name),
+                      gg_quote(c, n->target), gg_quote(c, v->name), (long long)GG_MAX_ELEMS);
   }
   if (!v->declared) {
     v->dtype = sc->out[i].dtype;
@@ -41,6 +57,7 @@ static int check_output(Graph *g, Node *n, int i, ShapeCtx *sc) {
 
 int verify_graph(Graph *g) {
   Ctx *c = g->ctx;
+  g->unverified = true;
   bool *defined = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *defined);
   /* values downstream of an unsupported node may have no known shape: their nodes are skipped */
   bool *shapeless = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *shapeless);
@@ -77,5 +94,6 @@ int verify_graph(Graph *g) {
   }
   for (int i = 0; i < g->noutputs; i++)
     if (!defined[g->outputs[i].v->id]) return gg_error(c, "%s: output %s is never defined", g->path, gg_quote(c, g->outputs[i].v->name));
+  g->unverified = false;
   return 0;
 }

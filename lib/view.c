@@ -78,7 +78,7 @@ bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *con
   for (int d = 0; d < l->rank; d++) numel *= osz[d];
   int64_t ns[R];
   if (numel == 0 || l->rank == 0) {
-    for (int d = rank - 1, s = 1; d >= 0; d--) { ns[d] = s; s *= (int)(nsz[d] ? nsz[d] : 1); }
+    { int64_t s = 1; for (int d = rank - 1; d >= 0; d--) { ns[d] = s; s *= nsz[d] ? nsz[d] : 1; } }
   } else {
     int view_d = rank - 1;
     int64_t chunk = ost[l->rank - 1], tn = 1, vn = 1;

@@ -435,5 +435,19 @@ pass=$((pass + $(grep -c '^ok' "$TMP/bad")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/bad")))
 grep '^FAIL' "$TMP/bad"
 
+echo "== fuzzing: each libFuzzer harness (tests/fuzz) for ${FUZZ_TEST_SECONDS:-5} s, where clang has its fuzzer runtime"
+if printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' >"$TMP/f.c" &&
+   ${FUZZ_CC:-clang} -fsanitize=fuzzer "$TMP/f.c" -o "$TMP/f" >/dev/null 2>&1; then
+  if make -s fuzz-build >"$TMP/fuzzbuild" 2>&1; then
+    BUILD=build-fuzz sh tests/fuzz/run.sh "${FUZZ_TEST_SECONDS:-5}" >"$TMP/fuzz" 2>&1
+    tally "$TMP/fuzz" fuzz
+    grep '^ok' "$TMP/fuzz"
+  else
+    no "make fuzz-build: $(tail -n 5 "$TMP/fuzzbuild")"
+  fi
+else
+  echo "(clang -fsanitize=fuzzer does not link: the fuzz harnesses are not run; apt-get install clang libclang-rt-dev)"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

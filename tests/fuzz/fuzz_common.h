@@ -1,0 +1,54 @@
+/* fuzz_common.h: what the libFuzzer harnesses share. The library reads files (it maps them), so
+ * each input is written to a file of this process's own in /dev/shm (or TMPDIR) first. */
+#ifndef FUZZ_COMMON_H
+#define FUZZ_COMMON_H
+#include "../../lib/gg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline const char *fuzz_path(const char *ext) {
+  static char path[256];
+  if (!path[0]) {
+    const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(path, sizeof path, "%s/gg-fuzz-%d%s", dir, (int)getpid(), ext);
+  }
+  return path;
+}
+
+static inline const char *fuzz_write(const uint8_t *data, size_t size, const char *ext) {
+  const char *p = fuzz_path(ext);
+  FILE *f = fopen(p, "wb");
+  if (!f) abort();
+  if (size && fwrite(data, 1, size, f) != size) abort();
+  fclose(f);
+  return p;
+}
+
+static inline FILE *fuzz_null(void) {
+  static FILE *f;
+  if (!f) f = fopen("/dev/null", "w");
+  return f;
+}
+
+/* What explain does with a model: load, verify, print; when it verifies and every op is known,
+ * the inference passes and the schedule (code generated into memory, no C compiler). */
+static inline void fuzz_model_file(const char *path) {
+  Ctx *c = ctx_new();
+  c->file = path;
+  Graph *g = graph_load(c, path, NULL);
+  if (g) {
+    int rc = verify_graph(g);
+    explain_graph(g, fuzz_null());
+    if (!rc && !g->nunsupported && !graph_check_supported(g)) {
+      Graph *gs = graph_load(c, path, NULL);
+      if (gs && !verify_graph(gs) && !inference_graph(gs)) compile_schedule(c, gs);
+      graph_release(gs);
+    }
+    graph_release(g);
+  }
+  ctx_free(c);
+}
+#endif
