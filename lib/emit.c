@@ -98,6 +98,21 @@ void load_f(FILE *f, DType d, const char *ptr, const char *idx) {
   else fprintf(f, "(double)%s[%s]", ptr, idx);
 }
 
+/* The type pointwise arithmetic runs in for a computation in dtype comp: on the GPU float for float32,
+ * float16 and bfloat16 (PyTorch's opmath; scalar.h's functions are templates there), else double. */
+const char *real_type(const Em *e, DType comp) {
+  return e->cuda && (comp == DT_F32 || comp == DT_F16 || comp == DT_BF16) ? "float" : "double";
+}
+
+/* Reading an element as real_type rt */
+static void load_r(FILE *f, DType d, const char *ptr, const char *idx, const char *rt) {
+  if (strcmp(rt, "float")) load_f(f, d, ptr, idx);
+  else if (d == DT_F16) fprintf(f, "gg_h2f(%s[%s])", ptr, idx);
+  else if (d == DT_BF16) fprintf(f, "gg_bf2f(%s[%s])", ptr, idx);
+  else if (d == DT_F32) fprintf(f, "%s[%s]", ptr, idx);
+  else fprintf(f, "(float)%s[%s]", ptr, idx);
+}
+
 void load_i(FILE *f, DType d, const char *ptr, const char *idx) {
   if (dtype_is_float(d)) { fputs("gg_d2i(", f); load_f(f, d, ptr, idx); fputc(')', f); }
   else fprintf(f, "(int64_t)%s[%s]", ptr, idx);
@@ -311,13 +326,14 @@ void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *
     if (ops[j].is_tensor) fprintf(f, ", const %s *x%d", ctype(ops[j].t.dt), j);
   ksyms(e);
   int closers = open_loops(e, dst->rank, dst->sizes, true);
-  fprintf(f, "    %s a[%d];\n", use_float ? "double" : "int64_t", nops ? nops : 1);
+  const char *rt = real_type(e, comp);
+  fprintf(f, "    %s a[%d];\n", use_float ? rt : "int64_t", nops ? nops : 1);
   for (int j = 0; j < nops; j++) {
     fprintf(f, "    a[%d] = ", j);
     if (ops[j].is_tensor) {
       TV b = broadcast_tv(e, &ops[j].t, dst->rank, dst->sizes);
       const char *p = arena_printf(e->a, "x%d", j), *ix = index_of(e, &b, dst->rank);
-      if (use_float) load_f(f, b.dt, p, ix); else load_i(f, b.dt, p, ix);
+      if (use_float) load_r(f, b.dt, p, ix, rt); else load_i(f, b.dt, p, ix);
     } else if (use_float) fmt_double(f, ops[j].none ? NAN : round_to(dtype_is_float(comp) ? comp : DT_F64, ops[j].f));
     else if (ops[j].none) fputs(j == 1 ? "INT64_MIN" : "INT64_MAX", f);   /* clamp's missing bound */
     else fprintf(f, "INT64_C(%lld)", (long long)ops[j].i);
@@ -410,6 +426,8 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   Operand ops[8];
   int nops;
   if (operands_of(e, n, ops, &nops)) return NULL;
+  const char *rt = real_type(e, plan.comp);
+  bool real_float = plan.use_float && !strcmp(rt, "float");
   const char *arg[8];
   for (int j = 0; j < nops; j++) {
     if (!ops[j].is_tensor) {
@@ -425,14 +443,14 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
       continue;
     }
     if (ops[j].t.cexpr) {   /* the product an epilogue applies to (always a float plan) */
-      arg[j] = ops[j].t.cexpr;
+      arg[j] = real_float ? arena_printf(e->a, "(float)(%s)", ops[j].t.cexpr) : ops[j].t.cexpr;
       continue;
     }
     if (ops[j].t.deferred) {
       bool fl;
       const char *v = fused_value(e, f, ops[j].t.deferred, rank, sizes, P, &fl);
       if (!v) return NULL;
-      arg[j] = plan.use_float ? arena_printf(e->a, "(double)%s", v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
+      arg[j] = plan.use_float ? arena_printf(e->a, "(%s)%s", rt, v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
       continue;
     }
     int p = add_param(P, &ops[j].t);
@@ -445,13 +463,13 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
     if (!P->seen[p]) P->at[p] = b.l;
     else if (!layout_same(e->g, &P->at[p], &b.l)) P->several[p] = true;
     P->seen[p] = true;
-    if (plan.use_float) load_f(bf, b.dt, ptr, ix); else load_i(bf, b.dt, ptr, ix);
+    if (plan.use_float) load_r(bf, b.dt, ptr, ix, rt); else load_i(bf, b.dt, ptr, ix);
     fclose(bf);
     arg[j] = arena_strdup(e->a, buf);
     free(buf);
   }
   int id = n->outs[0]->id;
-  const char *T = plan.use_float ? "double" : "int64_t";
+  const char *T = plan.use_float ? rt : "int64_t";
   fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
   for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
   fputs(nops ? "};\n" : "0};\n", f);
@@ -460,7 +478,10 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   /* round as storing and reloading a tensor of dt would */
   const char *val = arena_printf(e->a, "%s(a%d)", fn, id);
   bool out_float = dtype_is_float(dt);
-  if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);
+  if (real_float && dt == DT_F32) fprintf(f, "    const float r%d = %s;\n", id, val);
+  else if (real_float && dt == DT_F16) fprintf(f, "    const float r%d = gg_h2f(gg_f2h(%s));\n", id, val);
+  else if (real_float && dt == DT_BF16) fprintf(f, "    const float r%d = gg_bf2f(gg_f2bf(%s));\n", id, val);
+  else if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);
   else if (dt == DT_F64) fprintf(f, "    const double r%d = %s;\n", id, val);
   else if (dt == DT_F16) fprintf(f, "    const double r%d = (double)gg_h2f(gg_d2h(%s));\n", id, val);
   else if (dt == DT_BF16) fprintf(f, "    const double r%d = (double)gg_bf2f(gg_f2bf((float)%s));\n", id, val);

@@ -156,6 +156,7 @@ void comment(FILE *f, const char *s);          /* model text made safe inside a 
 void emit_c_string(FILE *f, const char *s);    /* a C string literal, every unusual byte escaped */
 const char *ctype(DType d);
 void load_f(FILE *f, DType d, const char *ptr, const char *idx);
+const char *real_type(const Em *e, DType comp);   /* the C type pointwise arithmetic runs in */
 void load_i(FILE *f, DType d, const char *ptr, const char *idx);
 void store(FILE *f, DType d, bool from_float, const char *ptr, const char *idx, const char *val);
 void fmt_double(FILE *f, double v);

@@ -18,112 +18,125 @@
 #else
 #define GG_SCALAR static inline
 #endif
+/* The float functions: in C on double; under nvcc templates on the operands' type R, so that a kernel
+ * over float32, float16 or bfloat16 computes in float (PyTorch's opmath) and one over float64 in
+ * double. GG_K makes a constant of R, GG_R names the type. */
+#ifdef __CUDACC__
+#define GG_FN(name) template <typename GG_R> static inline __host__ __device__ GG_R name(const GG_R *x)
+#define GG_TFN(name, v) template <typename GG_R> static inline __host__ __device__ GG_R name(GG_R v)
+#define GG_K(c) ((GG_R)(c))
+#else
+#define GG_FN(name) static inline double name(const double *x)
+#define GG_TFN(name, v) static inline double name(double v)
+#define GG_K(c) (c)
+#define GG_R double
+#endif
 
-GG_SCALAR double f_abs(const double *x) { return fabs(x[0]); }
-GG_SCALAR double f_neg(const double *x) { return -x[0]; }
-GG_SCALAR double f_exp(const double *x) { return exp(x[0]); }
-GG_SCALAR double f_log(const double *x) { return log(x[0]); }
-GG_SCALAR double f_sin(const double *x) { return sin(x[0]); }
-GG_SCALAR double f_cos(const double *x) { return cos(x[0]); }
-GG_SCALAR double f_tanh(const double *x) { return tanh(x[0]); }
-GG_SCALAR double f_sigmoid(const double *x) { return 1.0 / (1.0 + exp(-x[0])); }
-GG_SCALAR double f_erf(const double *x) { return erf(x[0]); }
-GG_SCALAR double f_sqrt(const double *x) { return sqrt(x[0]); }
-GG_SCALAR double f_rsqrt(const double *x) { return 1.0 / sqrt(x[0]); }
-GG_SCALAR double f_reciprocal(const double *x) { return 1.0 / x[0]; }
-GG_SCALAR double f_relu(const double *x) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : 0.0; }
-GG_SCALAR double f_silu(const double *x) { return x[0] / (1.0 + exp(-x[0])); }
-GG_SCALAR double relu6(double v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
-GG_SCALAR double f_hardswish(const double *x) { return x[0] * relu6(x[0] + 3) / 6; }
-GG_SCALAR double f_hardsigmoid(const double *x) { return relu6(x[0] + 3) / 6; }
-GG_SCALAR double f_leaky_relu(const double *x) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
-GG_SCALAR double f_sign(const double *x) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
-GG_SCALAR double f_floor(const double *x) { return floor(x[0]); }
-GG_SCALAR double f_ceil(const double *x) { return ceil(x[0]); }
-GG_SCALAR double f_round(const double *x) { return nearbyint(x[0]); }
-GG_SCALAR double f_trunc(const double *x) { return trunc(x[0]); }
-GG_SCALAR double f_not(const double *x) { return x[0] == 0; }
-GG_SCALAR double f_isnan(const double *x) { return isnan(x[0]); }
-GG_SCALAR double f_ident(const double *x) { return x[0]; }
-GG_SCALAR double f_test_miscompile(const double *x) { return x[0] + 1.0; }   /* GCC_GRAPH_TEST_MISCOMPILE */
-GG_SCALAR double f_asin(const double *x) { return asin(x[0]); }
-GG_SCALAR double f_atan(const double *x) { return atan(x[0]); }
-GG_SCALAR double f_tan(const double *x) { return tan(x[0]); }
-GG_SCALAR double f_cosh(const double *x) { return cosh(x[0]); }
-GG_SCALAR double f_sinh(const double *x) { return sinh(x[0]); }
-GG_SCALAR double f_expm1(const double *x) { return expm1(x[0]); }
-GG_SCALAR double f_log1p(const double *x) { return log1p(x[0]); }
-GG_SCALAR double f_log2(const double *x) { return log2(x[0]); }
-GG_SCALAR double f_log10(const double *x) { return log10(x[0]); }
-GG_SCALAR double f_exp2(const double *x) { return exp2(x[0]); }
-GG_SCALAR double f_frac(const double *x) { return x[0] - trunc(x[0]); }
-GG_SCALAR double f_square(const double *x) { return x[0] * x[0]; }
+GG_FN(f_abs) { return fabs(x[0]); }
+GG_FN(f_neg) { return -x[0]; }
+GG_FN(f_exp) { return exp(x[0]); }
+GG_FN(f_log) { return log(x[0]); }
+GG_FN(f_sin) { return sin(x[0]); }
+GG_FN(f_cos) { return cos(x[0]); }
+GG_FN(f_tanh) { return tanh(x[0]); }
+GG_FN(f_sigmoid) { return GG_K(1.0) / (GG_K(1.0) + exp(-x[0])); }
+GG_FN(f_erf) { return erf(x[0]); }
+GG_FN(f_sqrt) { return sqrt(x[0]); }
+GG_FN(f_rsqrt) { return GG_K(1.0) / sqrt(x[0]); }
+GG_FN(f_reciprocal) { return GG_K(1.0) / x[0]; }
+GG_FN(f_relu) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : GG_K(0.0); }
+GG_FN(f_silu) { return x[0] / (GG_K(1.0) + exp(-x[0])); }
+GG_TFN(relu6, v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
+GG_FN(f_hardswish) { return x[0] * relu6(x[0] + 3) / 6; }
+GG_FN(f_hardsigmoid) { return relu6(x[0] + 3) / 6; }
+GG_FN(f_leaky_relu) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
+GG_FN(f_sign) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
+GG_FN(f_floor) { return floor(x[0]); }
+GG_FN(f_ceil) { return ceil(x[0]); }
+GG_FN(f_round) { return nearbyint(x[0]); }
+GG_FN(f_trunc) { return trunc(x[0]); }
+GG_FN(f_not) { return x[0] == 0; }
+GG_FN(f_isnan) { return isnan(x[0]); }
+GG_FN(f_ident) { return x[0]; }
+GG_FN(f_test_miscompile) { return x[0] + GG_K(1.0); }   /* GCC_GRAPH_TEST_MISCOMPILE */
+GG_FN(f_asin) { return asin(x[0]); }
+GG_FN(f_atan) { return atan(x[0]); }
+GG_FN(f_tan) { return tan(x[0]); }
+GG_FN(f_cosh) { return cosh(x[0]); }
+GG_FN(f_sinh) { return sinh(x[0]); }
+GG_FN(f_expm1) { return expm1(x[0]); }
+GG_FN(f_log1p) { return log1p(x[0]); }
+GG_FN(f_log2) { return log2(x[0]); }
+GG_FN(f_log10) { return log10(x[0]); }
+GG_FN(f_exp2) { return exp2(x[0]); }
+GG_FN(f_frac) { return x[0] - trunc(x[0]); }
+GG_FN(f_square) { return x[0] * x[0]; }
 /* erfinv by Newton steps on erf from a closed-form first guess: exact to double rounding */
-GG_SCALAR double f_erfinv(const double *x) {
-  double y = x[0];
+GG_FN(f_erfinv) {
+  GG_R y = x[0];
   if (y <= -1) return y == -1 ? -INFINITY : NAN;
   if (y >= 1) return y == 1 ? INFINITY : NAN;
   /* Winitzki's approximation: t = 2/(pi a) - w/2 with w = -log(1 - y^2), a = 0.147 */
-  double w = -log((1 - y) * (1 + y)), t = 2 / (M_PI * 0.147) - w / 2;
-  double r = copysign(sqrt(sqrt(t * t + w / 0.147) - t), y);
-  for (int i = 0; i < 4; i++) r -= (erf(r) - y) / (2 / sqrt(M_PI) * exp(-r * r));
+  GG_R w = -log((1 - y) * (1 + y)), t = 2 / (GG_K(M_PI) * GG_K(0.147)) - w / 2;
+  GG_R r = copysign(sqrt(sqrt(t * t + w / GG_K(0.147)) - t), y);
+  for (int i = 0; i < 4; i++) r -= (erf(r) - y) / (2 / sqrt(GG_K(M_PI)) * exp(-r * r));
   return r;
 }
-GG_SCALAR double f_relu6(const double *x) { return isnan(x[0]) ? x[0] : relu6(x[0]); }
-GG_SCALAR double f_softplus(const double *x) { return x[0] * x[1] > x[2] ? x[0] : log1p(exp(x[0] * x[1])) / x[1]; }
-GG_SCALAR double f_elu(const double *x) { return x[0] > 0 ? x[2] * x[0] : x[2] * x[1] * expm1(x[0] * x[3]); }
-GG_SCALAR double f_celu(const double *x) { return x[0] > 0 ? x[0] : x[1] * expm1(x[0] / x[1]); }
-GG_SCALAR double f_selu(const double *x) {
-  const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+GG_FN(f_relu6) { return isnan(x[0]) ? x[0] : relu6(x[0]); }
+GG_FN(f_softplus) { return x[0] * x[1] > x[2] ? x[0] : log1p(exp(x[0] * x[1])) / x[1]; }
+GG_FN(f_elu) { return x[0] > 0 ? x[2] * x[0] : x[2] * x[1] * expm1(x[0] * x[3]); }
+GG_FN(f_celu) { return x[0] > 0 ? x[0] : x[1] * expm1(x[0] / x[1]); }
+GG_FN(f_selu) {
+  const GG_R alpha = GG_K(1.6732632423543772848170429916717), scale = GG_K(1.0507009873554804934193349852946);
   return x[0] > 0 ? scale * x[0] : scale * alpha * expm1(x[0]);
 }
-GG_SCALAR double f_mish(const double *x) { return x[0] * tanh(log1p(exp(x[0]))); }
-GG_SCALAR double f_log_sigmoid(const double *x) { return x[0] < 0 ? x[0] - log1p(exp(x[0])) : -log1p(exp(-x[0])); }
-GG_SCALAR double f_atan2(const double *x) { return atan2(x[0], x[1]); }
-GG_SCALAR double f_lxor(const double *x) { return (x[0] != 0) != (x[1] != 0); }
+GG_FN(f_mish) { return x[0] * tanh(log1p(exp(x[0]))); }
+GG_FN(f_log_sigmoid) { return x[0] < 0 ? x[0] - log1p(exp(x[0])) : -log1p(exp(-x[0])); }
+GG_FN(f_atan2) { return atan2(x[0], x[1]); }
+GG_FN(f_lxor) { return (x[0] != 0) != (x[1] != 0); }
 /* clamp: a None bound arrives as NaN (interp.c), and means no bound */
-GG_SCALAR double f_clamp(const double *x) {
-  double v = x[0];
+GG_FN(f_clamp) {
+  GG_R v = x[0];
   if (isnan(v)) return v;
   if (!isnan(x[1]) && v < x[1]) v = x[1];
   if (!isnan(x[2]) && v > x[2]) v = x[2];
   return v;
 }
-GG_SCALAR double f_clamp_min(const double *x) { return isnan(x[0]) ? x[0] : x[0] < x[1] ? x[1] : x[0]; }
-GG_SCALAR double f_clamp_max(const double *x) { return isnan(x[0]) ? x[0] : x[0] > x[1] ? x[1] : x[0]; }
-GG_SCALAR double f_add(const double *x) { return x[0] + x[2] * x[1]; }
-GG_SCALAR double f_sub(const double *x) { return x[0] - x[2] * x[1]; }
-GG_SCALAR double f_rsub(const double *x) { return x[1] - x[2] * x[0]; }
-GG_SCALAR double f_mul(const double *x) { return x[0] * x[1]; }
-GG_SCALAR double f_div(const double *x) { return x[0] / x[1]; }
-GG_SCALAR double f_floordiv(const double *x) {
+GG_FN(f_clamp_min) { return isnan(x[0]) ? x[0] : x[0] < x[1] ? x[1] : x[0]; }
+GG_FN(f_clamp_max) { return isnan(x[0]) ? x[0] : x[0] > x[1] ? x[1] : x[0]; }
+GG_FN(f_add) { return x[0] + x[2] * x[1]; }
+GG_FN(f_sub) { return x[0] - x[2] * x[1]; }
+GG_FN(f_rsub) { return x[1] - x[2] * x[0]; }
+GG_FN(f_mul) { return x[0] * x[1]; }
+GG_FN(f_div) { return x[0] / x[1]; }
+GG_FN(f_floordiv) {
   /* Python semantics, as torch.floor_divide and div(rounding_mode='floor') on floats */
   if (x[1] == 0) return x[0] / x[1];
-  double m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
+  GG_R m = fmod(x[0], x[1]), d = (x[0] - m) / x[1];
   if (m != 0 && ((x[1] < 0) != (m < 0))) d -= 1;
-  double fd = floor(d);
-  if (d - fd > 0.5) fd += 1;
-  return d == 0 ? copysign(0.0, x[0] / x[1]) : fd;
+  GG_R fd = floor(d);
+  if (d - fd > GG_K(0.5)) fd += 1;
+  return d == 0 ? copysign(GG_K(0.0), x[0] / x[1]) : fd;
 }
-GG_SCALAR double f_remainder(const double *x) {
-  double m = fmod(x[0], x[1]);
+GG_FN(f_remainder) {
+  GG_R m = fmod(x[0], x[1]);
   if (m != 0 && ((x[1] < 0) != (m < 0))) m += x[1];
   return m;
 }
-GG_SCALAR double f_fmod(const double *x) { return fmod(x[0], x[1]); }
-GG_SCALAR double f_pow(const double *x) { return pow(x[0], x[1]); }
-GG_SCALAR double f_maximum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
-GG_SCALAR double f_minimum(const double *x) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
-GG_SCALAR double f_eq(const double *x) { return x[0] == x[1]; }
-GG_SCALAR double f_ne(const double *x) { return x[0] != x[1]; }
-GG_SCALAR double f_lt(const double *x) { return x[0] < x[1]; }
-GG_SCALAR double f_le(const double *x) { return x[0] <= x[1]; }
-GG_SCALAR double f_gt(const double *x) { return x[0] > x[1]; }
-GG_SCALAR double f_ge(const double *x) { return x[0] >= x[1]; }
-GG_SCALAR double f_land(const double *x) { return x[0] != 0 && x[1] != 0; }
-GG_SCALAR double f_lor(const double *x) { return x[0] != 0 || x[1] != 0; }
-GG_SCALAR double f_where(const double *x) { return x[0] != 0 ? x[1] : x[2]; }
-GG_SCALAR double f_masked_fill(const double *x) { return x[1] != 0 ? x[2] : x[0]; }
+GG_FN(f_fmod) { return fmod(x[0], x[1]); }
+GG_FN(f_pow) { return pow(x[0], x[1]); }
+GG_FN(f_maximum) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
+GG_FN(f_minimum) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
+GG_FN(f_eq) { return x[0] == x[1]; }
+GG_FN(f_ne) { return x[0] != x[1]; }
+GG_FN(f_lt) { return x[0] < x[1]; }
+GG_FN(f_le) { return x[0] <= x[1]; }
+GG_FN(f_gt) { return x[0] > x[1]; }
+GG_FN(f_ge) { return x[0] >= x[1]; }
+GG_FN(f_land) { return x[0] != 0 && x[1] != 0; }
+GG_FN(f_lor) { return x[0] != 0 || x[1] != 0; }
+GG_FN(f_where) { return x[0] != 0 ? x[1] : x[2]; }
+GG_FN(f_masked_fill) { return x[1] != 0 ? x[2] : x[0]; }
 
 /* Integer versions use unsigned arithmetic where C would overflow: PyTorch wraps around. */
 #define WRAP(expr) ((int64_t)(expr))
@@ -184,10 +197,10 @@ GG_SCALAR int64_t i_where(const int64_t *x) { return x[0] != 0 ? x[1] : x[2]; }
 GG_SCALAR int64_t i_masked_fill(const int64_t *x) { return x[1] != 0 ? x[2] : x[0]; }
 
 /* Variants that an op picks by an argument (gelu's approximation, division's rounding mode). */
-GG_SCALAR double f_gelu_erf(const double *x) { return 0.5 * x[0] * (1 + erf(x[0] * 0.70710678118654752440)); }
-GG_SCALAR double f_gelu_tanh(const double *x) {
-  const double k = 0.79788456080286535588;  /* sqrt(2/pi) */
-  return 0.5 * x[0] * (1 + tanh(k * (x[0] + 0.044715 * x[0] * x[0] * x[0])));
+GG_FN(f_gelu_erf) { return GG_K(0.5) * x[0] * (1 + erf(x[0] * GG_K(0.70710678118654752440))); }
+GG_FN(f_gelu_tanh) {
+  const GG_R k = GG_K(0.79788456080286535588);  /* sqrt(2/pi) */
+  return GG_K(0.5) * x[0] * (1 + tanh(k * (x[0] + GG_K(0.044715) * x[0] * x[0] * x[0])));
 }
 /* float32 versions of the costly functions, which compiled float32 kernels use on the CPU (PyTorch
  * computes these in float32 with vectorized approximations too). Straight-line code, no calls, so
@@ -229,8 +242,8 @@ static inline double f32_silu(const double *x) { return (float)x[0] / (1.0f + gg
 static inline double f32_erf(const double *x) { return gg_erff((float)x[0]); }
 static inline double f32_gelu_erf(const double *x) { float v = (float)x[0]; return 0.5f * v * (1.0f + gg_erff(v * 0.70710678118654752440f)); }
 #endif
-GG_SCALAR double f_div_trunc(const double *x) { return trunc(x[0] / x[1]); }
+GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
-GG_SCALAR double f_logical_not(const double *x) { return x[0] == 0; }
+GG_FN(f_logical_not) { return x[0] == 0; }
 
 #endif
