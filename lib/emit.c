@@ -105,7 +105,7 @@ const char *real_type(const Em *e, DType comp) {
 }
 
 /* Reading an element as real_type rt */
-static void load_r(FILE *f, DType d, const char *ptr, const char *idx, const char *rt) {
+void load_r(FILE *f, DType d, const char *ptr, const char *idx, const char *rt) {
   if (strcmp(rt, "float")) load_f(f, d, ptr, idx);
   else if (d == DT_F16) fprintf(f, "gg_h2f(%s[%s])", ptr, idx);
   else if (d == DT_BF16) fprintf(f, "gg_bf2f(%s[%s])", ptr, idx);
@@ -250,7 +250,8 @@ int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) { retur
  * shuffles (row_combine), so that a row's loads are coalesced. */
 int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) { return e->d->rows(e, rank, sizes, len); }
 
-const char *row_for(Em *e) { return e->rowwarp ? "for (int64_t j = lane; j < L; j += 32)" : "for (int64_t j = 0; j < L; j++)"; }
+/* (unrolled on the GPU, so that a lane has several loads of its row in flight) */
+const char *row_for(Em *e) { return e->rowwarp ? "_Pragma(\"unroll 4\") for (int64_t j = lane; j < L; j += 32)" : "for (int64_t j = 0; j < L; j++)"; }
 
 void row_combine(Em *e, const char *var, bool max) {
   if (e->rowwarp) fprintf(e->k, "    %s = gg_w%s(%s);\n", var, max ? "max" : "sum", var);

@@ -92,12 +92,13 @@ int emit_reduce(Em *e, Node *n) {
     int cl = open_rows(e, nkept, ksz, len);
     fprintf(f, "    const int64_t L = %s;\n    const %s *row = x + %s", cx(e, len), ctype(x->dt), cx(e, x->offset));
     for (int i = 0; i < nkept; i++) fprintf(f, " + i%d * %s", i, cx(e, x->strides[kept[i]]));
-    fprintf(f, ";\n    double acc = 0;\n    %s acc += ", row_for(e));
-    load_f(f, x->dt, "row", "j");
+    const char *rt = real_type(e, x->dt);   /* float32 and half types in float, as PyTorch accumulates */
+    fprintf(f, ";\n    %s acc = 0;\n    %s acc += ", rt, row_for(e));
+    load_r(f, x->dt, "row", "j", rt);
     fputs(";\n", f);
     row_combine(e, "acc", false);
     fputs(e->rowwarp ? "    if (lane == 0) " : "    ", f);
-    store(f, out->dt, true, "y", linear_index(e, ksz, nkept, 0), rk == R_MEAN ? "acc / (double)L" : "acc");
+    store(f, out->dt, true, "y", linear_index(e, ksz, nkept, 0), rk == R_MEAN ? arena_printf(e->a, "acc / (%s)L", rt) : "acc");
     close_loops(e, cl);
     fputs("}\n", f);
     kcall(e, id);
@@ -228,8 +229,9 @@ int emit_scan(Em *e, Node *n) {
     store(f, out->dt, !ints, "y", yi, "acc");
     fputs("    }\n", f);
   } else {
-    fprintf(f, "    double m = -INFINITY, z = 0;\n    %s { double v = ", row_for(e));
-    load_f(f, x->dt, "x", xi);
+    const char *rt = real_type(e, x->dt);   /* float32 and half types in float on the GPU */
+    fprintf(f, "    %s m = -INFINITY, z = 0;\n    %s { %s v = ", rt, row_for(e), rt);
+    load_r(f, x->dt, "x", xi, rt);
     fputs("; if (v > m || isnan(v)) m = v; }\n", f);
     row_combine(e, "m", true);
     fputs("    if (isinf(m) && m < 0) m = 0;\n", f);
@@ -249,11 +251,12 @@ int emit_scan(Em *e, Node *n) {
       fputs("      continue;\n    }\n", f);
     }
     fprintf(f, "    %s z += %s(", row_for(e), ex);
-    load_f(f, x->dt, "x", xi);
+    load_r(f, x->dt, "x", xi, rt);
     fputs(" - m);\n", f);
     row_combine(e, "z", false);
-    fprintf(f, logsm ? "    const double lz = log(z);\n    %s {\n      double v = " : "    %s {\n      double v = ", row_for(e));
-    load_f(f, x->dt, "x", xi);
+    if (logsm) fprintf(f, "    const %s lz = log(z);\n", rt);
+    fprintf(f, "    %s {\n      %s v = ", row_for(e), rt);
+    load_r(f, x->dt, "x", xi, rt);
     fputs(";\n      ", f);
     store(f, out->dt, true, "y", yi, logsm ? "v - m - lz" : arena_printf(e->a, "%s(v - m) / z", ex));
     fputs("    }\n", f);
@@ -414,24 +417,26 @@ int emit_norm(Em *e, Node *n) {
   fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = %s;\n", cx(e, len));
   int cl = open_rows(e, 1, &rows, len);
   fputs("    const int64_t r = i0;\n", f);
-  fputs("    double m = 0, v = 0;\n", f);
+  const char *rt = real_type(e, x->dt);   /* float32 and half types in float on the GPU, as PyTorch's */
+  fprintf(f, "    %s m = 0, v = 0;\n", rt);
   if (!rms) {
     fprintf(f, "    %s m += ", row_for(e));
-    load_f(f, x->dt, "x", "r * L + j");
+    load_r(f, x->dt, "x", "r * L + j", rt);
     fputs(";\n", f);
     row_combine(e, "m", false);
-    fputs("    m /= (double)L;\n", f);
+    fprintf(f, "    m /= (%s)L;\n", rt);
   }
-  fprintf(f, "    %s { double d = ", row_for(e));
-  load_f(f, x->dt, "x", "r * L + j");
+  fprintf(f, "    %s { %s d = ", row_for(e), rt);
+  load_r(f, x->dt, "x", "r * L + j", rt);
   fputs(" - m; v += d * d; }\n", f);
   row_combine(e, "v", false);
-  fprintf(f, "    const double rs = 1.0 / sqrt(v / (double)L + %.17g);\n", eps);
-  fprintf(f, "    %s {\n      double o = (", row_for(e));
-  load_f(f, x->dt, "x", "r * L + j");
+  if (strcmp(rt, "float")) fprintf(f, "    const double rs = 1.0 / sqrt(v / (double)L + %.17g);\n", eps);
+  else fprintf(f, "    const float rs = 1.0f / sqrt(v / (float)L + (float)%.17g);\n", eps);
+  fprintf(f, "    %s {\n      %s o = (", row_for(e), rt);
+  load_r(f, x->dt, "x", "r * L + j", rt);
   fputs(" - m) * rs", f);
-  if (w) { fputs(" * ", f); load_f(f, w->dt, "w", "j"); }
-  if (b) { fputs(" + ", f); load_f(f, b->dt, "b", "j"); }
+  if (w) { fputs(" * ", f); load_r(f, w->dt, "w", "j", rt); }
+  if (b) { fputs(" + ", f); load_r(f, b->dt, "b", "j", rt); }
   fputs(";\n      ", f);
   store(f, out->dt, true, "y", "r * L + j", "o");
   fputs("    }\n", f);
