@@ -45,11 +45,12 @@ static bool bool_arg(S *s, const char *name) {
   return a && a->k == AK_BOOL && a->u.b;
 }
 
-static int ints_arg(S *s, const char *name, int64_t *out, int *n) {
+/* A list of static integers into out[cap]: a longer list is refused (the caller's array is its bound). */
+static int ints_arg(S *s, const char *name, int64_t *out, int cap, int *n) {
   const Arg *a = arg(s, name);
   if (!a || a->k == AK_NONE) { *n = 0; return 0; }
   if (a->k != AK_INTS) return fail(s, "argument '%s' must be a list of integers", name);
-  if (a->n > GG_MAX_RANK * 2) return fail(s, "argument '%s' is too long", name);
+  if (a->n > cap) return fail(s, "argument '%s' has too many values", name);
   for (int i = 0; i < a->n; i++)
     if (!expr_is_const(a->u.is[i], &out[i])) return fail(s, "argument '%s' must not be symbolic", name);
   *n = a->n;
@@ -224,7 +225,7 @@ static int reduce_dims(S *s, const Value *x, bool *mask) {
     if (int_arg(s, "dim", &dims[0])) return -1;
     n = 1;
   } else if (a && a->k == AK_INTS) {
-    if (ints_arg(s, "dim", dims, &n)) return -1;
+    if (ints_arg(s, "dim", dims, (int)(sizeof dims / sizeof *dims), &n)) return -1;
   }
   if (n == 0) {
     for (int d = 0; d < x->rank; d++) mask[d] = true;
@@ -347,9 +348,9 @@ int shape_matmul(S *s) {
 
 /* ---------------------------------------------------------------- convolution and pooling */
 
-static int spatial_list(S *s, const char *name, int nsp, int64_t *out) {
+static int spatial_list(S *s, const char *name, int nsp, int64_t *out) {   /* out holds nsp values */
   int n;
-  if (ints_arg(s, name, out, &n)) return -1;
+  if (ints_arg(s, name, out, nsp, &n)) return -1;
   if (n == 1) for (int i = 1; i < nsp; i++) out[i] = out[0];
   else if (n != nsp) return fail(s, "argument '%s' has the wrong length", name);
   /* kernels, strides, paddings and dilations within 2^31: the rules' arithmetic stays in int64 */
@@ -427,7 +428,7 @@ int shape_pool(S *s) {
   if (x->rank != nsp + 1 && x->rank != nsp + 2) return fail(s, "%s", "pooling input has the wrong rank");
   int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
   int n;
-  if (spatial_list(s, "kernel_size", nsp, k) || ints_arg(s, "stride", st, &n)) return -1;
+  if (spatial_list(s, "kernel_size", nsp, k) || ints_arg(s, "stride", st, nsp, &n)) return -1;
   if (n == 0) memcpy(st, k, sizeof k);
   else if (spatial_list(s, "stride", nsp, st)) return -1;
   if (spatial_list(s, "padding", nsp, pd)) return -1;
@@ -723,7 +724,7 @@ int shape_view(S *s) {
     int64_t p[GG_MAX_RANK * 2];
     int n;
     bool used[GG_MAX_RANK] = {0};
-    if (ints_arg(s, "dims", p, &n)) return -1;
+    if (ints_arg(s, "dims", p, (int)(sizeof p / sizeof *p), &n)) return -1;
     if (n != x->rank) return fail(s, "%s", "permute needs one entry per dim");
     for (int i = 0; i < n; i++) {
       int64_t d;
@@ -814,7 +815,7 @@ int shape_split(S *s) {
   int64_t parts[256];
   int n = 0;
   if (!strcmp(name, "split_with_sizes")) {
-    if (ints_arg(s, "split_sizes", parts, &n)) return -1;
+    if (ints_arg(s, "split_sizes", parts, (int)(sizeof parts / sizeof *parts), &n)) return -1;
     int64_t tot = 0;
     for (int i = 0; i < n; i++) tot += parts[i];
     if (tot != size) return fail(s, "%s", "split_sizes do not add up to the dim's size");
