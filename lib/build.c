@@ -219,9 +219,16 @@ static const char *default_cuda_arch(Ctx *c) {
   return major > 0 ? arena_printf(c->arena, "sm_%d%d", major, minor) : "sm_90";
 }
 
-/* --cuda-arch (or the installed GPU's) as a number: 90 for sm_90, sm_90a or compute_90 */
+/* --cuda-arch, else the installed GPU's (asked once per compile), and as a number: 90 for sm_90,
+ * sm_90a or compute_90 */
+static const char *cuda_arch(Ctx *c, const CompileOptions *o) {
+  if (o->cuda_arch) return o->cuda_arch;
+  if (!c->cuda_arch) c->cuda_arch = default_cuda_arch(c);
+  return c->cuda_arch;
+}
+
 int build_cuda_sm(Ctx *c, const CompileOptions *o) {
-  const char *a = o->cuda_arch ? o->cuda_arch : default_cuda_arch(c);
+  const char *a = cuda_arch(c, o);
   while (*a && (*a < '0' || *a > '9')) a++;
   return atoi(a);
 }
@@ -231,7 +238,7 @@ int build_cuda_sm(Ctx *c, const CompileOptions *o) {
  * headers as gcc does (nvcc itself does not read CPATH). */
 static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
   const char *nvcc = o->nvcc ? o->nvcc : "nvcc";
-  const char *arch = o->cuda_arch ? o->cuda_arch : default_cuda_arch(c);
+  const char *arch = cuda_arch(c, o);
   char *common[64];
   int nc = 0;
   common[nc++] = (char *)nvcc;

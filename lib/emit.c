@@ -634,7 +634,7 @@ int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body_out, const
   char *ld = NULL;
   size_t ldlen = 0;
   FILE *lf = open_memstream(&ld, &ldlen);
-  load_f(lf, v->dtype, "yr", "j");
+  load_r(lf, v->dtype, "yr", "j", real_type(e, v->dtype));   /* float on the GPU for float32 and half types */
   fclose(lf);
   e->tv[seed->id] = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
   free(ld);

@@ -5,6 +5,7 @@
  * to the CUDA runtime (gg_rt_cuda.cu), through host functions. Kernels that meet an index out of
  * range leave their id in gg_dev_err; the module's error table names the node. */
 #include "emit.h"
+#include "rewrite.h"
 
 #include <math.h>
 
@@ -175,24 +176,14 @@ static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, 
 
 /* ---------------------------------------------------------------- attention */
 
-static const Arg *sdpa_arg(const Node *n, const char *name) {
-  int i = ops_arg_index(n->op, name);
-  return i >= 0 ? &n->args[i] : NULL;
-}
-
-static Value *sdpa_tensor(const Node *n, const char *name) {
-  const Arg *a = sdpa_arg(n, name);
-  return a && a->k == AK_TENSOR ? a->u.t : NULL;
-}
-
 /* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
  * which decompose() then keeps whole: float16 or bfloat16 on sm_80 or later, rank 3 or 4, a static
  * head size the kernel is built for (32, 64, 96, 128) shared by the values, no dropout, the key/value
  * heads dividing the query heads (grouped-query attention), equal batch sizes, and a mask that is bool
  * or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
 bool cuda_attention_fits(const Graph *g, const Node *n) {
-  Value *q = sdpa_tensor(n, "query"), *k = sdpa_tensor(n, "key"), *v = sdpa_tensor(n, "value"), *m = sdpa_tensor(n, "attn_mask");
-  const Arg *dp = sdpa_arg(n, "dropout_p"), *sc = sdpa_arg(n, "scale"), *gq = sdpa_arg(n, "enable_gqa"), *ca = sdpa_arg(n, "is_causal");
+  Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask");
+  const Arg *dp = rw_arg(n, "dropout_p"), *sc = rw_arg(n, "scale"), *gq = rw_arg(n, "enable_gqa"), *ca = rw_arg(n, "is_causal");
   if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != 1) return false;
   if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16)) return false;
   int r = q->rank;
@@ -224,7 +215,7 @@ bool cuda_attention_fits(const Graph *g, const Node *n) {
 /* A fused attention kernel: a host function filling gg_attn and calling the runtime. Operands with a
  * strided last dim are copied contiguous first; the mask is read through its broadcast strides. */
 static int attention_cuda(Em *e, Node *n) {
-  Value *qv = sdpa_tensor(n, "query"), *kv = sdpa_tensor(n, "key"), *vv = sdpa_tensor(n, "value"), *mv = sdpa_tensor(n, "attn_mask");
+  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *vv = rw_targ(n, "value"), *mv = rw_targ(n, "attn_mask");
   if (!cuda_attention_fits(e->g, n)) return efail(e, n, "reached the code generator undecomposed (internal error)");
   Value *ins[3] = {qv, kv, vv};
   TV *t[3];
@@ -242,7 +233,7 @@ static int attention_cuda(Em *e, Node *n) {
     if (!m) return -1;
     mb = broadcast_tv(e, m, 4, bhls);
   }
-  const Arg *sc = sdpa_arg(n, "scale"), *ca = sdpa_arg(n, "is_causal");
+  const Arg *sc = rw_arg(n, "scale"), *ca = rw_arg(n, "is_causal");
   int64_t D;
   expr_is_const(qv->sizes[r - 1], &D);
   double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);

@@ -61,6 +61,7 @@ typedef struct Ctx {
   int64_t scratch_naive, scratch_planned;
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
   int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
+  const char *cuda_arch; /* the installed GPU's architecture, once asked (build.c) */
 } Ctx;
 
 Ctx *ctx_new(void);
