@@ -184,13 +184,23 @@ static int product_c(Em *e, const Product *p) {
   if (blas)
     fprintf(f, "    gg_rt_%cgemm(M, N, K, a + %s, %s, %s, b + %s, %s, %s, yy, %s);\n", dt == DT_F32 ? 's' : 'd', ai, sam, sak, bi, sbk, sbn,
             epi_late ? "NULL" : epi_ref(&ep));
-  else {
+  else {   /* half types: the product, scaled and with its bias, rounded once (as cuBLAS does) */
     fprintf(f, "    for (int64_t m = 0; m < M; m++)\n      for (int64_t j = 0; j < N; j++) {\n        double acc = 0;\n");
     fprintf(f, "        for (int64_t q = 0; q < K; q++) acc += ");
     load_f(f, dt, "a", arena_printf(e->a, "%s + m * %s + q * %s", ai, sam, sak));
     fputs(" * ", f);
     load_f(f, dt, "b", arena_printf(e->a, "%s + q * %s + j * %s", bi, sbk, sbn));
     fputs(";\n        ", f);
+    if (alpha != 1) fprintf(f, "acc *= %.17g;\n        ", alpha);
+    if (bt) {
+      TV bb = broadcast_tv(e, bt, out->rank, out->sizes);
+      char *bx = arena_strdup(e->a, cx(e, bb.offset));
+      for (int d = 0; d < nb; d++) bx = arena_printf(e->a, "%s + i%d * %s", bx, d, cx(e, bb.strides[d]));
+      bx = arena_printf(e->a, "%s + m * %s + j * %s", bx, cx(e, bb.strides[nb]), cx(e, bb.strides[nb + 1]));
+      fprintf(f, "acc += %.17g * ", beta);
+      load_f(f, bt->dt, "bias", bx);
+      fputs(";\n        ", f);
+    }
     store(f, dt, true, "yy", "m * N + j", "acc");
     fputs("      }\n", f);
   }
@@ -204,7 +214,7 @@ static int product_c(Em *e, const Product *p) {
             nb > 1 ? arena_printf(e->a, " collapse(%d)", nb) : "", lbuf, lbuf);
     free(lbuf);
   }
-  if (bias || alpha != 1) {
+  if (blas && (bias || alpha != 1)) {
     /* while the product is hot in cache: y = alpha * y + beta * bias, then the epilogue */
     TV bb = bt ? broadcast_tv(e, bt, out->rank, out->sizes) : *out;
     int c2 = open_loops(e, out->rank, out->sizes, true);
