@@ -8,7 +8,9 @@ replayed), PyTorch eager and torch.compile (mode reduce-overhead: Inductor with 
 max-autotune where MAX_AUTOTUNE=1), each a median of ITERS runs timed to the GPU's end; the table
 shows each side's median round. Outputs are compared with PyTorch in float64 (float32 models) or
 with PyTorch in float32 (bfloat16 models): relative L2 error of each side. TF32 is off on every
-side. The ceilings (bench/gpu_ceiling.py's method: cuBLAS GEMM at 8192^3 in float32 and bfloat16,
+side, except in the rows compiled with --precision: a float32 export compiled with --precision bf16
+(or fp16) against PyTorch eager and torch.compile under torch.autocast, with --precision tf32 against
+PyTorch with TF32 on; their errors are against float64, and ours should be at most 3x autocast's. The ceilings (bench/gpu_ceiling.py's method: cuBLAS GEMM at 8192^3 in float32 and bfloat16,
 a device copy) give each model's fraction of the GEMM rate (FLOPs of its products and convolutions
 / time) and of the copy bandwidth (bytes of explain's schedule / time).
 
@@ -74,7 +76,7 @@ class Hidden(torch.nn.Module):   # a transformer's last hidden state: one tensor
         return s.m(input_ids=ids).last_hidden_state
 
 
-def tv(name, batch, dtype):
+def tv(name, batch, dtype, prec=None):
     import torchvision
     def make():
         m = getattr(torchvision.models, name)(weights=None)
@@ -84,10 +86,10 @@ def tv(name, batch, dtype):
                     p.normal_(0, 0.02)
         return m
     side = 224
-    return make, lambda: (torch.randn(batch, 3, side, side),), dtype
+    return make, lambda: (torch.randn(batch, 3, side, side),), dtype, prec
 
 
-def hf(kind, batch, seq, dtype, **cfg):
+def hf(kind, batch, seq, dtype, prec=None, **cfg):
     import transformers as tf
     def make():
         if kind == "bert":
@@ -99,7 +101,7 @@ def hf(kind, batch, seq, dtype, **cfg):
         m.config.use_cache = False
         return Hidden(m)
     vocab = cfg.get("vocab_size", 30522 if kind == "bert" else 50257)
-    return make, lambda: (torch.randint(0, vocab, (batch, seq), dtype=torch.int64),), dtype
+    return make, lambda: (torch.randint(0, vocab, (batch, seq), dtype=torch.int64),), dtype, prec
 
 
 BERT = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
@@ -113,7 +115,24 @@ MODELS = {
     "bert_base_b8_s128_bf16": hf("bert", 8, 128, torch.bfloat16, **BERT),
     "gpt2_b4_s512": hf("gpt2", 4, 512, torch.float32),
     "llama_d1024_l8_b4_s512_bf16": hf("llama", 4, 512, torch.bfloat16, **LLAMA),
+    # float32 exports compiled with --precision, PyTorch under torch.autocast (bf16) or with TF32 on
+    "resnet50_b32_amp_bf16": tv("resnet50", 32, torch.float32, "bf16"),
+    "vit_b_16_b16_amp_bf16": tv("vit_b_16", 16, torch.float32, "bf16"),
+    "bert_base_b8_s128_amp_bf16": hf("bert", 8, 128, torch.float32, "bf16", **BERT),
+    "gpt2_b4_s512_amp_bf16": hf("gpt2", 4, 512, torch.float32, "bf16"),
+    "bert_base_b8_s128_tf32": hf("bert", 8, 128, torch.float32, "tf32", **BERT),
+    "resnet50_b32_tf32": tv("resnet50", 32, torch.float32, "tf32"),
 }
+
+
+class Amp(torch.nn.Module):   # the model under torch.autocast, as people run mixed precision
+    def __init__(s, m, dtype):
+        super().__init__()
+        s.m, s.dtype = m, dtype
+
+    def forward(s, *a):
+        with torch.autocast("cuda", dtype=s.dtype):
+            return s.m(*a)
 
 
 # ---------------------------------------------------------------- measuring
@@ -158,7 +177,11 @@ def ceilings():
     x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     ms = median_ms(lambda: y.copy_(x), (), 20)
-    return {"gemm_f32_tflops": gemm(torch.float32), "gemm_bf16_tflops": gemm(torch.bfloat16), "copy_tbs": 2 * x.numel() / ms / 1e9}
+    f32 = gemm(torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tf32 = gemm(torch.float32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return {"gemm_f32_tflops": f32, "gemm_tf32_tflops": tf32, "gemm_bf16_tflops": gemm(torch.bfloat16), "copy_tbs": 2 * x.numel() / ms / 1e9}
 
 
 def explain_figures(pt2):
@@ -173,11 +196,11 @@ def explain_figures(pt2):
     return flops, traffic
 
 
-def run_model(name, make, mkin, dtype, ceil):
+def run_model(name, make, mkin, dtype, prec, ceil):
     torch.manual_seed(0)
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
-    row = {"model": name, "dtype": str(dtype).replace("torch.", "")}
+    row = {"model": name, "dtype": str(dtype).replace("torch.", ""), "precision": prec or "fp32"}
     m = make().eval().to(dtype if dtype != torch.float32 else torch.float32)
     inputs = mkin()
     inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
@@ -197,7 +220,7 @@ def run_model(name, make, mkin, dtype, ceil):
     del mref
     so = os.path.join(d, "model.so")
     t0 = time.perf_counter()
-    r = subprocess.run([GG, "compile", pt2, "--target", "cuda", "-o", so], capture_output=True, text=True)
+    r = subprocess.run([GG, "compile", pt2, "--target", "cuda", "-o", so] + (["--precision", prec] if prec else []), capture_output=True, text=True)
     row["compile_s"] = time.perf_counter() - t0
     if r.returncode:
         row["refused"] = r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else "exit %d" % r.returncode
@@ -208,6 +231,9 @@ def run_model(name, make, mkin, dtype, ceil):
         else:
             row["err_ours"] = rel(load_st(os.path.join(d, "out.safetensors"))["out.0"], ref)
     mc = m.cuda()
+    if prec in ("bf16", "fp16"):
+        mc = Amp(mc, torch.bfloat16 if prec == "bf16" else torch.float16)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = prec == "tf32"
     xc = tuple(t.cuda() for t in inputs)
     with torch.no_grad():
         row["err_eager"] = rel(first(mc(*xc)), ref)
@@ -233,6 +259,7 @@ def run_model(name, make, mkin, dtype, ceil):
         rounds["compile"].append(median_ms(cm, xc, ITERS))
         if am is not None:
             rounds["autotune"].append(median_ms(am, xc, ITERS))
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     for k, v in rounds.items():
         if v:
             row[k + "_ms"] = statistics.median(v)
@@ -241,7 +268,7 @@ def run_model(name, make, mkin, dtype, ceil):
     best = min(row.get("compile_ms", 1e30), row.get("autotune_ms", 1e30))
     if "ours_ms" in row:
         row["vs_best_torch_compile"] = best / row["ours_ms"]
-        rate = ceil["gemm_bf16_tflops"] if dtype == torch.bfloat16 else ceil["gemm_f32_tflops"]
+        rate = ceil["gemm_bf16_tflops"] if dtype == torch.bfloat16 or prec in ("bf16", "fp16") else ceil["gemm_tf32_tflops"] if prec == "tf32" else ceil["gemm_f32_tflops"]
         if flops:
             row["tflops"] = flops / row["ours_ms"] / 1e9
             row["of_gemm"] = row["tflops"] / rate
@@ -260,7 +287,7 @@ def main():
     names = sys.argv[1:] or list(MODELS)
     print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__, "| rounds", ROUNDS, "x", ITERS, "runs", flush=True)
     ceil = ceilings()
-    print("ceilings: GEMM float32 %.1f TFLOP/s, bfloat16 %.1f TFLOP/s, copy %.2f TB/s" % (ceil["gemm_f32_tflops"], ceil["gemm_bf16_tflops"], ceil["copy_tbs"]),
+    print("ceilings: GEMM float32 %.1f TFLOP/s, TF32 %.1f, bfloat16 %.1f, copy %.2f TB/s" % (ceil["gemm_f32_tflops"], ceil["gemm_tf32_tflops"], ceil["gemm_bf16_tflops"], ceil["copy_tbs"]),
           flush=True)
     rows = []
     print("| model | gcc-graph ms | eager | torch.compile | ours vs best torch.compile | compile s (ours / Inductor) | error ours / eager / compile | "

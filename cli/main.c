@@ -104,6 +104,11 @@ static const char usage_compile[] =
   "                       it with nvcc (NVCC names another) and cuBLAS, and takes and gives device\n"
   "                       tensors (docs/cuda.md)\n"
   "  --cuda-arch sm_XY    the GPU architecture to build for (default: the installed GPU's, else sm_90)\n"
+  "  --precision fp32|tf32|bf16|fp16\n"
+  "                       for a float32 model: matrix products, convolutions and attention in\n"
+  "                       bfloat16 or float16 (float32 accumulation, everything else in float32,\n"
+  "                       like torch.autocast), or with TF32 tensor cores (--target cuda); default\n"
+  "                       fp32 (docs/cuda.md)\n"
   "With GCC_GRAPH_CACHE_DIR set, an unchanged model with unchanged options is copied from the cache.\n"
   "The compiled runtime is kept per compiler, flags and version in GCC_GRAPH_CACHE_DIR, else in\n"
   "$XDG_CACHE_HOME/gcc-graph or ~/.cache/gcc-graph (GCC_GRAPH_NO_CACHE=1: no cache at all).\n"
@@ -153,14 +158,17 @@ static const char usage_explain[] =
   "  -h, --help        show this help\n";
 
 static const char usage_check[] =
-  "usage: gcc-graph check MODEL [--inputs IN.safetensors] [--train [--loss N]] [--tol X] [--weights FILE]\n"
+  "usage: gcc-graph check MODEL [--inputs IN.safetensors] [--train [--loss N]] [--tol X] [--precision P]\n"
+  "                       [--weights FILE]\n"
   "\n"
   "Automatic ablation: run MODEL as loaded, then after each stage (functionalized, weights folded\n"
   "(inference), decomposed; with --train the joint graph and the two partitions; compiled), on the\n"
   "same inputs (IN, or random ones),\n"
   "and report the first stage whose results depart from the loaded graph's (relative L2 error above X,\n"
   "default 1e-4, under a floor of 1e-3 per element; integers exactly), with, for an interpreted stage, the first value that departs and\n"
-  "its node. Exit status 0 when every stage agrees, 1 when one departs.\n";
+  "its node. Exit status 0 when every stage agrees, 1 when one departs. With --precision bf16|fp16 (as\n"
+  "compile takes it) the lowered stage reports its error against the float32 model, the cost of the\n"
+  "lower precision, and the later stages are checked against it.\n";
 
 static const char usage_minify[] =
   "usage: gcc-graph minify MODEL -o DIR [--inputs IN.safetensors] [--tol X] [--weights FILE]\n"
@@ -193,7 +201,7 @@ static int report(Ctx *c) {
 }
 
 typedef struct Opts {
-  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file, *target, *cuda_arch;
+  const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file, *target, *cuda_arch, *precision;
   bool interpret, help, sources_only, keep, verbose, time_report, deps;
   long jobs;
   long iters, warmup;
@@ -295,6 +303,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (usage == usage_compile && !strcmp(a, "-MF")) slot = &o->deps_file;
     else if (usage == usage_compile && !strcmp(a, "--target")) slot = &o->target;
     else if (usage == usage_compile && !strcmp(a, "--cuda-arch")) slot = &o->cuda_arch;
+    else if ((usage == usage_compile || usage == usage_check) && !strcmp(a, "--precision")) slot = &o->precision;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -433,12 +442,13 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
   CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0,
-                       false, o.cuda_arch, getenv("NVCC")};
+                       false, o.cuda_arch, getenv("NVCC"), PREC_FP32};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_compile, "unknown target '%s' (cpu or cuda)", o.target);
   co.cuda = o.target && !strcmp(o.target, "cuda");
   if (o.cuda_arch && (!co.cuda || strncmp(o.cuda_arch, "sm_", 3) || strspn(o.cuda_arch + 3, "0123456789") < 2 ||
                       strlen(o.cuda_arch + 3 + strspn(o.cuda_arch + 3, "0123456789")) > 1))
     return usage_error(usage_compile, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
+  if (o.precision && (co.precision = precision_parse(o.precision)) < 0) return usage_error(usage_compile, "unknown precision '%s' (fp32, tf32, bf16 or fp16)", o.precision);
   /* -MD: OUT.d beside the output (OUT's extension replaced, as gcc does); -MF names the file */
   if (o.deps_file) co.deps_file = o.deps_file;
   else if (o.deps) {
@@ -473,6 +483,7 @@ static int explain_so(Ctx *c, const char *path) {
   printf("compiled model: %s\nfrom %s (torch %s, IR %s) by %s, ABI %d, device %s\n", gg_quote(c, path), gg_quote(c, S(m, "source")),
          gg_quote(c, S(m, "torch_version")), S(m, "ir"), S(m, "compiler"), cJSON_GetObjectItem(m, "abi_version") ? cJSON_GetObjectItem(m, "abi_version")->valueint : 0,
          S(m, "device"));
+  if (strcmp(S(m, "precision"), "fp32") && strcmp(S(m, "precision"), "?")) printf("compiled with --precision %s\n", S(m, "precision"));
   const char *sections[] = {"inputs", "outputs"};
   for (int s = 0; s < 2; s++) {
     printf("\n%s:\n", sections[s]);
@@ -642,7 +653,9 @@ static int cmd_check(int argc, char **argv, bool minify) {
   if (minify && !o.output) return usage_error(usage, "%s", "missing -o DIR");
   if (minify && o.tr.on) return usage_error(usage, "%s", "minify works on inference graphs (leave out --train)");
   if (!minify && o.output) return usage_error(usage, "%s", "check writes no files (leave out -o)");
-  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr};
+  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32};
+  if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || co.precision == PREC_TF32))
+    return usage_error(usage, "bad precision '%s' (check takes fp32, bf16 or fp16: it compiles for the CPU)", o.precision);
   Ctx *c = ctx_new();
   c->file = o.model;
   int r = minify ? minify_model(c, &co, o.output, stdout) : check_model(c, &co, stdout);

@@ -134,7 +134,7 @@ static const char *stage_name(int s) { return gg_stages[s].rewrites ? gg_stages[
 /* the graph after stage s (loaded fresh) */
 static Graph *graph_at(Ctx *c, const CheckOptions *o, int s, Graph **bwd) {
   Graph *g = graph_load(c, o->model, o->weights);
-  Pipeline p = {.g = g, .tr = &o->tr, .fold = true};
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = true, .precision = o->precision};
   if (!g || pipeline_run(&p, 0, s + 1, NULL, NULL)) return NULL;
   if (bwd) *bwd = p.bwd;
   return g;
@@ -170,14 +170,16 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
   SafeTensors in;
   STensor *ref = NULL, *gref = NULL;
   int nref = 0, ngref = 0;
-  Interp *I0 = NULL, *Ig = NULL;
+  Interp *I0 = NULL, *Ig = NULL, *Iref0 = NULL;   /* Iref0: the interpreter of the graph values are compared with */
+  Graph *gref0 = g0;
   if (!g0 || make_inputs(c, g0, o->inputs, in_path, &in) || (o->inputs && st_write(c, in_path, in.t, in.n)) ||
       interp_results(c, g0, &in, &ref, &nref, &I0, NULL))
     goto done;
   fprintf(out, "check %s: %d results, tolerance %.3g (relative L2; integers exact)\n", gg_quote(c, o->model), nref, o->tol);
   fprintf(out, "  %-38s reference\n", stage_name(ST_LOADED));
-  const int ST_AUTOGRAD = stage_index("autograd"), ST_COMPILED = stage_index("schedule");
-  const Pipeline which = {.tr = &o->tr, .fold = true};
+  const int ST_AUTOGRAD = stage_index("autograd"), ST_COMPILED = stage_index("schedule"), ST_PRECISION = stage_index("precision");
+  const Pipeline which = {.tr = &o->tr, .fold = true, .precision = o->precision};
+  Iref0 = I0;   /* the loaded graph's, or with --precision the lowered graph's */
   for (int s = ST_LOADED + 1; s <= ST_COMPILED && !verdict; s++) {
     if (s < ST_COMPILED && (!gg_stages[s].rewrites || !stage_applies(&gg_stages[s], &which))) continue;
     STensor *got = NULL;
@@ -185,7 +187,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     Interp *I = NULL, *Jb = NULL;   /* Jb: the partitioned stage's backward run */
     Graph *g = NULL, *b = NULL;
     if (s == ST_COMPILED) {
-      CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2};
+      CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2, .precision = o->precision};
       if (compile_model(c, &co)) { fprintf(out, "  %-38s FAILS to compile: %s\n", stage_name(s), c->err); verdict = s; break; }
       fflush(NULL);
       pid_t pid = fork();   /* a crash in the compiled code must not take gcc-graph with it */
@@ -233,19 +235,28 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     const char *gworst = NULL;
     if (gref && s > ST_AUTOGRAD) eg = compare_sets(gref, ngref, got, ngot, &gworst);
     if (eg > e) { e = eg; worst = gworst; }
+    if (s == ST_PRECISION && I) {   /* what the lower precision costs; the later stages are held to its graph */
+      fprintf(out, "  %-38s %s relative error %.3g against float32 (--precision %s)\n", stage_name(s), worst ? worst : "?", e, precision_name(o->precision));
+      ref = got;
+      nref = ngot;
+      gref0 = g;
+      Iref0 = I;
+      continue;
+    }
     if (!(e <= o->tol)) {
       fprintf(out, "  %-38s DEPARTS: %s relative error %.3g\n", stage_name(s), worst ? worst : "?", e);
-      if (I) first_departing_node(c, g0, I0, g, I, o->tol, out);
+      if (I) first_departing_node(c, gref0, Iref0, g, I, o->tol, out);
       else fprintf(out, "  the compiled code departs from the interpreter: gcc-graph minify %s reduces it to a small repro\n", gg_quote(c, o->model));
       verdict = s;
     } else fprintf(out, "  %-38s agrees (worst relative error %.3g)\n", stage_name(s), e);
     if (I) interp_free(I);
     if (Jb) interp_free(Jb);
   }
-  if (!verdict) fputs("every stage agrees with the loaded graph\n", out);
+  if (!verdict) fputs(Iref0 != I0 ? "every later stage agrees with the lowered graph\n" : "every stage agrees with the loaded graph\n", out);
   rc = verdict ? 1 : 0;
 done:
   if (I0) interp_free(I0);
+  if (Iref0 && Iref0 != I0) interp_free(Iref0);
   if (Ig) interp_free(Ig);
   const char *files[] = {"inputs.safetensors", "model.so", "out.safetensors", NULL};
   for (const char **f = files; *f; f++) remove(arena_printf(c->arena, "%s/%s", dir, *f));

@@ -32,6 +32,7 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
   cJSON_AddStringToObject(m, "ir", g->ir);
   const char *device = g->ctx->cuda ? "cuda" : "cpu";
   cJSON_AddStringToObject(m, "device", device);
+  cJSON_AddStringToObject(m, "precision", precision_name(g->ctx->precision));
   cJSON *ins = cJSON_AddArrayToObject(m, "inputs"), *guards = cJSON_AddArrayToObject(m, "guards");
   Value **users;
   int nu = graph_user_inputs(g, &users);
@@ -239,12 +240,14 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
   if (o->cuda && o->tr.on) return gg_error(c, "--train with --target cuda is not supported yet: train on the CPU");
+  if (o->precision == PREC_TF32 && !o->cuda) return gg_error(c, "--precision tf32 goes with --target cuda (CPUs have no TF32 arithmetic)");
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
-  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights};
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .precision = o->precision};
   tm.p = &p;
   stage(&tm, "load");
   c->cuda = o->cuda;
+  c->precision = o->precision;
   c->cuda_sm = o->cuda ? build_cuda_sm(c, o) : 0;
   int rc = -1;
   BuildFiles b = {0};

@@ -583,6 +583,7 @@ int emit_copy(Em *e, Node *n) {   /* copy_ after functionalization: src broadcas
 /* Views (view.c's rules): the output indexes the input's storage; where PyTorch copies, a copy
  * kernel into a fresh contiguous tensor (reshape: the input in its own order, then viewed). */
 int emit_view(Em *e, Node *n) {
+  if (sched_is_float_cast(n)) return emit_pointwise(e, n);   /* fused like pointwise ops (schedule.c) */
   Value *x = n->args[0].u.t, *y = n->outs[0];
   TV *t = tv_of(e, n, x);
   if (!t) return -1;

@@ -109,6 +109,9 @@ static int epilogue_kernel(Em *e, Node *n, const TV *out) {
   return 0;
 }
 
+/* the runtime's code for float32 products and convolutions: 4 (TF32 tensor cores) under --precision tf32 */
+static int rt_f32(const Em *e) { return e->g->ctx->precision == PREC_TF32 ? 4 : 0; }
+
 /* CUDA: gg_cu_gemm (cuBLASLt for one product, cuBLAS strided-batched over the last batch dim, host
  * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
  * copied into the output first and the product added to it (beta). Half types accumulate in
@@ -121,7 +124,7 @@ static int product_cuda(Em *e, const Product *p) {
   Value *bias = p->bias;
   double alpha = p->alpha, beta = p->beta;
   DType dt = out->dt;
-  int code = dt == DT_F32 ? 0 : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
+  int code = dt == DT_F32 ? rt_f32(e) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
   if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
   /* a vector along the output's rows goes to cuBLASLt's epilogue; any other bias is copied in first */
   const TV *bt = bias ? &e->tv[bias->id] : NULL;
@@ -168,7 +171,7 @@ static int conv_cuda(Em *e, const Conv *cv) {
   Epi none = {0};
   const char *what = cv->tr ? "transposed convolution (GEMM + col2im)" : "convolution (im2col + GEMM)";
   DType dt = cv->n->outs[0]->dtype;   /* the runtime's dtype codes: float32, float64, float16, bfloat16 */
-  const char *body = arena_printf(e->a, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : 0);
+  const char *body = arena_printf(e->a, "  gg_cu_conv(%d, &c, x, w, b, y, col);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : rt_f32(e));
   return conv_kernel(e, cv, what, MUL(e, MUL(e, cv->cg, cv->ksp), cv->sp), NULL, &none, body) || epilogue_kernel(e, cv->n, cv->out) ? -1 : 0;
 }
 

@@ -206,7 +206,16 @@ static int fuse_linears(Rw *r, Node **grp, int n) {
 
 /* ---------------------------------------------------------------- the pass */
 
-static void drop_unused_weights(Graph *g, Value **before, int nbefore) {
+Value *fold_weight_cast(Graph *g, Value *v, DType dt) {
+  if (!const_weight(g, v)) return NULL;
+  const Weight *W = v->weight;
+  Value *nw = new_weight(g, arena_printf(g->ctx->arena, "%s.%s", v->name, dtype_name(dt)), dt, W->rank, W->sizes);
+  if (!nw) return NULL;
+  for (int64_t i = 0, n = numel(W); i < n; i++) put(nw, i, at(W, i));
+  return nw;
+}
+
+void fold_drop_unused(Graph *g, Value **before, int nbefore) {
   int k = 0;
   for (int i = 0; i < g->ninputs; i++) {
     Value *v = g->inputs[i];
@@ -252,6 +261,6 @@ int fold_weights(Graph *g) {
   g->nnodes = r.n;
   g->cap_nodes = r.cap;
   for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
-  drop_unused_weights(g, before, nbefore);
+  fold_drop_unused(g, before, nbefore);
   return 0;
 }

@@ -62,7 +62,13 @@ typedef struct Ctx {
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
   int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
   const char *cuda_arch; /* the installed GPU's architecture, once asked (build.c) */
+  int precision;         /* --precision (PREC_*): what emit_cuda.c gives float32 products */
 } Ctx;
+
+/* --precision: float32 models' products, convolutions and attention in a lower precision (precision.c) */
+enum { PREC_FP32 = 0, PREC_TF32, PREC_BF16, PREC_FP16 };
+int precision_parse(const char *s);            /* PREC_*, or -1 */
+const char *precision_name(int p);             /* "fp32", "tf32", "bf16", "fp16" */
 
 Ctx *ctx_new(void);
 void ctx_free(Ctx *c);
@@ -311,6 +317,7 @@ typedef struct Schedule {
 Schedule *schedule_graph(struct Graph *g);   /* the same for every target; NULL with a message */
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
+bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
 bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is emit_pointwise's family */
 void schedule_print(const Schedule *s, FILE *f);
 struct TrainOptions;
@@ -549,12 +556,20 @@ typedef struct CompileOptions {
   bool cuda;                 /* --target cuda: CUDA C built by nvcc, device tensors in and out */
   const char *cuda_arch;     /* --cuda-arch sm_XY (default: the installed GPU's, else sm_90) */
   const char *nvcc;          /* NVCC from the environment, else nvcc */
+  int precision;             /* --precision (PREC_*) */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
 int inference_graph(Graph *g);   /* functionalize, fold weights, decompose (as compile does for inference) */
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
 int fold_weights(Graph *g);
+/* v rounded to dt now, as a new weight, when v is a constant float weight whose bytes are here
+ * (else NULL: the caller converts it at run time); fold_drop_unused drops the weights of before[]
+ * that no node reads any more */
+Value *fold_weight_cast(Graph *g, Value *v, DType dt);
+void fold_drop_unused(Graph *g, Value **before, int nbefore);
+/* --precision bf16|fp16: products, convolutions and attention of float32 in the lower type (precision.c) */
+int precision_lower(Graph *g, int precision, bool fold);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
@@ -582,11 +597,12 @@ typedef struct Pipeline {
   Graph *g;
   const TrainOptions *tr;    /* --train when tr && tr->on */
   bool fold;                 /* fold weights into new ones (inference, weights inside the .so) */
+  int precision;             /* --precision (PREC_*): bf16 and fp16 rewrite the graph */
   Graph *bwd;                /* training: the backward, after partition */
   PartitionStats ps;
   Schedule *sf, *sb;         /* the forward's (or the model's) schedule; the backward's */
 } Pipeline;
-typedef enum { STAGE_ALWAYS, STAGE_FOLD, STAGE_TRAINING } StageWhen;
+typedef enum { STAGE_ALWAYS, STAGE_FOLD, STAGE_TRAINING, STAGE_PRECISION } StageWhen;
 typedef struct Stage {
   const char *name;          /* as --time-report and --debug-dir call it */
   const char *after;         /* the graph it leaves, as check calls it */
@@ -665,6 +681,7 @@ typedef struct CheckOptions {
   const char *model, *weights, *inputs;   /* inputs NULL: random, seeded */
   double tol;                             /* relative L2 error allowed (integers: exact) */
   TrainOptions tr;
+  int precision;                          /* --precision (PREC_*) */
 } CheckOptions;
 /* 0: every stage agrees; 1: a stage departs (reported on out); -1: error */
 int check_model(Ctx *c, const CheckOptions *o, FILE *out);

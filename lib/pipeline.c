@@ -10,6 +10,9 @@
 static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_supported(p->g) ? -1 : 0; }
 static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
 static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g) ? -1 : 0; }
+static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
+  return precision_lower(p->g, p->precision, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0;
+}
 static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on) || verify_graph(p->g) ? -1 : 0; }
 static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || verify_graph(p->g) ? -1 : 0; }
 
@@ -28,6 +31,7 @@ const Stage gg_stages[] = {
   {"verify", "loaded", STAGE_ALWAYS, true, st_verify},
   {"functionalize", "functionalized", STAGE_ALWAYS, true, st_functionalize},
   {"fold weights", "weights folded", STAGE_FOLD, true, st_fold},
+  {"precision", "lower precision (--precision)", STAGE_PRECISION, true, st_precision},
   {"decompose", "decomposed", STAGE_ALWAYS, true, st_decompose},
   {"autograd", "autograd (joint graph)", STAGE_TRAINING, true, st_autograd},
   {"backward (partition)", "partitioned (forward, then backward)", STAGE_TRAINING, true, st_partition},
@@ -40,6 +44,7 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   switch (s->when) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
+  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16;
   default: return true;
   }
 }

@@ -21,7 +21,17 @@ int emit_conv(struct Em *, struct Node *);
 
 bool op_is_pointwise(const OpDef *op) { return op->emit == emit_pointwise || op->emit == emit_gelu || op->emit == emit_div_mode; }
 
-bool sched_is_pointwise(const Node *n) { return n && n->op && n->nouts == 1 && op_is_pointwise(n->op); }
+/* A cast between float dtypes (_to_copy with a dtype only): the identity, rounded to the new dtype,
+ * which fuses like any pointwise op (the casts of --precision and of half-type opmath cost no pass). */
+bool sched_is_float_cast(const Node *n) {
+  if (!n || !n->op || strcmp(n->op->name, "_to_copy") || n->nouts != 1 || n->args[0].k != AK_TENSOR) return false;
+  DType x = n->args[0].u.t->dtype, y = n->outs[0]->dtype;
+  for (int i = 1; i < n->op->nargs; i++)
+    if (n->args[i].k != AK_NONE && strcmp(n->op->args[i].name, "dtype") && strcmp(n->op->args[i].name, "non_blocking")) return false;
+  return x != y && dtype_is_float(x) && dtype_is_float(y);
+}
+
+bool sched_is_pointwise(const Node *n) { return n && n->op && n->nouts == 1 && (op_is_pointwise(n->op) || sched_is_float_cast(n)); }
 
 /* A product or convolution: the kernels that take an epilogue. */
 static bool takes_epilogue(const Node *n) {
@@ -181,7 +191,7 @@ Schedule *schedule_graph(Graph *g) {
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     if (!n->op) continue;   /* the emitter names it */
-    if (n->op->emit == emit_view) {
+    if (n->op->emit == emit_view && !sched_is_float_cast(n)) {
       Value *x = n->args[0].u.t;
       if (!x || !s->has_layout[x->id]) continue;   /* the emitter says it has no storage */
       Layout outs[64];
@@ -242,7 +252,7 @@ void schedule_print(const Schedule *s, FILE *f) {
     fprintf(f, "%s (%s): ", gg_quote(c, n->name), n->op->name);
     if (s->role[n->id] == SN_FUSED) fprintf(f, "computed inside the loop of %s\n", gg_quote(c, s->into[n->id]->name));
     else if (s->role[n->id] == SN_EPILOGUE) fprintf(f, "in the epilogue of %s\n", gg_quote(c, s->into[n->id]->name));
-    else if (n->op->emit == emit_view) fputs("a view, or a copy where no strides describe it\n", f);
+    else if (n->op->emit == emit_view && !sched_is_float_cast(n)) fputs("a view, or a copy where no strides describe it\n", f);
     else {
       fputs("its own kernel", f);
       for (int j = 0; j < s->nchain[n->id]; j++) fprintf(f, "%s%s", j ? ", " : ", epilogue: ", gg_quote(c, s->chain[n->id][j]->name));

@@ -8,7 +8,8 @@ BUILD=${BUILD:-build}
 name=$(echo "$case" | tr / _)
 d="$work/$name"
 expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
-"$BUILD/gcc-graph" compile "$case/model.pt2" --target cuda -S -o "$d" >"$d.err" 2>&1
+prec=$(sed -n 's/.*"precision": "\([a-z0-9]*\)".*/\1/p' "$case/case.json" 2>/dev/null)
+"$BUILD/gcc-graph" compile "$case/model.pt2" --target cuda ${prec:+--precision $prec} -S -o "$d" >"$d.err" 2>&1
 rc=$?
 if [ -n "$expect" ]; then
   if [ $rc = 1 ] && grep -qF -- "$expect" "$d.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$d.err")"; fi

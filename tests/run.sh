@@ -369,6 +369,17 @@ env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights externa
 if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
 expect 1 "compiled                               DEPARTS: out.0" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" check $M/cnn_small/model.pt2
+# --precision: the lowered stage reports what bf16 costs, the later ones are held to it (a training
+# step too: its half-type products with a bias once rounded twice on the CPU); tf32 is the GPU's only
+expect 0 "relative error" -- "$GG" check $M/bert_tiny/model.pt2 --inputs $M/bert_tiny/io.safetensors --precision bf16
+grep -qF "against float32 (--precision bf16)" "$TMP/out" && grep -qF "every later stage agrees with the lowered graph" "$TMP/out" && ok || no "check --precision bf16: $(tail -n 3 "$TMP/out")"
+expect 0 "every later stage agrees with the lowered graph" -- "$GG" check tests/corpus/train/mlp_train/model.pt2 --train --precision bf16 --inputs tests/corpus/train/mlp_train/io.safetensors
+expect 2 "unknown precision 'bf32'" -- "$GG" compile $M/mlp/model.pt2 --precision bf32 -o "$TMP/p.so"
+expect 2 "check takes fp32, bf16 or fp16" -- "$GG" check $M/mlp/model.pt2 --precision tf32
+expect 1 "--precision tf32 goes with --target cuda" -- "$GG" compile $M/mlp/model.pt2 --precision tf32 -o "$TMP/p.so"
+expect 0 "" -- "$GG" compile $M/mlp/model.pt2 --precision fp16 -o "$TMP/p16.so"
+expect 0 "compiled with --precision fp16" -- "$GG" explain "$TMP/p16.so"
+expect 0 'fp16' -- "$GG" explain "$TMP/p16.so" --json
 expect 2 "missing -o DIR" -- "$GG" minify $M/cnn_small/model.pt2
 # minify: the test-only miscompiled relu is found in a real model, reduced to one node, written as a
 # standalone repro whose correct compilation gives the interpreter's answers

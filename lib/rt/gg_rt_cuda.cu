@@ -388,11 +388,15 @@ static int align_of(const void *p) {
   return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
 }
 
+/* Bytes per element of the runtime's dtype codes: 0 float32, 1 float64, 2 float16, 3 bfloat16,
+ * 4 float32 with TF32 arithmetic (--precision tf32) */
+static size_t dt_size(int dt) { return dt == 0 || dt == 4 ? 4 : dt == 1 ? 8 : 2; }
+
 /* Time cuBLASLt's candidate algorithms on the product's operands (the output goes to a buffer of
  * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible. */
 static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *r, int n, const void *A, const void *B, const void *bias) {
   gg_model *m = gg_cur;
-  size_t es = p->k.dt == 0 ? 4 : 2;
+  size_t es = dt_size(p->k.dt);
   void *tmp = NULL;
   cudaEvent_t e0 = NULL, e1 = NULL;
   int best = 0;
@@ -438,7 +442,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   struct lt_plan *p = &m->plans[m->nplans++];
   memset(p, 0, sizeof *p);
   p->k = *k;
-  cudaDataType t = k->dt == 0 ? CUDA_R_32F : k->dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
+  cudaDataType t = k->dt == 0 || k->dt == 4 ? CUDA_R_32F : k->dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
   cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   cublasLtMatmulPreference_t pref = NULL;
@@ -448,7 +452,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   bool tune = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
   cublasLtMatmulHeuristicResult_t r[8];
   int found = 0;
-  bool ok = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+  bool ok = cublasLtMatmulDescCreate(&p->op, k->dt == 4 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS &&
@@ -471,12 +475,13 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
 
 /* Row-major C = A @ B is column-major C^T = B^T A^T. An operand with a unit stride along its columns
  * is row-major (op N in the column-major view), with a unit stride along its rows the transpose.
- * With `bias` (length N, beta 0): C = alpha * A @ B + bias on every row. */
+ * With `bias` (length N, beta 0): C = alpha * A @ B + bias on every row. dt: 0 float32, 1 float64,
+ * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32): dt_size. */
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias) {
   if (M == 0 || N == 0 || batch == 0) return;
   cudaStream_t st = gg_cur->stream;
-  size_t es = dt == 0 ? 4 : dt == 1 ? 8 : 2;
+  size_t es = dt_size(dt);
   bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1);
   int64_t lda = ta ? sak : sam, ldb = tb ? sbn : sbk;
   if (!ta && lda < K) lda = K;
@@ -503,13 +508,17 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
     }
   }
   if (bias) {   /* the classic API has no epilogue: the bias first, then C += A @ B */
-    if (dt == 0) bias_rows<float><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const float *)bias, (float *)C);
+    if (dt == 0 || dt == 4) bias_rows<float><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const float *)bias, (float *)C);
     else if (dt == 1) bias_rows<double><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const double *)bias, (double *)C);
     else bias_rows<unsigned short><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const unsigned short *)bias, (unsigned short *)C);
     beta = 1;
   }
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (dt >= 2) {   /* float16 / bfloat16 in and out, float32 arithmetic */
+  if (dt == 4) {   /* float32 in and out, TF32 products, float32 accumulation */
+    float al = (float)alpha, be = (float)beta;
+    cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, CUDA_R_32F, (int)ldb, sbb, A, CUDA_R_32F, (int)lda, sba, &be, C,
+                               CUDA_R_32F, (int)N, M * N, (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+  } else if (dt >= 2) {   /* float16 / bfloat16 in and out, float32 arithmetic */
     float al = (float)alpha, be = (float)beta;
     cudaDataType t = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
     cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, t, (int)ldb, sbb, A, t, (int)lda, sba, &be, C, t, (int)N, M * N,
@@ -640,7 +649,8 @@ static void dnn_free(gg_model *m) {
   if (m->dnn) dnn.cudnnDestroy((cudnnHandle_t)m->dnn);
 }
 
-/* The plan for convolution c in dtype code dt (0 float32, 1 float64, 2 float16, 3 bfloat16), or NULL. */
+/* The plan for convolution c in dtype code dt (0 float32, 1 float64, 2 float16, 3 bfloat16, 4 float32
+ * with TF32 arithmetic: cuDNN's default math, which allows it), or NULL. */
 static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   int64_t key[20] = {dt, c->N, c->Cin, c->Cout, c->groups};
   for (int d = 0; d < 3; d++) key[5 + d] = c->in[d], key[8 + d] = c->k[d], key[11 + d] = c->stride[d], key[14 + d] = c->pad[d], key[17 + d] = c->dil[d];
@@ -649,7 +659,7 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   /* 2-d (and 1-d) convolutions as 4-d tensors, 3-d ones as 5-d */
   bool three = c->in[0] != 1 || c->k[0] != 1 || c->pad[0] != 0 || c->stride[0] != 1 || c->dil[0] != 1;
   int nd = three ? 5 : 4, sp = nd - 2, first = three ? 0 : 1;
-  static const cudnnDataType_t types[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16};
+  static const cudnnDataType_t types[] = {CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE, CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT};
   cudnnDataType_t t = types[dt], comp = dt == 1 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   int xd[5] = {(int)c->N, (int)c->Cin}, yd[5] = {(int)c->N, (int)c->Cout}, wd[5] = {(int)c->Cout, (int)(c->Cin / c->groups)}, bd[5] = {1, (int)c->Cout};
   int pad[3], str[3], dil[3];
@@ -671,7 +681,7 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
        dnn.cudnnSetFilterNdDescriptor(p.w, t, CUDNN_TENSOR_NCHW, nd, wd) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetConvolutionNdDescriptor(p.c, sp, pad, str, dil, CUDNN_CROSS_CORRELATION, comp) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetConvolutionGroupCount(p.c, (int)c->groups) == CUDNN_STATUS_SUCCESS &&
-       dnn.cudnnSetConvolutionMathType(p.c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) == CUDNN_STATUS_SUCCESS;
+       dnn.cudnnSetConvolutionMathType(p.c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) == CUDNN_STATUS_SUCCESS;
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int got = 0;
   ok = ok && dnn.cudnnGetConvolutionForwardAlgorithm_v7((cudnnHandle_t)m->dnn, p.x, p.w, p.c, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf) ==
@@ -754,11 +764,11 @@ template <typename T> static void conv(int dt, const gg_conv *c, const T *x, con
 }
 
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col) {
-  if (dt >= 2) {   /* float16 / bfloat16: cuDNN only */
+  if (dt == 2 || dt == 3) {   /* float16 / bfloat16: cuDNN only */
     if (!dnn_conv(dt, c, x, w, bias, y)) gg_cur->dnn_missing = true;
     return;
   }
-  if (dt) conv<double>(dt, c, (const double *)x, (const double *)w, (const double *)bias, (double *)y, (double *)col);
+  if (dt == 1) conv<double>(dt, c, (const double *)x, (const double *)w, (const double *)bias, (double *)y, (double *)col);
   else conv<float>(dt, c, (const float *)x, (const float *)w, (const float *)bias, (float *)y, (float *)col);
 }
 

@@ -240,6 +240,30 @@ case("losses", Fn(lambda s, x, y, t, w: (F.l1_loss(x, y, reduction="none"), F.sm
                                           F.huber_loss(x, y, delta=0.7), F.binary_cross_entropy(torch.sigmoid(x), t, weight=w, reduction="none"),
                                           F.binary_cross_entropy_with_logits(x, t, pos_weight=w[0], reduction="sum"), F.binary_cross_entropy_with_logits(x, t))),
      r(4, 6), r(4, 6), torch.rand(4, 6), torch.rand(4, 6) + 0.5)
+# compile --precision cases: float32 models whose out.N are PyTorch's answers on the GPU under
+# torch.autocast (bf16, fp16) or with TF32 on (tf32), each cast back to the model's dtype; case.json
+# says the precision (tests/compile_case.sh compiles with it and allows 3x PyTorch's error)
+PREC = []
+def pcase(name, prec, mod, *inputs): PREC.append((name, prec, mod, inputs))
+class TinyBlock(nn.Module):   # pre-norm transformer block, causal attention, a matmul + softmax, a head
+    def __init__(s, d=128, h=4):
+        super().__init__()
+        s.h, s.ln1, s.qkv, s.proj, s.ln2 = h, nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d), nn.LayerNorm(d)
+        s.fc1, s.fc2, s.head = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.Linear(d, 10)
+    def forward(s, x):
+        B, L, D = x.shape
+        q, k, v = s.qkv(s.ln1(x)).view(B, L, 3, s.h, D // s.h).permute(2, 0, 3, 1, 4)
+        x = x + s.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, L, D))
+        x = x + s.fc2(F.gelu(s.fc1(s.ln2(x))))
+        return s.head(x.mean(1)), torch.softmax(x @ x.transpose(1, 2) / D ** 0.5, -1)
+def _cnn():
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), _bn(32), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1, bias=False), _bn(64), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, padding=1, groups=64), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+pcase("precision_block_bf16", "bf16", TinyBlock(), r(4, 64, 128))
+pcase("precision_block_f16", "fp16", TinyBlock(), r(4, 64, 128))
+pcase("precision_cnn_bf16", "bf16", _cnn(), r(4, 3, 32, 32))
+pcase("precision_block_tf32", "tf32", TinyBlock(), r(4, 64, 128))
+
 # training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
 TRAIN = []
 def tcase(name, mod, *inputs): TRAIN.append((name, mod, inputs))
@@ -329,6 +353,37 @@ for name, mod, inputs, dyn in CASES:
                       open(os.path.join(d, "case.json"), "w"), indent=1)
         print("ok", name, flush=True)
     except Exception as e:
+        print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
+
+for name, prec, mod, inputs in PREC:
+    if ONLY and name not in ONLY: continue
+    try:
+        mod = mod.eval()
+        with torch.no_grad():
+            m64 = copy.deepcopy(mod).to(torch.float64)
+            ref = flat(m64(*[t.double() for t in inputs]))
+            mc, xc = copy.deepcopy(mod).cuda(), [t.cuda() for t in inputs]
+            if prec == "tf32":
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+                outs = flat(mc(*xc))
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            else:
+                with torch.autocast("cuda", dtype=torch.bfloat16 if prec == "bf16" else torch.float16):
+                    outs = flat(mc(*xc))
+            outs = [o.float().cpu() for o in outs]
+        ep = torch.export.export(mod, inputs)
+        io = {f"in.{i}": t for i, t in enumerate(inputs)}
+        io.update({f"out.{i}": t for i, t in enumerate(outs)})
+        io.update({f"ref64.out.{i}": t for i, t in enumerate(ref)})
+        d = os.path.join(OUT, "extra", name)
+        os.makedirs(d, exist_ok=True)
+        torch.export.save(ep, os.path.join(d, "model.pt2"))
+        save_st(os.path.join(d, "io.safetensors"), io)
+        json.dump({"name": name, "group": "extra", "kind": "inference", "precision": prec, "ops": ops_of(ep), "torch_version": torch.__version__},
+                  open(os.path.join(d, "case.json"), "w"), indent=1)
+        print("ok", name, [float((o.double() - f).norm() / f.norm()) for o, f in zip(outs, ref)], flush=True)
+    except Exception as e:
+        traceback.print_exc()
         print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
 
 for name, mod, inputs in TRAIN:

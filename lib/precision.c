@@ -1,0 +1,157 @@
+/* precision.c: --precision bf16|fp16, a float32 model's heavy arithmetic in a 16-bit type, as
+ * torch.autocast does on the GPU (and TensorRT's builder flags do for deployment).
+ * Requires: a functional graph, weights already folded (inference), before decompose. Guarantees:
+ * each matrix product (linear, addmm, mm, bmm, baddbmm, matmul), convolution and
+ * scaled_dot_product_attention whose floating operands are all float32 reads them rounded to the lower
+ * type (a constant weight rounded once, now, into a new weight; anything else by a cast the fusion
+ * stage folds into its producer), runs in that type with float32 accumulation (the kernels' rule for
+ * half types), and its result, rounded to the lower type as autocast's is, is widened back to float32
+ * under the node's own output name: everything downstream (norms, softmax, reductions, losses,
+ * pointwise work) stays float32, which autocast keeps in float32 or in the lower type, so the error is
+ * at most autocast's. The list of ops is autocast's "lower precision" list restricted to the ops this
+ * table has. Transposed convolutions stay float32 (cuDNN has no half-type path here); on the CPU, which
+ * has no half-type convolution kernel, every convolution does. --precision tf32 changes no node: the
+ * CUDA emitter gives float32 products and convolutions TF32 arithmetic (emit_cuda.c). */
+#include "gg.h"
+#include "rewrite.h"
+
+#include <string.h>
+
+static const char *const names[] = {"fp32", "tf32", "bf16", "fp16"};
+
+int precision_parse(const char *s) {
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, names[i])) return i;
+  return -1;
+}
+
+const char *precision_name(int p) { return p >= 0 && p < 4 ? names[p] : "?"; }
+
+static bool is_conv(const char *o) { return !strncmp(o, "conv", 4) && strcmp(o, "convolution_backward"); }
+
+/* the node computes in the lower type: a product, convolution or attention of float32 operands */
+static bool lowered(const Graph *g, const Node *n) {
+  static const char *const ops[] = {"linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "conv1d", "conv2d", "conv3d", "convolution",
+                                    "scaled_dot_product_attention", NULL};
+  if (!n->op || n->nouts != 1 || n->outs[0]->dtype != DT_F32) return false;
+  const char *o = n->op->name;
+  int i = 0;
+  while (ops[i] && strcmp(ops[i], o)) i++;
+  if (!ops[i]) return false;
+  if (is_conv(o)) {
+    const Arg *t = rw_arg(n, "transposed");
+    if (!g->ctx->cuda || (t && t->k == AK_BOOL && t->u.b)) return false;
+  }
+  for (int a = 0; a < n->op->nargs; a++)
+    if (n->args[a].k == AK_TENSOR && dtype_is_float(n->args[a].u.t->dtype) && n->args[a].u.t->dtype != DT_F32) return false;
+  return true;
+}
+
+int emit_view(struct Em *, struct Node *);
+
+/* A view (or reshape) that keeps its input's dtype, whatever the dtype: it can be taken of the
+ * rounded copy instead */
+static bool dtype_free_view(const Node *n) {
+  if (!n->op || n->op->emit != emit_view || n->args[0].k != AK_TENSOR || !strncmp(n->op->name, "to", 2) || !strcmp(n->op->name, "_to_copy") ||
+      !strcmp(n->op->name, "type_as") || !strcmp(n->op->name, "view.dtype"))
+    return false;
+  for (int i = 0; i < n->nouts; i++)
+    if (n->outs[i]->dtype != n->args[0].u.t->dtype) return false;
+  int nt = 0;
+  FOR_TENSOR_ARGS(n, v, { nt++; })
+  return nt == 1;   /* not select_scatter / slice_scatter */
+}
+
+/* v's copy in the lower type without a new rounding, where there is one: the lowered result v was
+ * widened from, or the same view of such a value (attention reads the heads of a product's output
+ * through split/view/transpose; the next product reads attention's output through transpose and
+ * reshape): the view is taken of the 16-bit value, and the float32 round trip goes */
+static Value *exact_low(Rw *r, Value **low, int nv, Value *v, DType dt) {
+  if (v->id < nv && low[v->id]) return low[v->id];
+  Node *d = v->def;
+  if (!d || !d->op) return NULL;
+  if (!strcmp(d->op->name, "_to_copy") && d->args[0].k == AK_TENSOR && d->args[0].u.t->dtype == dt) return d->args[0].u.t;
+  if (!dtype_free_view(d)) return NULL;
+  Value *x = exact_low(r, low, nv, d->args[0].u.t, dt);
+  if (!x) return NULL;
+  Arg *args = arena_array(r->g->ctx->arena, (size_t)d->op->nargs + 1, sizeof *args);
+  memcpy(args, d->args, sizeof *args * (size_t)d->op->nargs);
+  args[0] = T(x);
+  /* view's strides may not fit the 16-bit value's (the float32 copy was compact): reshape, a view
+   * where they do */
+  bool strict = !strcmp(d->op->name, "view") || !strcmp(d->op->name, "_unsafe_view");
+  if (!(strict ? CALL(r, NULL, "reshape", "self", T(x), "shape", d->args[1]) : rw_node(r, NULL, d->op, args))) return NULL;
+  Node *nd = r->nodes[r->n - 1];
+  for (int i = 0; i < d->nouts; i++)
+    if (d->outs[i]->id < nv) low[d->outs[i]->id] = nd->outs[i];
+  return v->id < nv ? low[v->id] : NULL;
+}
+
+/* Casts and views that nothing reads any more (the float32 side of a round trip) are dropped. */
+static void drop_dead(Graph *g) {
+  Arena *a = g->ctx->arena;
+  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id]++;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
+  bool *dead = arena_array(a, (size_t)g->nnodes + 1, sizeof *dead);
+  for (int k = g->nnodes - 1; k >= 0; k--) {
+    Node *n = g->nodes[k];
+    if (!n->op || !(dtype_free_view(n) || !strcmp(n->op->name, "_to_copy"))) continue;
+    bool used = false;
+    for (int i = 0; i < n->nouts; i++) used |= uses[n->outs[i]->id] > 0;
+    if (used) continue;
+    dead[k] = true;
+    FOR_TENSOR_ARGS(n, v, { uses[v->id]--; })
+  }
+  int m = 0;
+  for (int k = 0; k < g->nnodes; k++)
+    if (!dead[k]) { g->nodes[k]->id = m; g->nodes[m++] = g->nodes[k]; }
+  g->nnodes = m;
+}
+
+int precision_lower(Graph *g, int precision, bool fold) {
+  if (precision != PREC_BF16 && precision != PREC_FP16) return 0;
+  Ctx *c = g->ctx;
+  DType dt = precision == PREC_BF16 ? DT_BF16 : DT_F16;
+  int nv = g->nvalues, changed = 0;
+  Value **low = arena_array(c->arena, (size_t)nv + 1, sizeof *low);   /* by value id: its rounded copy, made once */
+  Value **before = g->inputs;
+  int nbefore = g->ninputs;
+  Rw r = {.g = g, .tag = "lowp"};
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    if (!lowered(g, n)) { rw_push(&r, n); continue; }
+    r.orig = n;
+    r.k = 0;
+    Arg *args = arena_array(c->arena, (size_t)n->op->nargs + 1, sizeof *args);
+    memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+    for (int a = 0; a < n->op->nargs; a++) {
+      Value *v = args[a].k == AK_TENSOR ? args[a].u.t : NULL;
+      if (!v || v->dtype != DT_F32 || v->id >= nv) continue;
+      if (!low[v->id]) {
+        Value *x = exact_low(&r, low, nv, v, dt);
+        if (!x && c->has_err) return -1;
+        low[v->id] = x;
+      }
+      if (!low[v->id]) {
+        low[v->id] = fold ? fold_weight_cast(g, v, dt) : NULL;
+        if (!low[v->id] && c->has_err) return -1;
+        if (!low[v->id] && !(low[v->id] = CALL(&r, NULL, "_to_copy", "self", T(v), "dtype", DT(dt)))) return -1;
+      }
+      args[a] = T(low[v->id]);
+    }
+    Value *y = rw_node(&r, NULL, n->op, args);
+    if (!y || !CALL(&r, n->outs[0], "_to_copy", "self", T(y), "dtype", DT(DT_F32))) return -1;
+    low[n->outs[0]->id] = y;
+    gg_log(c, LOG_DECOMP, "%s %s computed in %s (--precision %s)", n->op->name, gg_quote(c, n->name), dtype_name(dt), precision_name(precision));
+    changed++;
+  }
+  if (!changed) return 0;
+  g->nodes = r.nodes;
+  g->nnodes = r.n;
+  g->cap_nodes = r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  drop_dead(g);
+  fold_drop_unused(g, before, nbefore);
+  return 0;
+}
