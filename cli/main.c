@@ -120,19 +120,22 @@ static const char usage_compile[] =
   "  --partition mincut|default\n"
   "                       save the fewest bytes for the backward, recomputing cheap pointwise work\n"
   "                       (default), or save every forward value the backward reads\n"
-  "  --optimizer sgd|adam what gg_train_step applies to the weights the model holds\n"
+  "  --optimizer sgd|adam|adamw\n"
+  "                       what gg_train_step applies to the weights the model holds\n"
   "  --lr F               learning rate (default 0.001)\n"
   "  --momentum F         SGD momentum (default 0)\n"
-  "  --weight-decay F     L2 weight decay (default 0)\n"
-  "  --betas B1,B2        Adam's betas (default 0.9,0.999)\n"
-  "  --eps F              Adam's epsilon (default 1e-8)\n"
+  "  --weight-decay F     weight decay: L2 in the gradient for sgd and adam (default 0), decoupled\n"
+  "                       for adamw (default 0.01), as torch.optim\n"
+  "  --betas B1,B2        Adam's and AdamW's betas (default 0.9,0.999)\n"
+  "  --eps F              Adam's and AdamW's epsilon (default 1e-8)\n"
   "  -h, --help           show this help\n";
 
 static const char usage_bench[] =
   "usage: gcc-graph bench MODEL.so --inputs IN.safetensors [--iters N] [--warmup N] [--weights FILE]\n"
   "\n"
   "Run a compiled model N times (default 50) after a warm-up (default 5) and report the median,\n"
-  "minimum and mean time (of a forward and backward step for a training .so). The last line of\n"
+  "minimum and mean time (for a training .so, of a step: forward, backward, and the optimizer's\n"
+  "update when it was compiled with one, gg_train_step). The last line of\n"
   "standard output is a JSON object with median_ms, min_ms, mean_ms, iters and threads\n"
   "(OMP_NUM_THREADS, or the number of CPUs). GCC_GRAPH_PROFILE=1 adds, on stderr, the nodes that\n"
   "took the most time.\n";
@@ -234,7 +237,7 @@ static int train_opt(int argc, char **argv, int *i, Opts *o, const char *usage, 
   switch (k) {
   case 0: bad = parse_double(v, &d) || d != (int)d || d > 1000; o->tr.loss = (int)d; break;
   case 1: bad = strcmp(v, "mincut") && strcmp(v, "default"); o->tr.save_all = !strcmp(v, "default"); break;
-  case 2: bad = strcmp(v, "sgd") && strcmp(v, "adam"); o->tr.optimizer = !strcmp(v, "sgd") ? 1 : 2; break;
+  case 2: bad = strcmp(v, "sgd") && strcmp(v, "adam") && strcmp(v, "adamw"); o->tr.optimizer = !strcmp(v, "sgd") ? 1 : !strcmp(v, "adam") ? 2 : 3; break;
   case 6: {
     char b1[64];
     bad = strlen(v) >= sizeof b1 || !strchr(v, ',');
@@ -435,7 +438,7 @@ static int write_results(Ctx *c, Interp *I, const char *path, const RunResult *r
 }
 
 static int cmd_compile(int argc, char **argv) {
-  Opts o = {.tr = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};   /* PyTorch's defaults */
+  Opts o = {.tr = {.lr = 1e-3, .weight_decay = -1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};   /* PyTorch's defaults (weight decay: below) */
   if (parse_opts(argc, argv, &o, usage_compile, true)) return 2;
   if (o.help) { fputs(usage_compile, stdout); return 0; }
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
@@ -463,6 +466,7 @@ static int cmd_compile(int argc, char **argv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   co.jobs = o.jobs ? (int)o.jobs : ncpu >= 2 ? 2 : 1;
   if (!o.tr.on && (o.tr.optimizer || o.tr.loss || o.tr.save_all)) return usage_error(usage_compile, "%s", "--loss, --partition and --optimizer go with --train");
+  if (o.tr.weight_decay < 0) o.tr.weight_decay = o.tr.optimizer == 3 ? 1e-2 : 0;   /* torch.optim.AdamW's default is 0.01, the others' 0 */
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
   Ctx *c = ctx_new();
@@ -582,7 +586,9 @@ static int cmd_bench(int argc, char **argv) {
   double *t = arena_array(c->arena, (size_t)o.iters + 1, sizeof *t);
   for (long i = 0; i < o.warmup + o.iters; i++) {
     double t0 = now_ms();
-    if (train) {   /* a training step: forward, backward */
+    if (train && l.has_optimizer) {   /* a whole training step: forward, backward, update */
+      if (l.train_step(m, state, ts, ni, ot, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
+    } else if (train) {   /* a training step without an optimizer: forward, backward */
       if (l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
     } else if (l.run(m, ts, ni, ot, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }
     double dt = now_ms() - t0;
@@ -595,7 +601,7 @@ static int cmd_bench(int argc, char **argv) {
   const char *env = getenv("OMP_NUM_THREADS");
   long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
   printf("%s: %ld %s after %ld warm-up, %ld threads: median %.3f ms, min %.3f ms, mean %.3f ms\n", o.model, o.iters,
-         train ? "training steps (forward + backward)" : "iterations", o.warmup, threads, med, t[0], sum / (double)o.iters);
+         train && l.has_optimizer ? "training steps (forward, backward, update)" : train ? "training steps (forward + backward)" : "iterations", o.warmup, threads, med, t[0], sum / (double)o.iters);
   printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, \"iters\": %ld, \"threads\": %ld}\n", med, t[0], sum / (double)o.iters, o.iters, threads);
   rc = 0;
 out:

@@ -72,7 +72,10 @@ int gg_mutated_buffer(const gg_model *model, int i, const char **name, DLTensor 
  * owns (one per thread of training); the backward computes the gradient of the loss (the output
  * chosen with --loss, output 0 by default) for every parameter that requires grad. gg_train_step
  * runs both and applies the optimizer chosen with --optimizer to the parameters the model holds
- * (read them back with gg_weight). */
+ * (read them back with gg_weight). A CUDA training model (--train --target cuda) keeps its
+ * parameters, optimizer state, saved values and gradients on the GPU (gg_gradient gives device
+ * tensors; grad_loss is a device tensor), and captures a whole gg_train_step (forward, backward,
+ * update) as one CUDA graph, replayed while the inputs keep their shapes and addresses. */
 typedef struct gg_train_state gg_train_state;
 int gg_num_gradients(void);   /* 0: not a training model */
 int gg_train_state_new(const gg_model *model, gg_train_state **state, char *err, size_t errlen);
@@ -87,7 +90,12 @@ int gg_train_step(gg_model *model, gg_train_state *state, const DLTensor *inputs
                   char *err, size_t errlen);
 /* Change the optimizer's learning rate (a schedule); 1 if the model has no optimizer. */
 int gg_set_learning_rate(gg_model *model, double lr);
-/* The model's weights (parameters, buffers, constants) as it holds them now: name and bytes. */
+/* Gradient accumulation: gg_train_step adds each call's gradients into the state's sums and updates
+ * the parameters at every micro_batches-th call, with the mean of the sums (default 1: every call);
+ * 1 if the model has no optimizer or micro_batches < 1. */
+int gg_set_grad_accumulation(gg_model *model, int micro_batches);
+/* The model's weights (parameters, buffers, constants) as it holds them now: name and bytes (on the
+ * model's device: a CUDA model's are device addresses, which a caller may also write). */
 int gg_num_weights(void);
 int gg_weight(const gg_model *model, int i, const char **name, const void **data, size_t *nbytes);
 

@@ -90,7 +90,7 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
     cJSON_AddNumberToObject(t, "saved_tensors_default", ps->saved_default);
     cJSON_AddNumberToObject(t, "saved_bytes_default", (double)ps->default_bytes);
     cJSON_AddNumberToObject(t, "recomputed_nodes", ps->recomputed);
-    static const char *const names[] = {"none", "sgd", "adam"};
+    static const char *const names[] = {"none", "sgd", "adam", "adamw"};
     cJSON *op = cJSON_AddObjectToObject(t, "optimizer");
     cJSON_AddStringToObject(op, "kind", names[tr->optimizer]);
     if (tr->optimizer) {
@@ -239,7 +239,6 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
-  if (o->cuda && o->tr.on) return gg_error(c, "--train with --target cuda is not supported yet: train on the CPU");
   if (o->precision == PREC_TF32 && !o->cuda) return gg_error(c, "--precision tf32 goes with --target cuda (CPUs have no TF32 arithmetic)");
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;

@@ -107,9 +107,11 @@ typedef struct Target {
   const char *vec;          /* before a kernel whose loops vectorize ("GG_VEC ": built for AVX-512 too) */
   bool float32_functions;   /* scalar.h's float32 exp, erf, ... for float32 operands */
   bool half_convs;          /* convolutions and pooling in float16 and bfloat16 (the CUDA runtime's cuDNN) */
+  bool atomic_add;          /* float32/float64 accumulation into repeated indices as parallel atomic adds */
   int (*product)(Em *e, const Product *p);
   int (*conv)(Em *e, const Conv *cv);
   void (*pool)(Em *e, DType dt);              /* the runtime call of a pooling kernel (x, y, idx, p) */
+  void (*conv_wgrad)(Em *e, DType dt);        /* the runtime call of a convolution's weight and bias gradients (c, x, dy, dw, db, col, tmp) */
   int (*attention)(Em *e, Node *n);           /* scaled_dot_product_attention whole (NULL: decomposed) */
   const char *run_start;    /* the run function's first statements */
   const char *device_code;  /* "kDLCPU" / "kDLCUDA" */

@@ -299,6 +299,7 @@ static int conv_c(Em *e, const Conv *cv) {
 }
 
 static void pool_c(Em *e, DType dt) { fprintf(e->k, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", dt == DT_F32 ? "f32" : "f64"); }
+static void conv_wgrad_c(Em *e, DType dt) { fprintf(e->k, "  gg_rt_conv_wgrad_%s(&c, x, dy, dw, db, col, tmp);\n}\n", dt == DT_F32 ? "f32" : "f64"); }
 
 static void prelude_c(Graph *g, FILE *out) {
   (void)g;
@@ -307,4 +308,4 @@ static void prelude_c(Graph *g, FILE *out) {
 
 static void finish_c(FILE *out, const char *errs) { (void)out; (void)errs; }
 
-const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, product_c, conv_c, pool_c, NULL, "", "kDLCPU", prelude_c, finish_c};
+const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, NULL, "", "kDLCPU", prelude_c, finish_c};

@@ -177,6 +177,11 @@ static int conv_cuda(Em *e, const Conv *cv) {
 
 static void pool_cuda(Em *e, DType dt) { fprintf(e->k, "  gg_cu_pool(%d, &p, x, y, idx);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : 0); }
 
+/* a convolution's weight and bias gradients: cuDNN's backward-filter, else im2col + cuBLAS */
+static void conv_wgrad_cuda(Em *e, DType dt) {
+  fprintf(e->k, "  gg_cu_conv_wgrad(%d, &c, x, dy, dw, db, col, tmp);\n}\n", dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : rt_f32(e));
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
@@ -288,6 +293,6 @@ static void finish_cuda(FILE *out, const char *errs) {
   fputs("  }\n  return \"index out of range\";\n}\n", out);
 }
 
-const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, product_cuda, conv_cuda, pool_cuda, attention_cuda,
+const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, true, product_cuda, conv_cuda, pool_cuda, conv_wgrad_cuda, attention_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
                                prelude_cuda, finish_cuda};

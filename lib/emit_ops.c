@@ -76,29 +76,43 @@ int emit_reduce(Em *e, Node *n) {
     fprintf(e->r, "  k%d(%s, NULL, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
     return 0;
   }
-  /* on the GPU, a sum or mean over a contiguous run of the last dims (RMSNorm's mean, a row sum): a
-   * warp per output, its lanes striding along the run (coalesced) and combining with shuffles */
-  bool rows = plain && e->cuda && nkept >= 1 && nred >= 1 && red[0] == x->rank - nred && expr_is_const(x->strides[x->rank - 1], &one) && one == 1;
-  for (int i = 0; rows && i < nred - 1; i++) rows = expr_same(e->g, x->strides[red[i]], MUL(e, x->strides[red[i + 1]], x->sizes[red[i + 1]]));
+  /* on the GPU, a sum or mean whose last reduced dim is contiguous: a warp per output, its lanes
+   * striding along the reduced elements (coalesced) and combining with shuffles. A run of the last dims
+   * (RMSNorm's mean, a row sum) is one row; others (batch norm's statistics over [N, H, W], a sum of
+   * everything) are walked through their reduced dims. */
+  bool rows = plain && e->cuda && nred >= 1 && expr_is_const(x->strides[red[nred - 1]], &one) && one == 1;
+  bool run = rows && nkept >= 1 && red[0] == x->rank - nred;
+  for (int i = 0; run && i < nred - 1; i++) run = expr_same(e->g, x->strides[red[i]], MUL(e, x->strides[red[i + 1]], x->sizes[red[i + 1]]));
   if (rows) {
     const Expr *ksz[R], *len = C(e, 1);
     for (int i = 0; i < nkept; i++) ksz[i] = x->sizes[kept[i]];
+    int nk = nkept;
+    if (!nk) ksz[nk++] = C(e, 1);   /* a sum of everything: one row */
     for (int i = 0; i < nred; i++) len = MUL(e, len, x->sizes[red[i]]);
     kernel_begin(e, n, "row reduction");
     kopen(e, id, false, false);
     fprintf(f, "%s *restrict y, void *y2, const %s *x", ctype(out->dt), ctype(x->dt));
     ksyms(e);
     fputs("  (void)y2;\n", f);
-    int cl = open_rows(e, nkept, ksz, len);
+    int cl = open_rows(e, nk, ksz, len);
     fprintf(f, "    const int64_t L = %s;\n    const %s *row = x + %s", cx(e, len), ctype(x->dt), cx(e, x->offset));
     for (int i = 0; i < nkept; i++) fprintf(f, " + i%d * %s", i, cx(e, x->strides[kept[i]]));
     const char *rt = real_type(e, x->dt);   /* float32 and half types in float, as PyTorch accumulates */
-    fprintf(f, ";\n    %s acc = 0;\n    %s acc += ", rt, row_for(e));
-    load_r(f, x->dt, "row", "j", rt);
-    fputs(";\n", f);
+    fprintf(f, ";\n    %s acc = 0;\n    %s ", rt, row_for(e));
+    if (run) fputs("acc += ", f);
+    else {   /* element j of the reduced dims, the last fastest (32-bit arithmetic where the sizes allow) */
+      int64_t nx;
+      const char *T = expr_is_const(numel(e, x), &nx) && nx < INT32_MAX ? "uint32_t" : "int64_t";
+      fprintf(f, "{\n      %s q = (%s)j, at = 0;\n", T, T);
+      for (int i = nred - 1; i >= 0; i--)
+        fprintf(f, "      at += (q %% (%s)(%s)) * (%s)(%s); q /= (%s)(%s);\n", T, cx(e, x->sizes[red[i]]), T, cx(e, x->strides[red[i]]), T, cx(e, x->sizes[red[i]]));
+      fputs("      acc += ", f);
+    }
+    load_r(f, x->dt, "row", run ? "j" : "at", rt);
+    fputs(run ? ";\n" : ";\n    }\n", f);
     row_combine(e, "acc", false);
     fputs(e->rowwarp ? "    if (lane == 0) " : "    ", f);
-    store(f, out->dt, true, "y", linear_index(e, ksz, nkept, 0), rk == R_MEAN ? arena_printf(e->a, "acc / (%s)L", rt) : "acc");
+    store(f, out->dt, true, "y", linear_index(e, ksz, nk, 0), rk == R_MEAN ? arena_printf(e->a, "acc / (%s)L", rt) : "acc");
     close_loops(e, cl);
     fputs("}\n", f);
     kcall(e, id);
@@ -534,9 +548,10 @@ int conv_kernel(Em *e, const Conv *cv, const char *what, const Expr *scratch, co
 int emit_conv_backward(Em *e, Node *n) {
   const Arg *mask = &n->args[ops_arg_index(n->op, "output_mask")];
   if (mask->u.bs[0]) return efail(e, n, "compiled code takes input gradients from transposed convolutions, not convolution_backward");
-  if (e->cuda) return efail(e, n, "convolution gradients are not supported with --target cuda yet");
   Value *gv = n->args[0].u.t, *xv = n->args[1].u.t, *wv = n->args[2].u.t;
-  if (gv->dtype != DT_F32 && gv->dtype != DT_F64) return efail(e, n, "convolution gradients in %s are not supported in compiled code", dtype_name(gv->dtype));
+  bool half = gv->dtype == DT_F16 || gv->dtype == DT_BF16;
+  if (gv->dtype != DT_F32 && gv->dtype != DT_F64 && !(half && e->t->half_convs))
+    return efail(e, n, "convolution gradients in %s are not supported in compiled code%s", dtype_name(gv->dtype), half ? " for the CPU (--target cuda runs them)" : "");
   TV *gy = contiguous_of(e, n, gv), *x = contiguous_of(e, n, xv), *w = tv_of(e, n, wv);
   if (!gy || !x || !w) return -1;
   TV *dw = mask->u.bs[1] ? alloc_value(e, n->outs[1]) : NULL, *db = mask->u.bs[2] ? alloc_value(e, n->outs[2]) : NULL;
@@ -560,7 +575,7 @@ int emit_conv_backward(Em *e, Node *n) {
   int tmp = new_stor(e, S_SCRATCH, 0, gy->dt, MUL(e, MUL(e, icg, ksp), ocg));
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "convolution weight gradient (im2col + GEMM)");
+  kernel_begin(e, n, e->cuda ? "convolution weight gradient" : "convolution weight gradient (im2col + GEMM)");
   const char *T = ctype(gy->dt);
   kopen(e, id, false, true);
   fprintf(f, "%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp", T, T, T, T, T, T);
@@ -569,7 +584,7 @@ int emit_conv_backward(Em *e, Node *n) {
           cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, w->sizes[0]), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]));
-  fprintf(f, "  gg_rt_conv_wgrad_%s(&c, x, dy, dw, db, col, tmp);\n}\n", gy->dt == DT_F32 ? "f32" : "f64");
+  e->t->conv_wgrad(e, gy->dt);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s, %s", dw ? sname(e, dw->stor) : "NULL", db ? sname(e, db->stor) : "NULL", sname(e, x->stor), sname(e, gy->stor),
           sname(e, col), sname(e, tmp));
@@ -955,6 +970,11 @@ static int index_layout(Em *e, Node *n, const TV *x, const Arg *ia, IndexLayout 
   return 0;
 }
 
+/* Sums into repeated indices (scatter_add, index_put with accumulate: embedding and max-pool gradients)
+ * as parallel atomic adds where the target has them for the dtype (float32, float64 on the GPU): the
+ * sum's order, so its last bits, then vary from run to run, as PyTorch's CUDA kernels' do. */
+static bool atomic_dtype(const Em *e, DType dt) { return e->t->atomic_add && (dt == DT_F32 || dt == DT_F64); }
+
 /* scatter / scatter_add: copy self, then write src (or value) at the indexed positions along dim */
 int emit_scatter(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t), *ix = tv_of(e, n, n->args[ops_arg_index(n->op, "index")].u.t);
@@ -964,15 +984,16 @@ int emit_scatter(Em *e, Node *n) {
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
   int d = dim_wrap(node_int_arg(n, "dim", 0), x->rank);
-  bool add = !strcmp(n->op->name, "scatter_add"), fl = dtype_is_float(out->dt);
+  bool add = !strcmp(n->op->name, "scatter_add"), fl = dtype_is_float(out->dt), atomic = add && atomic_dtype(e, out->dt);
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "scatter");
+  kernel_begin(e, n, atomic ? "scatter (atomic adds)" : "scatter");
   kopen(e, id, true, false);
   fprintf(f, "%s *y, const %s *ix, const %s *src", ctype(out->dt), ctype(ix->dt), src ? ctype(src->dt) : "void");
   ksyms(e);
   fputs("  (void)src;\n  int bad = 0;\n", f);
-  int cl = open_loops(e, ix->rank, ix->sizes, false);   /* one thread, in order: repeated indices write as PyTorch's CPU does */
+  /* one thread, in order: repeated indices write as PyTorch's CPU does; sums in parallel on the GPU */
+  int cl = open_loops(e, ix->rank, ix->sizes, atomic);
   fprintf(f, "    int64_t q = (int64_t)ix[%s];\n    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", index_of(e, ix, ix->rank),
           cx(e, out->sizes[d]), cx(e, out->sizes[d]));
   char *yi = arena_strdup(e->a, cx(e, out->offset));
@@ -994,7 +1015,8 @@ int emit_scatter(Em *e, Node *n) {
   if (fl) load_f(cf, out->dt, "y", yi); else load_i(cf, out->dt, "y", yi);
   fclose(cf);
   fputs("    ", f);
-  store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
+  if (atomic) fprintf(f, "atomicAdd(&y[%s], (%s)(%s));\n", yi, ctype(out->dt), v);
+  else store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
   free(cur);
   close_loops(e, cl);
   kreturn_bad(e, id);
@@ -1009,7 +1031,7 @@ int emit_index_put(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t), *vals = tv_of(e, n, n->args[ops_arg_index(n->op, "values")].u.t);
   const Arg *ia = &n->args[ops_arg_index(n->op, "indices")];
   if (!x || !vals) return -1;
-  bool acc = n->args[ops_arg_index(n->op, "accumulate")].u.b, fl = dtype_is_float(x->dt);
+  bool acc = n->args[ops_arg_index(n->op, "accumulate")].u.b, fl = dtype_is_float(x->dt), atomic = acc && atomic_dtype(e, x->dt);
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
   IndexLayout L;
@@ -1020,13 +1042,13 @@ int emit_index_put(Em *e, Node *n) {
   TV vb = broadcast_tv(e, vals, rr, rs);
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "index_put");
+  kernel_begin(e, n, atomic ? "index_put (atomic adds)" : "index_put");
   kopen(e, id, true, false);
   fprintf(f, "%s *y, const %s *v", ctype(out->dt), ctype(vals->dt));
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
   ksyms(e);
   fputs("  int bad = 0;\n", f);
-  int cl = open_loops(e, rr, rs, false);   /* one thread, in order (repeated indices, accumulate) */
+  int cl = open_loops(e, rr, rs, atomic);   /* one thread, in order (repeated indices), or sums as parallel atomic adds */
   char *yi = arena_strdup(e->a, cx(e, out->offset));
   int od = adjacent ? 0 : br;
   for (int d = 0; d < x->rank; d++) {
@@ -1050,7 +1072,8 @@ int emit_index_put(Em *e, Node *n) {
   fclose(vf);
   fclose(cf);
   fputs("    ", f);
-  store(f, out->dt, fl, "y", yi, acc ? arena_printf(e->a, "%s + %s", cur, vv) : vv);
+  if (atomic) fprintf(f, "atomicAdd(&y[%s], (%s)(%s));\n", yi, ctype(out->dt), vv);
+  else store(f, out->dt, fl, "y", yi, acc ? arena_printf(e->a, "%s + %s", cur, vv) : vv);
   free(vv);
   free(cur);
   close_loops(e, cl);

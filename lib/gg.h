@@ -537,7 +537,7 @@ typedef struct TrainOptions {
   bool on;                   /* --train: forward + backward (+ optimizer step) */
   int loss;                  /* --loss N: the user output differentiated (default 0) */
   bool save_all;             /* --partition default: save everything the backward uses */
-  int optimizer;             /* 0 none, 1 sgd, 2 adam (--optimizer) */
+  int optimizer;             /* 0 none, 1 sgd, 2 adam, 3 adamw (--optimizer) */
   double lr, momentum, weight_decay, beta1, beta2, eps;
 } TrainOptions;
 
@@ -653,6 +653,8 @@ typedef struct Lib {
   int (*forward)(gg_model *, gg_train_state *, const DLTensor *, int, DLTensor *, int, char *, size_t);
   int (*backward)(gg_model *, gg_train_state *, const DLTensor *, char *, size_t);
   int (*gradient)(const gg_train_state *, int, const char **, DLTensor *);
+  int (*train_step)(gg_model *, gg_train_state *, const DLTensor *, int, DLTensor *, int, char *, size_t);
+  bool has_optimizer;                     /* its metadata names an optimizer: gg_train_step updates */
   int (*run)(gg_model *, const DLTensor *, int, DLTensor *, int, char *, size_t);
   /* device models (--target cuda): tensors are copied to and from the GPU through the model */
   int device;                             /* kDLCPU or kDLCUDA */

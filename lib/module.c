@@ -528,7 +528,7 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   if (bbuf) { fputs("\n/* ================================================================ the backward */\n", out); fputs(bbuf, out); }
   free(fbuf);
   free(bbuf);
-  t->finish(out, F.errs);
+  t->finish(out, B.errs ? arena_printf(c->arena, "%s%s", F.errs, B.errs) : F.errs);   /* kernel ids run on through the backward */
   /* the descriptor */
   int nweights = F.nweights, nmut = F.nmut;
   Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);

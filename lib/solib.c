@@ -39,6 +39,9 @@ int load_lib(Ctx *c, const char *path, Lib *l) {
   *(void **)&l->forward = dlsym(l->h, "gg_forward");
   *(void **)&l->backward = dlsym(l->h, "gg_backward");
   *(void **)&l->gradient = dlsym(l->h, "gg_gradient");
+  *(void **)&l->train_step = dlsym(l->h, "gg_train_step");
+  const char *meta = l->metadata(), *opt = strstr(meta, "\"optimizer\":{\"kind\":\"");
+  l->has_optimizer = l->train_step && opt && strncmp(opt + 21, "none\"", 5);
   return 0;
 }
 
@@ -179,16 +182,20 @@ int so_run(Ctx *c, const char *model, const char *weights, const char *inputs, c
   if (ng) {   /* a training model: forward, then backward with d loss = 1 */
     DLTensor *ot;
     if (so_alloc_outputs(c, &l, m, ts, ni, &ot)) goto out;
-    for (int i = 0; i < no; i++) st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &ot[i]);
     if (l.state_new(m, &state, err, sizeof err) || l.forward(m, state, ts, ni, ot, no, err, sizeof err) || l.backward(m, state, NULL, err, sizeof err)) {
       gg_error(c, "%s", err);
       goto out;
+    }
+    for (int i = 0; i < no; i++) {
+      DLTensor h = so_to_host(c, &l, &ot[i]);
+      st[i] = st_of(c, arena_printf(c->arena, "out.%d", i), &h);
     }
     for (int i = 0; i < ng; i++) {
       const char *name;
       DLTensor v;
       l.gradient(state, i, &name, &v);
-      st[no + nm + i] = st_of(c, arena_printf(c->arena, "grad.%s", name), &v);
+      DLTensor h = so_to_host(c, &l, &v);
+      st[no + nm + i] = st_of(c, arena_printf(c->arena, "grad.%s", name), &h);
     }
   } else {
     if (l.run_alloc(m, ts, ni, outs, no, err, sizeof err)) { gg_error(c, "%s", err); goto out; }

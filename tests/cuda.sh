@@ -8,14 +8,30 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 jobs=$(nproc 2>/dev/null || echo 2)
 [ "$jobs" -gt 8 ] && jobs=8
-echo "== CUDA: every inference case compiled with --target cuda, run on the GPU, compared with PyTorch"
+jobs=${JOBS:-$jobs}   # cases compiled and run at once
+echo "== CUDA: every case compiled with --target cuda (training cases with --train), run on the GPU, compared with PyTorch"
 ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | TARGET=cuda xargs -P "$jobs" -n 1 -I CASE sh tests/compile_case.sh CASE "$TMP" >"$TMP/cases" 2>&1
 pass=$(grep -c '^ok' "$TMP/cases")
 fail=$(grep -c '^FAIL' "$TMP/cases")
 grep '^FAIL' "$TMP/cases"
-echo "   ($(grep -c '^skip' "$TMP/cases") training cases skipped: training runs on the CPU)"
+echo "== CUDA training: the optimizers against their formulas, gradient accumulation, learning rates (tests/train_abi.c)"
+T=tests/corpus/train/mlp_train
+for o in "sgd --lr 0.1 --momentum 0.9 --weight-decay 0.01|sgd 0.1 0.9 0.01" "adam --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.001|adam 0.01 0.8 0.99 1e-6 0.001" \
+         "adamw --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.1|adamw 0.01 0.8 0.99 1e-6 0.1"; do
+  flags=${o%%|*} args=${o#*|} n=${flags%% *}
+  if "$GG" compile $T/model.pt2 --train --target cuda --optimizer $flags -o "$TMP/tr_$n.so" >"$TMP/err" 2>&1 &&
+     ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/tr_$n.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/tr_$n" >>"$TMP/err" 2>&1; then
+    "$TMP/tr_$n" $T/io.safetensors $args >"$TMP/abi" 2>&1
+    grep '^FAIL' "$TMP/abi"
+    line=$(tail -n 1 "$TMP/abi")
+    p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}
+    case "$p$f" in *[!0-9]*|"") echo "FAIL: train_abi $n: $(tail -n 3 "$TMP/abi")"; fail=$((fail + 1));; *) pass=$((pass + p)); fail=$((fail + f));; esac
+  else
+    echo "FAIL: cannot build the CUDA training test ($n): $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
+  fi
+done
 echo "== CUDA: convolutions without cuDNN (GCC_GRAPH_NO_CUDNN=1: im2col + cuBLAS, direct kernels)"
-for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/conv3d tests/extra/conv_strides; do
+for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/conv3d tests/extra/conv_strides tests/extra/conv_transpose2d tests/extra/train_tiny_resnet; do
   r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
   case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (no cuDNN): $r"; fail=$((fail + 1));; esac
 done

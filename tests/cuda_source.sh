@@ -1,6 +1,6 @@
 #!/bin/sh
-# cuda_source.sh CASE_DIR WORK_DIR: generate a case's CUDA source (compile --target cuda -S) and
-# compile it with nvcc (no GPU needed). Prints "ok CASE" or "FAIL CASE: why". Optimization is off:
+# cuda_source.sh CASE_DIR WORK_DIR: generate a case's CUDA source (compile --target cuda -S; training
+# cases with --train: the forward and the backward) and compile it with nvcc (no GPU needed). Prints "ok CASE" or "FAIL CASE: why". Optimization is off:
 # the test is whether nvcc accepts the code; make test-cuda runs it on a GPU. GENERATE_ONLY=1 (make
 # sanitize) stops after generating: the sanitizers watch gcc-graph, not nvcc.
 case=$1 work=$2
@@ -9,7 +9,9 @@ name=$(echo "$case" | tr / _)
 d="$work/$name"
 expect=$(grep "^$case " tests/compile_refused.txt 2>/dev/null | cut -d' ' -f2-)
 prec=$(sed -n 's/.*"precision": "\([a-z0-9]*\)".*/\1/p' "$case/case.json" 2>/dev/null)
-"$BUILD/gcc-graph" compile "$case/model.pt2" --target cuda ${prec:+--precision $prec} -S -o "$d" >"$d.err" 2>&1
+train=
+grep -q '"kind": "train"' "$case/case.json" 2>/dev/null && train=--train
+"$BUILD/gcc-graph" compile "$case/model.pt2" --target cuda $train ${prec:+--precision $prec} -S -o "$d" >"$d.err" 2>&1
 rc=$?
 if [ -n "$expect" ]; then
   if [ $rc = 1 ] && grep -qF -- "$expect" "$d.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$d.err")"; fi

@@ -67,10 +67,10 @@ pass=$((pass + $(grep -c '^ok' "$TMP/compiled")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/compiled")))
 grep '^FAIL' "$TMP/compiled"
 
-echo "== CUDA sources: every inference case's CUDA C generated (--target cuda -S) and compiled by nvcc"
+echo "== CUDA sources: every case's CUDA C generated (--target cuda -S, training cases with --train) and compiled by nvcc"
 if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
   mkdir -p "$TMP/cu"
-  ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | grep -v /train | xargs -P 2 -n 1 -I CASE sh tests/cuda_source.sh CASE "$TMP/cu" >"$TMP/cuda" 2>&1
+  ls -d tests/corpus/*/* tests/extra/* tests/extra_aten/* | xargs -P 2 -n 1 -I CASE sh tests/cuda_source.sh CASE "$TMP/cu" >"$TMP/cuda" 2>&1
   pass=$((pass + $(grep -c '^ok' "$TMP/cuda")))
   fail=$((fail + $(grep -c '^FAIL' "$TMP/cuda")))
   grep '^FAIL' "$TMP/cuda"
@@ -81,10 +81,14 @@ if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     expect 1 "runs on a CUDA GPU and none is usable" -- "$GG" run "$TMP/cnn_cuda.so" --inputs tests/corpus/models/cnn_small/io.safetensors -o "$TMP/o.st"
   fi
+  # a CUDA training .so: the training entry points, and the ABI test links against it (make test-cuda runs it)
+  expect 0 "" -- "$GG" compile tests/corpus/train/mlp_train/model.pt2 --train --optimizer adamw --target cuda --cuda-arch sm_80 -o "$TMP/train_cuda.so"
+  expect 0 "gg_set_grad_accumulation" -- nm -D --defined-only "$TMP/train_cuda.so"
+  expect 0 "optimizer: adamw" -- "$GG" explain "$TMP/train_cuda.so"
+  expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/train_cuda.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_cuda"
 else
   echo "(nvcc not found: CUDA sources not compiled)"
 fi
-expect 1 "--train with --target cuda is not supported" -- "$GG" compile tests/corpus/train/mlp_train/model.pt2 --train --target cuda -o "$TMP/t.so"
 expect 2 "unknown target 'tpu'" -- "$GG" compile tests/corpus/models/mlp/model.pt2 --target tpu -o "$TMP/t.so"
 expect 2 "--cuda-arch takes sm_XY" -- "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda --cuda-arch 90 -o "$TMP/t.so"
 
@@ -104,6 +108,9 @@ expect 0 "0 failed" -- "$TMP/train_sgd" $T/io.safetensors sgd 0.1 0.9 0.01
 expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer adam --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.001 -o "$TMP/adam.so"
 expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/adam.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_adam"
 expect 0 "0 failed" -- "$TMP/train_adam" $T/io.safetensors adam 0.01 0.8 0.99 1e-6 0.001
+expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer adamw --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.1 -o "$TMP/adamw.so"
+expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/adamw.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_adamw"
+expect 0 "0 failed" -- "$TMP/train_adamw" $T/io.safetensors adamw 0.01 0.8 0.99 1e-6 0.1
 # the default partition compiles and agrees too; explain reports both
 C=tests/corpus/train/cnn_train
 expect 0 "" -- "$GG" compile $C/model.pt2 --train --partition default -o "$TMP/cnn_default.so"

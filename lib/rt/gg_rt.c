@@ -34,6 +34,7 @@ struct gg_model {
   float **opt_m, **opt_v;   /* optimizer state per gradient: momentum / Adam moments */
   int64_t step;             /* optimizer steps taken */
   double lr;                /* the learning rate now (--lr, or gg_set_learning_rate) */
+  int accum;                /* micro-batches per update (gg_set_grad_accumulation) */
   pthread_mutex_t lock;     /* serializes runs of models that mutate buffers */
   pthread_mutex_t pool_lock;/* scratch buffers kept between runs: fresh pages cost page faults */
   void *pool[8];
@@ -158,6 +159,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
     m->w[d->nweights + j] = p;
   }
   m->lr = gg__train.lr;
+  m->accum = 1;
   /* training: the parameters with gradients get private copies, which the optimizer updates */
   for (int k = 0; k < gg__train.ngrads; k++) {
     int i = gg__train.grad_weight[k];
@@ -246,128 +248,29 @@ GG_EXPORT int gg_mutated_buffer(const gg_model *m, int i, const char **name, DLT
 
 /* ---------------------------------------------------------------- training */
 
-struct gg_train_state {
-  int64_t sym[64];
-  bool ready;               /* a forward ran: the saved values are there */
-  void **saved;             /* the values the forward saved, by index */
-  size_t *saved_bytes;
-  int64_t *saved_shapes;    /* GG_RT_MAX_RANK per saved value */
-  void **grads;             /* gradients of the last backward */
-  size_t *grad_bytes;
-  int64_t *grad_shapes;
-  bool has_grads;
-};
-
-GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }
-
-GG_EXPORT void gg_train_state_free(gg_train_state *st) {
-  if (!st) return;
-  for (int i = 0; st->saved && i < gg__train.nsaved; i++) free(st->saved[i]);
-  for (int i = 0; st->grads && i < gg__train.ngrads; i++) free(st->grads[i]);
-  free(st->saved);
-  free(st->saved_bytes);
-  free(st->saved_shapes);
-  free(st->grads);
-  free(st->grad_bytes);
-  free(st->grad_shapes);
-  free(st);
+static void *rt_alloc(size_t bytes) {
+  void *p = NULL;
+  return posix_memalign(&p, GG_RT_ALIGN, bytes ? bytes : 1) ? NULL : p;
 }
-
-GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **out, char *err, size_t errlen) {
-  *out = NULL;
-  if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
-  gg_train_state *st = calloc(1, sizeof *st);
-  if (st) {
-    st->saved = calloc((size_t)gg__train.nsaved + 1, sizeof *st->saved);
-    st->saved_bytes = calloc((size_t)gg__train.nsaved + 1, sizeof *st->saved_bytes);
-    st->saved_shapes = calloc((size_t)(gg__train.nsaved + 1) * GG_RT_MAX_RANK, sizeof *st->saved_shapes);
-    st->grads = calloc((size_t)gg__train.ngrads + 1, sizeof *st->grads);
-    st->grad_bytes = calloc((size_t)gg__train.ngrads + 1, sizeof *st->grad_bytes);
-    st->grad_shapes = calloc((size_t)(gg__train.ngrads + 1) * GG_RT_MAX_RANK, sizeof *st->grad_shapes);
-  }
-  if (!st || !st->saved || !st->saved_bytes || !st->saved_shapes || !st->grads || !st->grad_bytes || !st->grad_shapes) {
-    gg_train_state_free(st);
-    return gg_rt_fail(err, errlen, "out of memory");
-  }
-  *out = st;
-  return 0;
-}
-
-/* (re)size a buffer of the state for n elements of type t */
-static int ensure(void **p, size_t *have, const int64_t *shape, int ndim, DLDataType t) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= shape[d];
-  size_t bytes = (size_t)n * (size_t)(t.bits / 8) + 1;
-  if (*p && *have >= bytes) return 0;
-  free(*p);
-  *p = NULL;
-  if (posix_memalign(p, GG_RT_ALIGN, bytes)) { *p = NULL; return -1; }
-  *have = bytes;
-  return 0;
-}
+static void rt_free(void *p) { free(p); }
 
 GG_EXPORT int gg_forward(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
   if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (gg__desc.guard(in, st->sym, err, errlen)) return 1;
   void *outs[256];
-  if (gg__desc.noutputs + gg__train.nsaved > 256) return gg_rt_fail(err, errlen, "too many saved values");
-  if (check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
-  for (int k = 0; k < gg__train.nsaved; k++) {
-    int i = gg__desc.noutputs + k;
-    int64_t *shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
-    gg__desc.output_shape(i, st->sym, shape);
-    if (ensure(&st->saved[k], &st->saved_bytes[k], shape, gg__desc.output_ndims[i], gg__desc.output_dtypes[i])) return gg_rt_fail(err, errlen, "out of memory");
-    outs[i] = st->saved[k];
-  }
-  st->ready = false;
-  if (run_checked(m, in, true, outs, st->sym, err, errlen)) return 1;
+  if (train_forward_args(st, in, nin, out, nout, outs, err, errlen) || run_checked(m, in, true, outs, st->sym, err, errlen)) return 1;
   st->ready = true;
   return 0;
 }
 
 GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_loss, char *err, size_t errlen) {
   if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
-  if (!st->ready) return gg_rt_fail(err, errlen, "gg_backward needs a gg_forward with this state first");
-  int ns = gg__train.nsaved;
   DLTensor in[257];
   int64_t one_shape[GG_RT_MAX_RANK];
-  double one64 = 1;
-  float one32 = 1;
-  memset(in, 0, sizeof in);
-  if (ns + 1 > 257) return gg_rt_fail(err, errlen, "too many saved values");
-  for (int k = 0; k < ns; k++) {
-    int i = gg__desc.noutputs + k;
-    in[k].data = st->saved[k];
-    in[k].device.device_type = kDLCPU;
-    in[k].ndim = gg__desc.output_ndims[i];
-    in[k].dtype = gg__desc.output_dtypes[i];
-    in[k].shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
-  }
-  if (grad_loss) {
-    if (gg_rt_check_tensor(grad_loss, "grad_loss", gg__train.loss_dtype, gg__train.loss_ndim, kDLCPU, err, errlen)) return 1;
-    for (int d = 0; d < grad_loss->ndim; d++)
-      if (grad_loss->shape[d] != 1) return gg_rt_fail(err, errlen, "grad_loss must have one element");
-    in[ns] = *grad_loss;
-  } else {
-    if (gg__train.loss_dtype.code != kDLFloat || (gg__train.loss_dtype.bits != 32 && gg__train.loss_dtype.bits != 64))
-      return gg_rt_fail(err, errlen, "give grad_loss: the loss is %s", gg_rt_dtype_name(gg__train.loss_dtype));
-    for (int d = 0; d < GG_RT_MAX_RANK; d++) one_shape[d] = 1;
-    in[ns].data = gg__train.loss_dtype.bits == 64 ? (void *)&one64 : (void *)&one32;
-    in[ns].device.device_type = kDLCPU;
-    in[ns].ndim = gg__train.loss_ndim;
-    in[ns].dtype = gg__train.loss_dtype;
-    in[ns].shape = one_shape;
-  }
   void *outs[256];
-  if (gg__train.ngrads > 256) return gg_rt_fail(err, errlen, "too many gradients");
-  for (int k = 0; k < gg__train.ngrads; k++) {
-    int64_t *shape = &st->grad_shapes[k * GG_RT_MAX_RANK];
-    gg__train.grad_shape(k, st->sym, shape);
-    if (ensure(&st->grads[k], &st->grad_bytes[k], shape, gg__train.grad_ndims[k], gg__train.grad_dtypes[k])) return gg_rt_fail(err, errlen, "out of memory");
-    outs[k] = st->grads[k];
-  }
+  static const double one64 = 1;
+  static const float one32 = 1;
+  void *one = gg__train.loss_dtype.bits == 64 ? (void *)&one64 : (void *)&one32;
+  if (train_backward_args(st, grad_loss, one, in, one_shape, outs, err, errlen)) return 1;
   int64_t bytes = gg__train.scratch_bytes(st->sym);
   unsigned char *scratch = scratch_take(m, (size_t)bytes);
   if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
@@ -379,67 +282,38 @@ GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_
   return 0;
 }
 
-GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) {
-  if (!st || !st->has_grads || i < 0 || i >= gg__train.ngrads) return 1;
-  *name = gg__train.grad_names[i];
-  memset(v, 0, sizeof *v);
-  v->data = st->grads[i];
-  v->device.device_type = kDLCPU;
-  v->ndim = gg__train.grad_ndims[i];
-  v->dtype = gg__train.grad_dtypes[i];
-  v->shape = (int64_t *)&st->grad_shapes[i * GG_RT_MAX_RANK];
-  return 0;
-}
-
-/* The optimizer's update of one float32 parameter, in one pass (PyTorch's SGD and Adam formulas). */
-static int update(gg_model *m, int k, float *p, const float *g, int64_t n) {
-  const gg_train_desc *t = &gg__train;
-  float lr = (float)m->lr, wd = (float)t->weight_decay, mu = (float)t->momentum;
-  if (t->optimizer == 1 && mu == 0) {
-    #pragma omp parallel for schedule(static) if(n > 32768)
-    for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
-    return 0;
+/* The update of gradient k's parameter p (n elements) from gradient g: gg_step_one on each element,
+ * the optimizer state allocated (zeroed) at its first use. */
+static int update(gg_model *m, gg_train_state *st, int k, float *p, const float *g, int64_t n, const gg_hyper *h) {
+  int kind = gg__train.optimizer;
+  if ((kind != 1 || gg__train.momentum != 0) && !m->opt_m[k]) {
+    if (posix_memalign((void **)&m->opt_m[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_m[k] = NULL; return -1; }
+    memset(m->opt_m[k], 0, (size_t)n * sizeof(float));
   }
-  bool fresh = !m->opt_m[k];
-  if (fresh && posix_memalign((void **)&m->opt_m[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_m[k] = NULL; return -1; }
-  if (t->optimizer == 2 && !m->opt_v[k] && posix_memalign((void **)&m->opt_v[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_v[k] = NULL; return -1; }
-  float *b = m->opt_m[k], *v = m->opt_v[k];
-  if (t->optimizer == 1) {   /* SGD with momentum: b = mu b + g (b = g at the first step); p -= lr b */
-    #pragma omp parallel for schedule(static) if(n > 32768)
-    for (int64_t i = 0; i < n; i++) {
-      float d = g[i] + wd * p[i];
-      b[i] = fresh ? d : mu * b[i] + d;
-      p[i] -= lr * b[i];
-    }
-    return 0;
+  if (kind != 1 && !m->opt_v[k]) {
+    if (posix_memalign((void **)&m->opt_v[k], GG_RT_ALIGN, (size_t)n * sizeof(float) + 1)) { m->opt_v[k] = NULL; return -1; }
+    memset(m->opt_v[k], 0, (size_t)n * sizeof(float));
   }
-  if (fresh) { memset(b, 0, (size_t)n * sizeof(float)); memset(v, 0, (size_t)n * sizeof(float)); }
-  double b1 = t->beta1, b2 = t->beta2;
-  float c1 = (float)(1 - pow(b1, (double)m->step)), c2 = (float)sqrt(1 - pow(b2, (double)m->step)), eps = (float)t->eps;
+  float *b = m->opt_m[k], *v = m->opt_v[k], *acc = (float *)st->acc[k];
   #pragma omp parallel for schedule(static) if(n > 32768)
-  for (int64_t i = 0; i < n; i++) {   /* Adam: m, v moments, bias-corrected */
-    float d = g[i] + wd * p[i];
-    b[i] = (float)b1 * b[i] + (1 - (float)b1) * d;
-    v[i] = (float)b2 * v[i] + (1 - (float)b2) * d * d;
-    p[i] -= lr * (b[i] / c1) / (sqrtf(v[i]) / c2 + eps);
-  }
+  for (int64_t i = 0; i < n; i++) gg_step_one(kind, p + i, g + i, acc ? acc + i : NULL, b ? b + i : NULL, v ? v + i : NULL, h);
   return 0;
 }
 
 GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
-  if (!gg__train.optimizer) return gg_rt_fail(err, errlen, "this model has no optimizer: compile it with --train --optimizer sgd|adam");
+  if (!gg__train.optimizer) return gg_rt_fail(err, errlen, "this model has no optimizer: compile it with --train --optimizer sgd|adam|adamw");
   if (gg_forward(m, st, in, nin, out, nout, err, errlen) || gg_backward(m, st, NULL, err, errlen)) return 1;
   pthread_mutex_lock(&m->lock);
-  m->step++;
-  int rc = 0;
+  int rc = train_update_args(st, m->accum, err, errlen);
+  gg_hyper h = train_hyper(m->lr, m->step + 1, m->accum, st);
+  if (!h.accumulate && !rc) m->step++;
   for (int k = 0; k < gg__train.ngrads && !rc; k++) {
     int i = gg__train.grad_weight[k];
     if (i < 0) continue;   /* an input's gradient: nothing to update */
-    if (gg__train.grad_dtypes[k].code != kDLFloat || gg__train.grad_dtypes[k].bits != 32) { rc = gg_rt_fail(err, errlen, "the optimizer updates float32 parameters only"); break; }
-    int64_t n = 1;
-    for (int d = 0; d < gg__train.grad_ndims[k]; d++) n *= st->grad_shapes[k * GG_RT_MAX_RANK + d];
-    if (update(m, k, (float *)m->w[i], (const float *)st->grads[k], n)) rc = gg_rt_fail(err, errlen, "out of memory");
+    int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
+    if (update(m, st, k, (float *)m->w[i], (const float *)st->grads[k], n, &h)) rc = gg_rt_fail(err, errlen, "out of memory");
   }
+  if (!rc) st->micro = h.accumulate ? st->micro + 1 : 0;
   pthread_mutex_unlock(&m->lock);
   return rc;
 }
@@ -448,6 +322,14 @@ GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
   if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
   pthread_mutex_lock(&m->lock);
   m->lr = lr;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
+GG_EXPORT int gg_set_grad_accumulation(gg_model *m, int micro_batches) {
+  if (!m || !gg__train.optimizer || micro_batches < 1) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->accum = micro_batches;
   pthread_mutex_unlock(&m->lock);
   return 0;
 }

@@ -97,7 +97,7 @@ typedef struct gg_train_desc {
   void (*grad_shape)(int i, const int64_t *sym, int64_t *shape);
   int64_t (*scratch_bytes)(const int64_t *sym);
   const char *(*run)(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *sym);
-  int optimizer;                 /* 0 none, 1 SGD, 2 Adam */
+  int optimizer;                 /* 0 none, 1 SGD, 2 Adam, 3 AdamW (gg_opt_one) */
   double lr, momentum, weight_decay, beta1, beta2, eps;
   int nprof;
   double *prof;
@@ -290,6 +290,43 @@ GG_POOL_ONE(bf16, uint16_t, GG_POOL_LOAD_BF16, GG_POOL_STORE_BF16)
 GG_POOL_ONE(f16, uint16_t, GG_POOL_LOAD_F16, GG_POOL_STORE_F16)
 #endif
 
+/* The optimizer's update of one float32 parameter element w with gradient g (PyTorch's torch.optim
+ * formulas; one function for both runtimes): kind 1 SGD (L2 weight decay added to the gradient,
+ * momentum buffer b or NULL, b = d at the first step), 2 Adam (L2 decay in the gradient), 3 AdamW
+ * (decoupled decay: w *= 1 - lr wd first); b, v Adam's moments, zero before the first step; c1 and c2
+ * the bias corrections 1 - beta1^t and sqrt(1 - beta2^t). */
+typedef struct gg_hyper {
+  float lr, wd, mu, b1, b2, eps, c1, c2;
+  float scale;              /* the gradient's factor: 1 / the micro-batches accumulated */
+  int fresh;                /* the optimizer's first step (SGD's momentum buffer starts at d) */
+  int accumulate;           /* this call only adds its gradient into the sum (gradient accumulation) */
+  int first_micro;          /* the sum starts at this gradient */
+  int summed;               /* the sum holds earlier micro-batches' gradients: add it */
+} gg_hyper;
+GG_HD void gg_opt_one(int kind, float *w, float g, float *b, float *v, const gg_hyper *h) {
+  float p = *w;
+  if (kind == 1) {
+    float d = g + h->wd * p;
+    if (b) { d = h->fresh ? d : h->mu * *b + d; *b = d; }
+    *w = p - h->lr * d;
+    return;
+  }
+  float d = kind == 2 ? g + h->wd * p : g;
+  if (kind == 3) p *= 1 - h->lr * h->wd;
+  float m1 = h->b1 * *b + (1 - h->b1) * d, m2 = h->b2 * *v + (1 - h->b2) * d * d;
+  *b = m1;
+  *v = m2;
+  *w = p - h->lr * (m1 / h->c1) / (sqrtf(m2) / h->c2 + h->eps);
+}
+/* One element of a training step's update: gradient accumulation (acc: the sum over micro-batches),
+ * then the optimizer. */
+GG_HD void gg_step_one(int kind, float *w, const float *g, float *acc, float *b, float *v, const gg_hyper *h) {
+  float d = *g;
+  if (h->accumulate) { *acc = h->first_micro ? d : *acc + d; return; }
+  if (h->summed) d += *acc;
+  gg_opt_one(kind, w, d * h->scale, b, v, h);
+}
+
 /* CUDA models (gg_rt_cuda.cu): device pointers, work queued on the run's stream. dt: 0 float32,
  * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16). Matrix products: `batch` products, operand
  * i's batch stride sb*; C is compact; `bias` (or NULL; with beta 0) is added to every row of C. */
@@ -298,6 +335,8 @@ unsigned gg_cu_blocks(int64_t n);
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
+/* the weight and bias gradients of plain convolution c (gg_rt_conv_wgrad's arguments) */
+void gg_cu_conv_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, void *dw, void *db, void *col, void *tmp);
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
 /* Fused attention (scaled_dot_product_attention) in float16 (dt 2) or bfloat16 (dt 3) on tensor cores
  * (sm_80 and later), never materializing the score matrix: y[b, h] = softmax(q k^T * scale + mask) v,

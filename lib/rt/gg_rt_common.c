@@ -153,3 +153,197 @@ static int mutated_buffer(void *const *mut, int i, const char **name, DLTensor *
   v->shape = (int64_t *)&gg__desc.mutable_shapes[i * GG_RT_MAX_RANK];
   return 0;
 }
+
+/* ---------------------------------------------------------------- training: the state (both runtimes) */
+
+/* Memory where the model's tensors live (host memory for a CPU model, the GPU's for a CUDA one):
+ * each runtime defines them. */
+static void *rt_alloc(size_t bytes);
+static void rt_free(void *p);
+
+struct gg_train_state {
+  int64_t sym[64];
+  bool ready;               /* a forward ran: the saved values are there */
+  bool has_grads;
+  int64_t gen;              /* changes whenever a buffer below moves (a CUDA step's graph is keyed by it) */
+  void **saved;             /* the values the forward saved, by index */
+  size_t *saved_bytes;
+  int64_t *saved_shapes;    /* GG_RT_MAX_RANK per saved value */
+  void **grads;             /* gradients of the last backward */
+  size_t *grad_bytes;
+  int64_t *grad_shapes;
+  void **acc;               /* gradient accumulation: the sums over the micro-batches since the last update */
+  size_t *acc_bytes;
+  int micro;                /* micro-batches in those sums */
+  void *table;              /* CUDA: the update's table of tensors, on the device (rt_alloc) */
+  size_t table_bytes;
+  int64_t table_gen;        /* the generation it was written for */
+};
+
+GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }
+
+GG_EXPORT void gg_train_state_free(gg_train_state *st) {
+  if (!st) return;
+  for (int i = 0; st->saved && i < gg__train.nsaved; i++) rt_free(st->saved[i]);
+  for (int i = 0; st->grads && i < gg__train.ngrads; i++) rt_free(st->grads[i]);
+  for (int i = 0; st->acc && i < gg__train.ngrads; i++) rt_free(st->acc[i]);
+  rt_free(st->table);
+  free(st->saved);
+  free(st->saved_bytes);
+  free(st->saved_shapes);
+  free(st->grads);
+  free(st->grad_bytes);
+  free(st->grad_shapes);
+  free(st->acc);
+  free(st->acc_bytes);
+  free(st);
+}
+
+GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+  gg_train_state *st = (gg_train_state *)calloc(1, sizeof *st);
+  size_t ns = (size_t)gg__train.nsaved + 1, ng = (size_t)gg__train.ngrads + 1;
+  if (st) {
+    st->saved = (void **)calloc(ns, sizeof *st->saved);
+    st->saved_bytes = (size_t *)calloc(ns, sizeof *st->saved_bytes);
+    st->saved_shapes = (int64_t *)calloc(ns * GG_RT_MAX_RANK, sizeof *st->saved_shapes);
+    st->grads = (void **)calloc(ng, sizeof *st->grads);
+    st->grad_bytes = (size_t *)calloc(ng, sizeof *st->grad_bytes);
+    st->grad_shapes = (int64_t *)calloc(ng * GG_RT_MAX_RANK, sizeof *st->grad_shapes);
+    st->acc = (void **)calloc(ng, sizeof *st->acc);
+    st->acc_bytes = (size_t *)calloc(ng, sizeof *st->acc_bytes);
+  }
+  if (!st || !st->saved || !st->saved_bytes || !st->saved_shapes || !st->grads || !st->grad_bytes || !st->grad_shapes || !st->acc || !st->acc_bytes) {
+    gg_train_state_free(st);
+    return gg_rt_fail(err, errlen, "out of memory");
+  }
+  *out = st;
+  return 0;
+}
+
+static int64_t numel_of(const int64_t *shape, int ndim) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
+/* (Re)size a buffer of the state for a tensor of `shape` and type t. */
+static int state_buffer(gg_train_state *st, void **p, size_t *have, const int64_t *shape, int ndim, DLDataType t) {
+  size_t bytes = (size_t)numel_of(shape, ndim) * (size_t)(t.bits / 8) + 1;
+  if (*p && *have >= bytes) return 0;
+  rt_free(*p);
+  *p = rt_alloc(bytes);
+  *have = *p ? bytes : 0;
+  st->gen++;
+  return *p ? 0 : -1;
+}
+
+/* The state's buffers for the values a training model's forward saves, at the sizes of st->sym, in
+ * outs[] after the user outputs. */
+static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t errlen) {
+  if (gg__desc.noutputs + gg__train.nsaved > 256) return gg_rt_fail(err, errlen, "too many saved values");
+  for (int k = 0; k < gg__train.nsaved; k++) {
+    int i = gg__desc.noutputs + k;
+    int64_t *shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
+    gg__desc.output_shape(i, st->sym, shape);
+    if (state_buffer(st, &st->saved[k], &st->saved_bytes[k], shape, gg__desc.output_ndims[i], gg__desc.output_dtypes[i]))
+      return gg_rt_fail(err, errlen, "out of memory for the values the forward saves");
+    outs[i] = st->saved[k];
+  }
+  return 0;
+}
+
+/* The forward of a training model: the guards (binding st->sym), the caller's outputs, and the
+ * state's buffers for the values it saves; outs[] gets the user outputs, then the saved values. */
+static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
+  st->ready = false;
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (gg__desc.guard(in, st->sym, err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
+  return train_saved_outs(st, outs, err, errlen);
+}
+
+/* The backward's inputs (the saved values, then the loss's cotangent: grad_loss, or `one`, a 1 of the
+ * loss's dtype where the model's tensors live) in bin[], and the state's gradient buffers in gouts[]. */
+static int train_backward_args(gg_train_state *st, const DLTensor *grad_loss, void *one, DLTensor *bin, int64_t *one_shape, void **gouts, char *err,
+                               size_t errlen) {
+  if (!st->ready) return gg_rt_fail(err, errlen, "gg_backward needs a gg_forward with this state first");
+  int ns = gg__train.nsaved;
+  if (ns + 1 > 257 || gg__train.ngrads > 256) return gg_rt_fail(err, errlen, "too many saved values or gradients");
+  memset(bin, 0, sizeof *bin * (size_t)(ns + 1));
+  for (int k = 0; k < ns; k++) {
+    int i = gg__desc.noutputs + k;
+    bin[k].data = st->saved[k];
+    bin[k].device.device_type = (DLDeviceType)gg__desc.device;
+    bin[k].ndim = gg__desc.output_ndims[i];
+    bin[k].dtype = gg__desc.output_dtypes[i];
+    bin[k].shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
+  }
+  if (grad_loss) {
+    if (gg_rt_check_tensor(grad_loss, "grad_loss", gg__train.loss_dtype, gg__train.loss_ndim, gg__desc.device, err, errlen)) return 1;
+    for (int d = 0; d < grad_loss->ndim; d++)
+      if (grad_loss->shape[d] != 1) return gg_rt_fail(err, errlen, "grad_loss must have one element");
+    bin[ns] = *grad_loss;
+  } else {
+    if (gg__train.loss_dtype.code != kDLFloat || (gg__train.loss_dtype.bits != 32 && gg__train.loss_dtype.bits != 64))
+      return gg_rt_fail(err, errlen, "give grad_loss: the loss is %s", gg_rt_dtype_name(gg__train.loss_dtype));
+    for (int d = 0; d < GG_RT_MAX_RANK; d++) one_shape[d] = 1;
+    bin[ns].data = one;
+    bin[ns].device.device_type = (DLDeviceType)gg__desc.device;
+    bin[ns].ndim = gg__train.loss_ndim;
+    bin[ns].dtype = gg__train.loss_dtype;
+    bin[ns].shape = one_shape;
+  }
+  for (int k = 0; k < gg__train.ngrads; k++) {
+    int64_t *shape = &st->grad_shapes[k * GG_RT_MAX_RANK];
+    gg__train.grad_shape(k, st->sym, shape);
+    if (state_buffer(st, &st->grads[k], &st->grad_bytes[k], shape, gg__train.grad_ndims[k], gg__train.grad_dtypes[k]))
+      return gg_rt_fail(err, errlen, "out of memory for the gradients");
+    gouts[k] = st->grads[k];
+  }
+  return 0;
+}
+
+/* Before an update: every gradient the optimizer applies is float32, and the state has its
+ * accumulation buffers where micro-batches are summed (accum > 1). */
+static int train_update_args(gg_train_state *st, int accum, char *err, size_t errlen) {
+  for (int k = 0; k < gg__train.ngrads; k++) {
+    if (gg__train.grad_weight[k] < 0) continue;   /* an input's gradient: nothing to update */
+    if (gg__train.grad_dtypes[k].code != kDLFloat || gg__train.grad_dtypes[k].bits != 32)
+      return gg_rt_fail(err, errlen, "the optimizer updates float32 parameters only ('%s' is %s)", gg__train.grad_names[k],
+                        gg_rt_dtype_name(gg__train.grad_dtypes[k]));
+    if (accum > 1 && state_buffer(st, &st->acc[k], &st->acc_bytes[k], &st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k], gg__train.grad_dtypes[k]))
+      return gg_rt_fail(err, errlen, "out of memory for gradient accumulation");
+  }
+  return 0;
+}
+
+/* The hyperparameters of this call of gg_train_step: the optimizer's (lr, the bias corrections of
+ * step t) and the accumulation's (this call adds micro-batch st->micro of accum, or updates). */
+static gg_hyper train_hyper(double lr, int64_t t, int accum, const gg_train_state *st) {
+  const gg_train_desc *d = &gg__train;
+  gg_hyper h;
+  memset(&h, 0, sizeof h);
+  h.lr = (float)lr, h.wd = (float)d->weight_decay, h.mu = (float)d->momentum, h.b1 = (float)d->beta1, h.b2 = (float)d->beta2, h.eps = (float)d->eps;
+  h.c1 = (float)(1 - pow(d->beta1, (double)t));
+  h.c2 = (float)sqrt(1 - pow(d->beta2, (double)t));
+  h.fresh = t == 1;
+  h.accumulate = st->micro + 1 < accum;
+  h.first_micro = st->micro == 0;
+  h.summed = accum > 1;
+  h.scale = (float)(1.0 / accum);
+  return h;
+}
+
+GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) {
+  if (!st || !st->has_grads || i < 0 || i >= gg__train.ngrads) return 1;
+  *name = gg__train.grad_names[i];
+  memset(v, 0, sizeof *v);
+  v->data = st->grads[i];
+  v->device.device_type = (DLDeviceType)gg__desc.device;
+  v->ndim = gg__train.grad_ndims[i];
+  v->dtype = gg__train.grad_dtypes[i];
+  v->shape = (int64_t *)&st->grad_shapes[i * GG_RT_MAX_RANK];
+  return 0;
+}

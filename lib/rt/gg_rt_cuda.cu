@@ -30,6 +30,19 @@
 
 #define GG_BLAS_WS ((size_t)32 << 20)   /* cuBLAS's and cuBLASLt's workspace */
 
+/* A captured launch sequence and what it was captured for: one per kind of call (gg_run, gg_forward,
+ * gg_backward, gg_train_step), so that alternating calls replay rather than capture again. */
+#define GG_KEY (1 + 64 + 2 * GG_MAX_IO + 3)
+enum { SLOT_RUN, SLOT_FORWARD, SLOT_BACKWARD, SLOT_STEP, NSLOTS };
+typedef struct gg_slot {
+  cudaGraphExec_t exec;
+  int64_t key[GG_KEY];
+  int nkey;
+  cudaStream_t stream;
+  bool tuned;               /* a run was made uncaptured for the shapes tuned_syms (lt_fastest) */
+  int64_t tuned_syms[64];
+} gg_slot;
+
 struct gg_model {
   void *map;                /* external weights file, mapped while uploading */
   size_t maplen;
@@ -42,22 +55,26 @@ struct gg_model {
   void *blas_ws;            /* cuBLAS's workspace, given so that it allocates nothing while captured */
   struct lt_plan *plans;    /* cuBLASLt's descriptors and chosen algorithm, one per product shape */
   int nplans, cap_plans;
-  bool tuned;               /* a run was made uncaptured for the shapes tuned_syms (lt_fastest) */
-  int64_t tuned_syms[64];
-  unsigned char *scratch;
+  unsigned char *scratch;   /* the intermediates of a run (the forward's and the backward's share it) */
   size_t scratch_size;
   pthread_mutex_t lock;
   bool graphs;              /* GCC_GRAPH_CUDA_GRAPHS=0 turns capture off */
-  cudaGraphExec_t exec;     /* the captured run, and what it was captured for */
-  int64_t key[64 + 2 * GG_MAX_IO];
-  int nkey;
-  cudaStream_t exec_stream;
+  gg_slot slot[NSLOTS];
   int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
   int *err_host;
   void *dnn;                /* cuDNN's handle (cudnnHandle_t), made at the first convolution */
-  struct dnn_plan *dnn_plans;   /* its descriptors and algorithm, one per convolution shape */
+  struct dnn_plan *dnn_plans;   /* its descriptors and algorithms, one per convolution shape */
   int ndnn, cap_dnn;
   bool dnn_missing;         /* a float16/bfloat16 convolution found no cuDNN: the run fails */
+  bool dnn_wanted;          /* a convolution met no cuDNN handle while captured: make one, capture again */
+  /* training */
+  gg_train_state *drop;     /* gg_run on a training model: where its forward's saved values go */
+  void *one;                /* a 1 of the loss's dtype: the cotangent when none is given */
+  double lr;                /* the learning rate now (--lr, or gg_set_learning_rate) */
+  int accum;                /* micro-batches per update (gg_set_grad_accumulation) */
+  int64_t step;             /* optimizer steps taken */
+  float **opt_m, **opt_v;   /* the optimizer's state per gradient, on the device */
+  gg_hyper *hp_dev, *hp_host;   /* the step's hyperparameters, read by the update kernel at replay */
 };
 
 /* The model whose run is being issued on this thread (the generated code asks for its stream). */
@@ -76,18 +93,40 @@ unsigned gg_cu_blocks(int64_t n) {
 
 static void lt_free(gg_model *m);
 static void dnn_free(gg_model *m);
+static bool dnn_make_handle(gg_model *m);
+
+static void *rt_alloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) { cudaGetLastError(); return NULL; }
+  return p;
+}
+static void rt_free(void *p) {
+  if (p) cudaFree(p);
+}
 
 /* ---------------------------------------------------------------- open, close */
 
+static void drop_graphs(gg_model *m) {
+  for (int i = 0; i < NSLOTS; i++)
+    if (m->slot[i].exec) { cudaGraphExecDestroy(m->slot[i].exec); m->slot[i].exec = NULL; }
+}
+
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
-  if (m->exec) cudaGraphExecDestroy(m->exec);
+  drop_graphs(m);
   if (m->blas) cublasDestroy(m->blas);
   lt_free(m);
   dnn_free(m);
   if (m->lt) cublasLtDestroy(m->lt);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
+  if (m->hp_host) cudaFreeHost(m->hp_host);
+  gg_train_state_free(m->drop);
+  for (int k = 0; m->opt_m && k < gg__train.ngrads; k++) { rt_free(m->opt_m[k]); rt_free(m->opt_v[k]); }
+  free(m->opt_m);
+  free(m->opt_v);
+  rt_free(m->hp_dev);
+  rt_free(m->one);
   cudaFree(m->blas_ws);
   cudaFree(m->scratch);
   cudaFree(m->wdev);
@@ -112,13 +151,17 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   m->graphs = !(ge && !strcmp(ge, "0"));
   m->w = (void **)calloc((size_t)d->nweights + 1, sizeof *m->w);
   m->mut = (void **)calloc((size_t)d->nmutable + 1, sizeof *m->mut);
-  if (!m->w || !m->mut) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  m->opt_m = (float **)calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_m);
+  m->opt_v = (float **)calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_v);
+  if (!m->w || !m->mut || !m->opt_m || !m->opt_v) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  m->lr = gg__train.lr;
+  m->accum = 1;
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
     if (map_weights(weights, &m->map, &m->maplen, err, errlen)) { gg_close(m); return 1; }
     base = (const unsigned char *)m->map;
   }
-  /* the weights: one upload, each 256-byte aligned */
+  /* the weights: one upload, each 256-byte aligned; the model's copies are its own (training updates them) */
   size_t total = 0;
   for (int i = 0; i < d->nweights; i++) total += ((size_t)d->weights[i].nbytes + 255) & ~(size_t)255;
   if ((ce = cudaMalloc((void **)&m->wdev, total + 256)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate the weights on the GPU", ce); }
@@ -149,6 +192,18 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
     return gg_rt_fail(err, errlen, "cannot set up the model's error flag");
   }
   *m->err_host = 0;
+  if (gg__train.ngrads) {   /* training: the default cotangent, and the step's hyperparameters */
+    double one64 = 1;
+    float one32 = 1;
+    bool wide = gg__train.loss_dtype.bits == 64;
+    if (!(m->one = rt_alloc(8)) || !(m->hp_dev = (gg_hyper *)rt_alloc(sizeof(gg_hyper))) ||
+        cudaMallocHost((void **)&m->hp_host, sizeof(gg_hyper)) != cudaSuccess ||
+        cudaMemcpy(m->one, wide ? (const void *)&one64 : (const void *)&one32, wide ? 8 : 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+      if (!m->hp_host) cudaGetLastError();
+      gg_close(m);
+      return gg_rt_fail(err, errlen, "cannot set up training on the GPU");
+    }
+  }
   *out = m;
   return 0;
 }
@@ -164,91 +219,132 @@ GG_EXPORT int gg_set_stream(gg_model *m, void *stream) {
 
 /* ---------------------------------------------------------------- runs */
 
-/* The run's kernels, then the copy of the error flag to the host (both captured into the graph). */
-static void enqueue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym) {
-  gg__desc.run(m->w, m->mut, in, outs, m->scratch, sym);
+/* What one call issues: the forward (FWD), the backward (BWD), and the optimizer's update (UPD). */
+enum { FWD = 1, BWD = 2, UPD = 4 };
+typedef struct run_args {
+  int what;
+  const DLTensor *in;       /* the forward's inputs and outputs (user outputs, then saved values) */
+  void *const *outs;
+  const DLTensor *bin;      /* the backward's inputs (saved values, cotangent) and gradients */
+  void *const *gouts;
+  const int64_t *sym;
+  gg_train_state *st;       /* UPD: its table of tensors */
+} run_args;
+
+static void launch_update(gg_model *m, gg_train_state *st);
+
+/* The call's kernels, then the copy of the error flag to the host (all captured into the graph).
+ * tuning: the run before a capture, which leaves out the update. */
+static void enqueue(gg_model *m, const run_args *a, bool tuning) {
+  if (a->what & FWD) gg__desc.run(m->w, m->mut, a->in, a->outs, m->scratch, a->sym);
+  if (a->what & BWD) gg__train.run(m->w, m->mut, a->bin, a->gouts, m->scratch, a->sym);
+  if ((a->what & UPD) && !tuning) launch_update(m, a->st);
   cudaMemcpyAsync(m->err_host, m->err_flag, sizeof(int), cudaMemcpyDeviceToHost, m->stream);
 }
 
-/* Issue the run on m->stream: replay the captured graph when the shapes and addresses are those it
+/* Issue the call on m->stream: replay the slot's graph when the key (shapes, addresses) is the one it
  * was captured for, else capture it again (updating the executable graph in place when it can). */
-static int issue(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
-  int64_t key[64 + 2 * GG_MAX_IO];
-  int nk = 0;
-  for (int i = 0; i < gg__desc.nsyms && i < 64; i++) key[nk++] = sym[i];
-  for (int i = 0; i < gg__desc.ninputs; i++) key[nk++] = (int64_t)(intptr_t)((const char *)in[i].data + in[i].byte_offset);
-  for (int i = 0; i < gg__desc.noutputs; i++) key[nk++] = (int64_t)(intptr_t)outs[i];
+static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_args *a, char *err, size_t errlen) {
   gg_cur = m;
-  if (m->exec && m->exec_stream == m->stream && nk == m->nkey && !memcmp(key, m->key, sizeof *key * (size_t)nk)) {
-    cudaError_t ce = cudaGraphLaunch(m->exec, m->stream);
+  if (s->exec && s->stream == m->stream && nk == s->nkey && !memcmp(key, s->key, sizeof *key * (size_t)nk)) {
+    cudaError_t ce = cudaGraphLaunch(s->exec, m->stream);
     return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
   }
   cublasSetStream(m->blas, m->stream);
   if (!m->graphs) {
-    enqueue(m, in, outs, sym);
+    enqueue(m, a, false);
     return 0;
   }
   /* a first run for new shapes, uncaptured, lets cuBLASLt time its candidates on the real operands
-   * (not where a run changes buffers: it would change them twice) */
+   * and makes cuDNN's handle (not where a run changes buffers: it would change them twice) */
   size_t nsym = (size_t)(gg__desc.nsyms < 64 ? gg__desc.nsyms : 64);
-  if (!gg__desc.nmutable && (!m->tuned || memcmp(m->tuned_syms, sym, sizeof *sym * nsym))) {
-    enqueue(m, in, outs, sym);
-    m->tuned = true;
-    memcpy(m->tuned_syms, sym, sizeof *sym * nsym);
+  bool mutates = (a->what & FWD) && gg__desc.nmutable;
+  if (!mutates && (!s->tuned || memcmp(s->tuned_syms, a->sym, sizeof *a->sym * nsym))) {
+    enqueue(m, a, true);
+    s->tuned = true;
+    memcpy(s->tuned_syms, a->sym, sizeof *a->sym * nsym);
   }
   cudaGraph_t g = NULL;
-  cudaError_t ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
-  if (ce != cudaSuccess) {   /* a stream that cannot be captured (the legacy default stream): launch directly */
-    cudaGetLastError();
-    enqueue(m, in, outs, sym);
-    return 0;
+  cudaError_t ce = cudaSuccess;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    m->dnn_wanted = false;
+    m->dnn_missing = false;
+    ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
+    if (ce != cudaSuccess) {   /* a stream that cannot be captured (the legacy default stream): launch directly */
+      cudaGetLastError();
+      enqueue(m, a, false);
+      return 0;
+    }
+    enqueue(m, a, false);
+    ce = cudaStreamEndCapture(m->stream, &g);
+    if (ce != cudaSuccess) return cuda_fail(err, errlen, "cannot capture the model's launches", ce);
+    /* a convolution met no cuDNN handle, which cannot be made while capturing: make it, capture again */
+    if (!m->dnn_wanted || !dnn_make_handle(m)) break;
+    cudaGraphDestroy(g);
+    g = NULL;
   }
-  enqueue(m, in, outs, sym);
-  ce = cudaStreamEndCapture(m->stream, &g);
-  if (ce != cudaSuccess) return cuda_fail(err, errlen, "cannot capture the model's launches", ce);
   bool updated = false;
-  if (m->exec) {
+  if (s->exec) {
     cudaGraphExecUpdateResultInfo info;
-    updated = cudaGraphExecUpdate(m->exec, g, &info) == cudaSuccess;
-    if (!updated) { cudaGetLastError(); cudaGraphExecDestroy(m->exec); m->exec = NULL; }
+    updated = cudaGraphExecUpdate(s->exec, g, &info) == cudaSuccess;
+    if (!updated) { cudaGetLastError(); cudaGraphExecDestroy(s->exec); s->exec = NULL; }
   }
-  if (!updated && (ce = cudaGraphInstantiate(&m->exec, g, 0)) != cudaSuccess) {
-    m->exec = NULL;
+  if (!updated && (ce = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
+    s->exec = NULL;
     cudaGraphDestroy(g);
     return cuda_fail(err, errlen, "cannot instantiate the model's graph", ce);
   }
   cudaGraphDestroy(g);
-  memcpy(m->key, key, sizeof *key * (size_t)nk);
-  m->nkey = nk;
-  m->exec_stream = m->stream;
-  ce = cudaGraphLaunch(m->exec, m->stream);
+  memcpy(s->key, key, sizeof *key * (size_t)nk);
+  s->nkey = nk;
+  s->stream = m->stream;
+  ce = cudaGraphLaunch(s->exec, m->stream);
   return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
 }
 
-static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const int64_t *sym, char *err, size_t errlen) {
-  pthread_mutex_lock(&m->lock);
+/* Run a call with m->lock held: scratch for it, issue, wait, and the errors kernels left. */
+static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_t errlen) {
   int rc = 0;
-  size_t bytes = (size_t)gg__desc.scratch_bytes(sym);
+  size_t bytes = 0;
+  if (a->what & FWD) bytes = (size_t)gg__desc.scratch_bytes(a->sym);
+  if (a->what & BWD) {
+    size_t b = (size_t)gg__train.scratch_bytes(a->sym);
+    if (b > bytes) bytes = b;
+  }
   if (bytes > m->scratch_size) {
     cudaStreamSynchronize(m->stream);
     cudaFree(m->scratch);
     m->scratch = NULL;
     m->scratch_size = 0;
-    if (m->exec) { cudaGraphExecDestroy(m->exec); m->exec = NULL; }
+    drop_graphs(m);
     cudaError_t ce = cudaMalloc((void **)&m->scratch, bytes);
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "out of GPU memory for scratch", ce);
     else m->scratch_size = bytes;
   }
-  if (!rc) rc = issue(m, in, outs, sym, err, errlen);
+  /* the key: the call, the symbols, the tensors' addresses, the training state and its buffers' generation */
+  int64_t key[GG_KEY];
+  int nk = 0;
+  key[nk++] = a->what;
+  for (int i = 0; i < gg__desc.nsyms && i < 64; i++) key[nk++] = a->sym[i];
+  if (a->what & FWD) {
+    for (int i = 0; i < gg__desc.ninputs; i++) key[nk++] = (int64_t)(intptr_t)((const char *)a->in[i].data + a->in[i].byte_offset);
+    for (int i = 0; i < gg__desc.noutputs; i++) key[nk++] = (int64_t)(intptr_t)a->outs[i];
+  }
+  if (a->st) {
+    key[nk++] = (int64_t)(intptr_t)a->st;
+    key[nk++] = a->st->gen;
+  }
+  if (a->what & BWD) key[nk++] = (int64_t)(intptr_t)((const char *)a->bin[gg__train.nsaved].data + a->bin[gg__train.nsaved].byte_offset);
+  if (!rc) rc = issue(m, &m->slot[slot], key, nk, a, err, errlen);
   if (!rc) {
     cudaError_t ce = cudaStreamSynchronize(m->stream);
     if (ce == cudaSuccess) ce = cudaGetLastError();
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
   }
-  if (!rc && m->dnn_missing) {   /* the run was issued without a convolution: not to be replayed */
+  if (!rc && m->dnn_missing) {   /* the call was issued without a convolution: not to be replayed */
     rc = gg_rt_fail(err, errlen, "float16 and bfloat16 convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
     m->dnn_missing = false;
-    if (m->exec) { cudaGraphExecDestroy(m->exec); m->exec = NULL; }
+    drop_graphs(m);
   }
   if (!rc && *m->err_host) {   /* a kernel met an index out of range: say which, and clear the flag */
     rc = gg_rt_fail(err, errlen, "%s", gg__desc.device_error(*m->err_host));
@@ -257,13 +353,29 @@ static int run_checked(gg_model *m, const DLTensor *in, void *const *outs, const
     cudaStreamSynchronize(m->stream);
   }
   gg_cur = NULL;
+  return rc;
+}
+
+/* An inference run. A training model's forward also writes the values it saves: into m->drop's. */
+static int run_checked(gg_model *m, const DLTensor *in, void **outs, const int64_t *sym, char *err, size_t errlen) {
+  pthread_mutex_lock(&m->lock);
+  int rc = 0;
+  if (gg__train.nsaved) {
+    if (!m->drop) rc = gg_train_state_new(m, &m->drop, err, errlen);
+    if (!rc) {
+      memcpy(m->drop->sym, sym, sizeof m->drop->sym);
+      rc = train_saved_outs(m->drop, outs, err, errlen);
+    }
+  }
+  run_args a = {FWD, in, outs, NULL, NULL, sym, m->drop};
+  if (!rc) rc = run_locked(m, SLOT_RUN, &a, err, errlen);
   pthread_mutex_unlock(&m->lock);
   return rc;
 }
 
 GG_EXPORT int gg_run(gg_model *m, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
-  void *outs[GG_MAX_IO];
+  void *outs[GG_MAX_IO + 256];
   if (check_call(m, in, nin, nout, sym, err, errlen) || check_outputs(sym, out, nout, outs, err, errlen)) return 1;
   return run_checked(m, in, outs, sym, err, errlen);
 }
@@ -275,7 +387,7 @@ static void owned_free(DLManagedTensor *t) {
 
 GG_EXPORT int gg_run_alloc(gg_model *m, const DLTensor *in, int nin, DLManagedTensor **out, int nout, char *err, size_t errlen) {
   int64_t sym[64];
-  void *outs[GG_MAX_IO];
+  void *outs[GG_MAX_IO + 256];
   if (check_call(m, in, nin, nout, sym, err, errlen)) return 1;
   for (int i = 0; i < nout; i++) out[i] = NULL;
   for (int i = 0; i < nout; i++) {
@@ -317,28 +429,146 @@ GG_EXPORT int gg_device_copy(void *dst, const void *src, size_t bytes, int to_de
   return cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) != cudaSuccess;
 }
 
-/* ---------------------------------------------------------------- training: CPU models only, for now */
+/* ---------------------------------------------------------------- training */
 
-GG_EXPORT int gg_num_gradients(void) { return 0; }
-GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **st, char *err, size_t errlen) {
-  (void)m;
-  *st = NULL;
-  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+/* The update of every parameter in one launch: block row y takes tensor y of the state's table. */
+typedef struct gg_opt_tensor {
+  float *w;
+  const float *g;
+  float *acc, *b, *v;       /* the accumulated gradient, the optimizer's state (NULL where unused) */
+  int64_t n;
+} gg_opt_tensor;
+
+__global__ void opt_step(int kind, const gg_opt_tensor *t, const gg_hyper *hp) {
+  const gg_opt_tensor T = t[blockIdx.y];
+  const gg_hyper h = *hp;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T.n; i += (int64_t)gridDim.x * blockDim.x)
+    gg_step_one(kind, T.w + i, T.g + i, T.acc ? T.acc + i : NULL, T.b ? T.b + i : NULL, T.v ? T.v + i : NULL, &h);
 }
-GG_EXPORT void gg_train_state_free(gg_train_state *st) { (void)st; }
+
+static void launch_update(gg_model *m, gg_train_state *st) {
+  int nt = (int)(st->table_bytes / sizeof(gg_opt_tensor));
+  if (!nt) return;
+  int64_t most = 1;
+  for (int k = 0; k < gg__train.ngrads; k++)
+    if (gg__train.grad_weight[k] >= 0) {
+      int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
+      if (n > most) most = n;
+    }
+  unsigned bx = gg_cu_blocks(most);
+  dim3 grid(bx > 1024 ? 1024 : bx, (unsigned)nt);
+  opt_step<<<grid, 256, 0, m->stream>>>(gg__train.optimizer, (const gg_opt_tensor *)st->table, m->hp_dev);
+}
+
+/* Before a step: the optimizer's state on the device (zeroed at its first use), and the state's table
+ * of tensors for the update kernel, written again when a buffer moved. */
+static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errlen) {
+  int kind = gg__train.optimizer, nt = 0;
+  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);
+  if (!t) return gg_rt_fail(err, errlen, "out of memory");
+  bool moved = false;
+  for (int k = 0; k < gg__train.ngrads; k++) {
+    int i = gg__train.grad_weight[k];
+    if (i < 0) continue;
+    int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
+    size_t bytes = (size_t)n * sizeof(float);
+    if ((kind != 1 || gg__train.momentum != 0) && !m->opt_m[k]) {
+      if (!(m->opt_m[k] = (float *)rt_alloc(bytes)) || cudaMemset(m->opt_m[k], 0, bytes) != cudaSuccess) { free(t); return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state"); }
+      moved = true;
+    }
+    if (kind != 1 && !m->opt_v[k]) {
+      if (!(m->opt_v[k] = (float *)rt_alloc(bytes)) || cudaMemset(m->opt_v[k], 0, bytes) != cudaSuccess) { free(t); return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state"); }
+      moved = true;
+    }
+    t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k], n};
+  }
+  size_t bytes = sizeof *t * (size_t)nt;
+  int rc = 0;
+  if (moved || !st->table || st->table_gen != st->gen || st->table_bytes != bytes) {
+    rt_free(st->table);
+    st->table = rt_alloc(bytes ? bytes : 1);
+    st->table_bytes = st->table ? bytes : 0;
+    st->gen++;   /* a captured step reads the table at its address */
+    st->table_gen = st->gen;
+    if (!st->table || (bytes && cudaMemcpy(st->table, t, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) rc = gg_rt_fail(err, errlen, "cannot set up the update");
+  }
+  free(t);
+  return rc;
+}
+
 GG_EXPORT int gg_forward(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
-  (void)m; (void)st; (void)in; (void)nin; (void)out; (void)nout;
-  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+  if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
+  void *outs[GG_MAX_IO + 256];
+  pthread_mutex_lock(&m->lock);
+  run_args a = {FWD, in, outs, NULL, NULL, st->sym, st};
+  int rc = train_forward_args(st, in, nin, out, nout, outs, err, errlen) || run_locked(m, SLOT_FORWARD, &a, err, errlen);
+  st->ready = !rc;
+  pthread_mutex_unlock(&m->lock);
+  return rc;
 }
-GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *g, char *err, size_t errlen) {
-  (void)m; (void)st; (void)g;
-  return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+
+GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_loss, char *err, size_t errlen) {
+  if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
+  DLTensor bin[257];
+  int64_t one_shape[GG_RT_MAX_RANK];
+  void *gouts[256];
+  pthread_mutex_lock(&m->lock);
+  run_args a = {BWD, NULL, NULL, bin, gouts, st->sym, st};
+  int rc = train_backward_args(st, grad_loss, m->one, bin, one_shape, gouts, err, errlen) || run_locked(m, SLOT_BACKWARD, &a, err, errlen);
+  if (!rc) st->has_grads = true;
+  pthread_mutex_unlock(&m->lock);
+  return rc;
 }
-GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) { (void)st; (void)i; (void)name; (void)v; return 1; }
+
+/* The whole step (forward, backward, update or accumulation) as one captured graph; the learning
+ * rate and the step's bias corrections reach it through m->hp_dev, written before each replay. */
 GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
-  return gg_forward(m, st, in, nin, out, nout, err, errlen);
+  if (!gg__train.optimizer) return gg_rt_fail(err, errlen, "this model has no optimizer: compile it with --train --optimizer sgd|adam|adamw");
+  if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
+  void *outs[GG_MAX_IO + 256], *gouts[256];
+  DLTensor bin[257];
+  int64_t one_shape[GG_RT_MAX_RANK];
+  pthread_mutex_lock(&m->lock);
+  int rc = train_forward_args(st, in, nin, out, nout, outs, err, errlen);
+  if (!rc) {
+    st->ready = true;
+    rc = train_backward_args(st, NULL, m->one, bin, one_shape, gouts, err, errlen) || train_update_args(st, m->accum, err, errlen) ||
+         update_table(m, st, err, errlen);
+  }
+  gg_hyper h = train_hyper(m->lr, m->step + 1, m->accum, st);
+  if (!rc) {
+    *m->hp_host = h;
+    cudaError_t ce = cudaMemcpyAsync(m->hp_dev, m->hp_host, sizeof h, cudaMemcpyHostToDevice, m->stream);
+    if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "cannot pass the step's learning rate", ce);
+  }
+  run_args a = {FWD | BWD | UPD, in, outs, bin, gouts, st->sym, st};
+  if (!rc) rc = run_locked(m, SLOT_STEP, &a, err, errlen);
+  st->ready = !rc;
+  st->has_grads = !rc;
+  if (!rc) {
+    if (!h.accumulate) m->step++;
+    st->micro = h.accumulate ? st->micro + 1 : 0;
+  }
+  pthread_mutex_unlock(&m->lock);
+  return rc;
 }
-GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) { (void)m; (void)lr; return 1; }
+
+GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
+  if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->lr = lr;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
+GG_EXPORT int gg_set_grad_accumulation(gg_model *m, int micro_batches) {
+  if (!m || !gg__train.optimizer || micro_batches < 1) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->accum = micro_batches;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
 GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
 /* data: the weight's device address */
 GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
@@ -599,7 +829,9 @@ template <typename T> __global__ void conv_direct(gg_conv c, const T *x, const T
 #define DNN_FN(X) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream) X(cudnnCreateTensorDescriptor) X(cudnnSetTensorNdDescriptor) \
   X(cudnnDestroyTensorDescriptor) X(cudnnCreateFilterDescriptor) X(cudnnSetFilterNdDescriptor) X(cudnnDestroyFilterDescriptor) \
   X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType) \
-  X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor)
+  X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor) \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnConvolutionBackwardData) X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
+  X(cudnnConvolutionBackwardFilter)
 static struct {
 #define X(f) decltype(&::f) f;
   DNN_FN(X)
@@ -627,30 +859,57 @@ static void dnn_load(void) {
   dnn.ok = ok;
 }
 
+/* A convolution's descriptors and, per direction (0 forward, 1 backward data, 2 backward filter), the
+ * algorithm chosen at its first use (state 1; -1: none fits). */
 struct dnn_plan {
   int64_t key[20];
   cudnnTensorDescriptor_t x, y, b;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t c;
-  cudnnConvolutionFwdAlgo_t algo;
-  size_t ws;
+  int state[3], algo[3];
+  cudnnMathType_t math[3];
+  size_t ws[3];
 };
 
+static void dnn_plan_destroy(struct dnn_plan *p) {
+  if (p->x) dnn.cudnnDestroyTensorDescriptor(p->x);
+  if (p->y) dnn.cudnnDestroyTensorDescriptor(p->y);
+  if (p->b) dnn.cudnnDestroyTensorDescriptor(p->b);
+  if (p->w) dnn.cudnnDestroyFilterDescriptor(p->w);
+  if (p->c) dnn.cudnnDestroyConvolutionDescriptor(p->c);
+}
+
 static void dnn_free(gg_model *m) {
-  for (int i = 0; dnn.ok && i < m->ndnn; i++) {
-    struct dnn_plan *p = &m->dnn_plans[i];
-    dnn.cudnnDestroyTensorDescriptor(p->x);
-    dnn.cudnnDestroyTensorDescriptor(p->y);
-    dnn.cudnnDestroyTensorDescriptor(p->b);
-    dnn.cudnnDestroyFilterDescriptor(p->w);
-    dnn.cudnnDestroyConvolutionDescriptor(p->c);
-  }
+  for (int i = 0; dnn.ok && i < m->ndnn; i++) dnn_plan_destroy(&m->dnn_plans[i]);
   free(m->dnn_plans);
   if (m->dnn) dnn.cudnnDestroy((cudnnHandle_t)m->dnn);
 }
 
-/* The plan for convolution c in dtype code dt (0 float32, 1 float64, 2 float16, 3 bfloat16, 4 float32
- * with TF32 arithmetic: cuDNN's default math, which allows it), or NULL. */
+/* cuDNN's handle, made outside a capture (it allocates); false when cuDNN is not to be had */
+static bool dnn_make_handle(gg_model *m) {
+  pthread_once(&dnn_once, dnn_load);
+  if (!dnn.ok) return false;
+  if (m->dnn) return true;
+  cudnnHandle_t h;
+  if (dnn.cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return false;
+  m->dnn = (void *)h;
+  return true;
+}
+
+/* The handle for a convolution about to be issued: while a capture is under way none can be made, so
+ * the capture is marked to be made again once it exists (issue). */
+static bool dnn_begin(gg_model *m) {
+  pthread_once(&dnn_once, dnn_load);
+  if (!dnn.ok) return false;
+  if (m->dnn) return true;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(m->stream, &cs);
+  if (cs != cudaStreamCaptureStatusNone) { m->dnn_wanted = true; return false; }
+  return dnn_make_handle(m);
+}
+
+/* The descriptors of convolution c (not transposed) in dtype code dt (0 float32, 1 float64, 2 float16,
+ * 3 bfloat16, 4 float32 with TF32 arithmetic: cuDNN's default math, which allows it), or NULL. */
 static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   int64_t key[20] = {dt, c->N, c->Cin, c->Cout, c->groups};
   for (int d = 0; d < 3; d++) key[5 + d] = c->in[d], key[8 + d] = c->k[d], key[11 + d] = c->stride[d], key[14 + d] = c->pad[d], key[17 + d] = c->dil[d];
@@ -680,32 +939,12 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
        dnn.cudnnSetTensorNdDescriptor(p.b, t, nd, bd, bs) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetFilterNdDescriptor(p.w, t, CUDNN_TENSOR_NCHW, nd, wd) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetConvolutionNdDescriptor(p.c, sp, pad, str, dil, CUDNN_CROSS_CORRELATION, comp) == CUDNN_STATUS_SUCCESS &&
-       dnn.cudnnSetConvolutionGroupCount(p.c, (int)c->groups) == CUDNN_STATUS_SUCCESS &&
-       dnn.cudnnSetConvolutionMathType(p.c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) == CUDNN_STATUS_SUCCESS;
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int got = 0;
-  ok = ok && dnn.cudnnGetConvolutionForwardAlgorithm_v7((cudnnHandle_t)m->dnn, p.x, p.w, p.c, p.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf) ==
-                 CUDNN_STATUS_SUCCESS;
-  int pick = -1;
-  for (int i = 0; ok && i < got && pick < 0; i++)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= GG_BLAS_WS && (dt != 0 || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) pick = i;
-  if (pick >= 0) {
-    p.algo = perf[pick].algo;
-    p.ws = perf[pick].memory;
-    ok = dnn.cudnnSetConvolutionMathType(p.c, perf[pick].mathType) == CUDNN_STATUS_SUCCESS;
-  }
-  if (!ok || pick < 0) {
-    if (p.x) dnn.cudnnDestroyTensorDescriptor(p.x);
-    if (p.y) dnn.cudnnDestroyTensorDescriptor(p.y);
-    if (p.b) dnn.cudnnDestroyTensorDescriptor(p.b);
-    if (p.w) dnn.cudnnDestroyFilterDescriptor(p.w);
-    if (p.c) dnn.cudnnDestroyConvolutionDescriptor(p.c);
-    return NULL;
-  }
+       dnn.cudnnSetConvolutionGroupCount(p.c, (int)c->groups) == CUDNN_STATUS_SUCCESS;
+  if (!ok) { dnn_plan_destroy(&p); return NULL; }
   if (m->ndnn == m->cap_dnn) {
     int cap = m->cap_dnn ? 2 * m->cap_dnn : 16;
     struct dnn_plan *n = (struct dnn_plan *)realloc(m->dnn_plans, sizeof *n * (size_t)cap);
-    if (!n) return NULL;
+    if (!n) { dnn_plan_destroy(&p); return NULL; }
     m->dnn_plans = n;
     m->cap_dnn = cap;
   }
@@ -713,34 +952,160 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   return &m->dnn_plans[m->ndnn++];
 }
 
-/* y = conv(x, w) (+ bias per channel) through cuDNN; false when it is not to be had for c */
-static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
-  gg_model *m = gg_cur;
-  pthread_once(&dnn_once, dnn_load);
-  if (!dnn.ok || c->transposed) return false;
-  if (!m->dnn) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(m->stream, &cs);
-    cudnnHandle_t h;
-    if (cs != cudaStreamCaptureStatusNone || dnn.cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return false;
-    m->dnn = (void *)h;
-  }
-  struct dnn_plan *p = dnn_plan_for(m, dt, c);
-  if (!p) return false;
+/* The algorithm of direction dir: the first of cuDNN's heuristic order (PyTorch's choice without
+ * cudnn.benchmark) whose workspace fits cuBLAS's (shared: the two run one after the other on the
+ * stream). Float32 runs in FMA math whatever the entry says, as PyTorch does with TF32 off: an entry
+ * of CUDNN_DEFAULT_MATH would let cuDNN use TF32 on sm_80 and later. Nothing is allocated or timed,
+ * so a convolution first met inside a capture is captured like any kernel. */
+#define DNN_PICK(PERF, COUNT, CALL)                                                                                              \
+  do {                                                                                                                           \
+    PERF perf[COUNT];                                                                                                            \
+    int got = 0;                                                                                                                 \
+    if (CALL == CUDNN_STATUS_SUCCESS)                                                                                            \
+      for (int i = 0; i < got && p->state[dir] < 1; i++)                                                                         \
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= GG_BLAS_WS && (dt != 0 || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) { \
+          p->state[dir] = 1, p->algo[dir] = (int)perf[i].algo, p->ws[dir] = perf[i].memory;                                      \
+          p->math[dir] = dt == 0 ? CUDNN_FMA_MATH : perf[i].mathType;                                                          \
+        }                                                                                                                        \
+  } while (0)
+static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
+  if (p->state[dir]) return p->state[dir] > 0;
   cudnnHandle_t h = (cudnnHandle_t)m->dnn;
-  dnn.cudnnSetStream(h, m->stream);
+  p->state[dir] = -1;
+  if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
+  if (dir == 0)
+    DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+             dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->c, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+  else if (dir == 1)
+    DNN_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+             dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->c, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
+  else
+    DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+             dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->c, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+  return p->state[dir] > 0;
+}
+
+/* The plan and algorithm of direction dir for convolution c, the handle on the run's stream and the
+ * direction's math type set: NULL when cuDNN cannot take it. */
+static struct dnn_plan *dnn_ready(int dt, const gg_conv *c, int dir) {
+  gg_model *m = gg_cur;
+  if (!dnn_begin(m)) return NULL;
+  struct dnn_plan *p = dnn_plan_for(m, dt, c);
+  if (!p || !dnn_algo(m, dt, p, dir) || dnn.cudnnSetConvolutionMathType(p->c, p->math[dir]) != CUDNN_STATUS_SUCCESS) return NULL;
+  dnn.cudnnSetStream((cudnnHandle_t)m->dnn, m->stream);
+  return p;
+}
+
+template <int DT> __global__ void chan_add(int64_t n, int64_t C, int64_t sp, const void *bias, void *y);
+
+/* y = conv(x, w) (+ bias per channel) through cuDNN; false when it is not to be had for c. A
+ * transposed convolution is the backward-data pass of the convolution it transposes. */
+static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
   const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
-  if (dnn.cudnnConvolutionForward(h, one, p->x, x, p->w, w, p->c, p->algo, m->blas_ws, p->ws, zero, p->y, y) != CUDNN_STATUS_SUCCESS) return false;
-  if (bias) dnn.cudnnAddTensor(h, one, p->b, bias, one, p->y, y);
+  gg_model *m = gg_cur;
+  if (!c->transposed) {
+    struct dnn_plan *p = dnn_ready(dt, c, 0);
+    if (!p || dnn.cudnnConvolutionForward((cudnnHandle_t)m->dnn, one, p->x, x, p->w, w, p->c, (cudnnConvolutionFwdAlgo_t)p->algo[0], m->blas_ws, p->ws[0],
+                                          zero, p->y, y) != CUDNN_STATUS_SUCCESS)
+      return false;
+    if (bias) dnn.cudnnAddTensor((cudnnHandle_t)m->dnn, one, p->b, bias, one, p->y, y);
+    return true;
+  }
+  gg_conv f = *c;   /* the convolution from y's shape to x's, whose weight is w as it stands */
+  f.Cin = c->Cout, f.Cout = c->Cin, f.transposed = false;
+  for (int d = 0; d < 3; d++) f.in[d] = c->out[d], f.out[d] = c->in[d];
+  struct dnn_plan *p = dnn_ready(dt, &f, 1);
+  if (!p || dnn.cudnnConvolutionBackwardData((cudnnHandle_t)m->dnn, one, p->w, w, p->y, x, p->c, (cudnnConvolutionBwdDataAlgo_t)p->algo[1], m->blas_ws,
+                                             p->ws[1], zero, p->x, y) != CUDNN_STATUS_SUCCESS)
+    return false;
+  if (bias) {
+    int64_t sp = c->out[0] * c->out[1] * c->out[2], n = c->N * c->Cout * sp;
+    unsigned b = gg_cu_blocks(n);
+    if (dt == 1) chan_add<1><<<b, 256, 0, m->stream>>>(n, c->Cout, sp, bias, y);
+    else if (dt == 2) chan_add<2><<<b, 256, 0, m->stream>>>(n, c->Cout, sp, bias, y);
+    else if (dt == 3) chan_add<3><<<b, 256, 0, m->stream>>>(n, c->Cout, sp, bias, y);
+    else chan_add<0><<<b, 256, 0, m->stream>>>(n, c->Cout, sp, bias, y);
+  }
   return true;
+}
+
+/* dw = the weight gradient of convolution c (not transposed) through cuDNN's backward-filter pass */
+static bool dnn_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, void *dw) {
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
+  gg_model *m = gg_cur;
+  struct dnn_plan *p = dnn_ready(dt, c, 2);
+  return p && dnn.cudnnConvolutionBackwardFilter((cudnnHandle_t)m->dnn, one, p->x, x, p->y, dy, p->c, (cudnnConvolutionBwdFilterAlgo_t)p->algo[2],
+                                                 m->blas_ws, p->ws[2], zero, p->w, dw) == CUDNN_STATUS_SUCCESS;
 }
 #else
 struct dnn_plan { int unused; };
 static void dnn_free(gg_model *m) { (void)m; }
+static bool dnn_make_handle(gg_model *m) { (void)m; return false; }
 static bool dnn_conv(int, const gg_conv *, const void *, const void *, const void *, void *) { return false; }
+static bool dnn_wgrad(int, const gg_conv *, const void *, const void *, void *) { return false; }
 #endif
+
+/* Elements of the runtime's dtype codes as float (0 and 4 float32, 2 float16, 3 bfloat16) */
+static __device__ __forceinline__ float dt_ld(int dt, const void *p, int64_t i) {
+  return dt == 2 ? gg_h2f(((const uint16_t *)p)[i]) : dt == 3 ? gg_bf2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static __device__ __forceinline__ void dt_st(int dt, void *p, int64_t i, float v) {
+  if (dt == 2) ((uint16_t *)p)[i] = gg_f2h(v);
+  else if (dt == 3) ((uint16_t *)p)[i] = gg_f2bf(v);
+  else ((float *)p)[i] = v;
+}
+
+/* y[., c, .] += bias[c] over planes of sp elements */
+template <int DT> __global__ void chan_add(int64_t n, int64_t C, int64_t sp, const void *bias, void *y) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t c = i / sp % C;
+    if (DT == 1) ((double *)y)[i] += ((const double *)bias)[c];
+    else dt_st(DT, y, i, dt_ld(DT, y, i) + dt_ld(DT, bias, c));
+  }
+}
+
+/* db[c] = the sum of dy[n, c, .] over the batch and the sp positions: a block per channel, summed in
+ * double, rounded once */
+template <int DT> __global__ void chan_sum(int64_t N, int64_t C, int64_t sp, const void *dy, void *db) {
+  __shared__ double part[256];
+  const int64_t c = blockIdx.x;
+  double a = 0;
+  for (int64_t i = threadIdx.x; i < N * sp; i += blockDim.x) {
+    int64_t j = (i / sp * C + c) * sp + i % sp;
+    a += DT == 1 ? ((const double *)dy)[j] : (double)dt_ld(DT, dy, j);
+  }
+  part[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    if (DT == 1) ((double *)db)[c] = part[0];
+    else dt_st(DT, db, c, (float)part[0]);
+  }
+}
+
+/* A depthwise convolution's weight gradient without cuDNN: a thread per weight element */
+template <typename T> __global__ void wgrad_depthwise(gg_conv c, const T *x, const T *dy, T *dw) {
+  int64_t ksp = c.k[0] * c.k[1] * c.k[2], isp = c.in[0] * c.in[1] * c.in[2], osp = c.out[0] * c.out[1] * c.out[2];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < c.Cout * ksp; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t ch = i / ksp, kk = i % ksp, k0 = kk / (c.k[1] * c.k[2]), k1 = kk / c.k[2] % c.k[1], k2 = kk % c.k[2];
+    double a = 0;
+    for (int64_t n = 0; n < c.N; n++)
+      for (int64_t o = 0; o < osp; o++) {
+        int64_t o2 = o % c.out[2], o1 = o / c.out[2] % c.out[1], o0 = o / (c.out[1] * c.out[2]);
+        int64_t i0 = o0 * c.stride[0] - c.pad[0] + k0 * c.dil[0], i1 = o1 * c.stride[1] - c.pad[1] + k1 * c.dil[1], i2 = o2 * c.stride[2] - c.pad[2] + k2 * c.dil[2];
+        if (i0 >= 0 && i0 < c.in[0] && i1 >= 0 && i1 < c.in[1] && i2 >= 0 && i2 < c.in[2])
+          a += (double)dy[(n * c.Cout + ch) * osp + o] * x[(n * c.Cin + ch) * isp + (i0 * c.in[1] + i1) * c.in[2] + i2];
+      }
+    dw[i] = (T)a;
+  }
+}
 
 template <typename T> static void conv(int dt, const gg_conv *c, const T *x, const T *w, const T *bias, T *y, T *col) {
   cudaStream_t st = gg_cur->stream;
@@ -770,6 +1135,42 @@ void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const vo
   }
   if (dt == 1) conv<double>(dt, c, (const double *)x, (const double *)w, (const double *)bias, (double *)y, (double *)col);
   else conv<float>(dt, c, (const float *)x, (const float *)w, (const float *)bias, (float *)y, (float *)col);
+}
+
+/* The weight (dw) and bias (db) gradients of convolution c, either may be NULL: cuDNN's backward-filter
+ * pass, else (float32, float64) im2col + a product per image and group accumulated into dw, depthwise
+ * ones directly; the bias's by a reduction of our own. */
+template <typename T> static void wgrad(int dt, const gg_conv *c, const T *x, const T *dy, T *dw, T *col) {
+  cudaStream_t st = gg_cur->stream;
+  int64_t isp = c->in[0] * c->in[1] * c->in[2], osp = c->out[0] * c->out[1] * c->out[2], ksp = c->k[0] * c->k[1] * c->k[2];
+  int64_t G = c->groups, icg = c->Cin / G, ocg = c->Cout / G;
+  if (icg == 1 && ocg == 1 && G > 1) {
+    wgrad_depthwise<T><<<gg_cu_blocks(c->Cout * ksp), 256, 0, st>>>(*c, x, dy, dw);
+    return;
+  }
+  cudaMemsetAsync(dw, 0, sizeof(T) * (size_t)(c->Cout * icg * ksp), st);
+  for (int64_t n = 0; n < c->N; n++)
+    for (int64_t g = 0; g < G; g++) {   /* dw[g] (ocg x icg*k) += dy[n, g] (ocg x osp) @ col^T (osp x icg*k) */
+      im2col<T><<<gg_cu_blocks(icg * ksp * osp), 256, 0, st>>>(*c, x + (n * c->Cin + g * icg) * isp, icg, col);
+      gg_cu_gemm(dt, ocg, icg * ksp, osp, 1, dy + (n * c->Cout + g * ocg) * osp, osp, 1, 0, col, 1, osp, 0, 1, dw + g * ocg * icg * ksp, 1, NULL);
+    }
+}
+
+void gg_cu_conv_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, void *dw, void *db, void *col, void *tmp) {
+  (void)tmp;
+  cudaStream_t st = gg_cur->stream;
+  int64_t osp = c->out[0] * c->out[1] * c->out[2];
+  if (db) {
+    unsigned b = (unsigned)c->Cout;
+    if (dt == 1) chan_sum<1><<<b, 256, 0, st>>>(c->N, c->Cout, osp, dy, db);
+    else if (dt == 2) chan_sum<2><<<b, 256, 0, st>>>(c->N, c->Cout, osp, dy, db);
+    else if (dt == 3) chan_sum<3><<<b, 256, 0, st>>>(c->N, c->Cout, osp, dy, db);
+    else chan_sum<0><<<b, 256, 0, st>>>(c->N, c->Cout, osp, dy, db);
+  }
+  if (!dw || dnn_wgrad(dt, c, x, dy, dw)) return;
+  if (dt == 2 || dt == 3) gg_cur->dnn_missing = true;
+  else if (dt == 1) wgrad<double>(dt, c, (const double *)x, (const double *)dy, (double *)dw, (double *)col);
+  else wgrad<float>(dt, c, (const float *)x, (const float *)dy, (float *)dw, (float *)col);
 }
 
 /* ---------------------------------------------------------------- pooling */
