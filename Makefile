@@ -87,6 +87,11 @@ bench: $(BUILD)/gcc-graph
 bench-gpu: $(BUILD)/gcc-graph
 	GG=$(BUILD)/gcc-graph python3 bench/gpu_suite.py $(MODELS)
 
+# On a machine with an NVIDIA GPU: whole training steps (forward, backward, optimizer) at the sizes
+# people train, against PyTorch eager and torch.compile (bench/gpu_train.py; MODELS=... for some).
+bench-gpu-train: $(BUILD)/gcc-graph
+	GG=$(BUILD)/gcc-graph python3 bench/gpu_train.py $(MODELS)
+
 # Training steps (forward + backward) of bench/train/* against PyTorch's.
 bench-train: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) TRAIN=1 sh bench/run.sh
@@ -111,4 +116,4 @@ uninstall:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-train install uninstall
+.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-train install uninstall
