@@ -93,17 +93,8 @@ MODELS = {
 
 # ---------------------------------------------------------------- gcc-graph through ctypes, on torch's tensors
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "samples"))
+from gcc_graph import DLDataType, DLDevice, DLTensor   # noqa: E402  (the sample loader's DLPack structures)
 
 
 DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.int64: (0, 64), torch.int32: (0, 32)}

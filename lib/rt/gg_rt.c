@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gg_rt_common.c"
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)   /* names made from a template's parameters (gg_rt_*_t.h) */
@@ -40,6 +39,8 @@ struct gg_model {
   void *pool[8];
   size_t pool_size[8];
 };
+
+#include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
 
 static void *scratch_take(gg_model *m, size_t bytes) {
   void *p = NULL;
@@ -318,31 +319,6 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
   return rc;
 }
 
-GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
-  if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
-  pthread_mutex_lock(&m->lock);
-  m->lr = lr;
-  pthread_mutex_unlock(&m->lock);
-  return 0;
-}
-
-GG_EXPORT int gg_set_grad_accumulation(gg_model *m, int micro_batches) {
-  if (!m || !gg__train.optimizer || micro_batches < 1) return 1;
-  pthread_mutex_lock(&m->lock);
-  m->accum = micro_batches;
-  pthread_mutex_unlock(&m->lock);
-  return 0;
-}
-
-GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
-
-GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
-  if (!m || i < 0 || i >= gg__desc.nweights) return 1;
-  *name = gg__desc.weights[i].fqn;
-  *data = m->w[i];
-  *nbytes = (size_t)gg__desc.weights[i].nbytes;
-  return 0;
-}
 
 #include "gg_rt_gemm.c"
 #include "gg_rt_conv.c"

@@ -33,6 +33,7 @@ extern "C" {
 #endif
 
 #define GG_RT_MAX_RANK 16
+#define GG_MAX_IO 256   /* inputs and outputs of a call */
 #define GG_RT_ALIGN 64
 
 typedef struct gg_weight_desc {

@@ -80,7 +80,6 @@ static int map_weights(const char *weights, void **map, size_t *len, char *err, 
   return 0;
 }
 
-#define GG_MAX_IO 256
 
 /* What every run checks first: an open model, the counts of inputs and outputs, the guards (which
  * bind the symbols' values in sym). */
@@ -334,6 +333,33 @@ static gg_hyper train_hyper(double lr, int64_t t, int accum, const gg_train_stat
   h.summed = accum > 1;
   h.scale = (float)(1.0 / accum);
   return h;
+}
+
+GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
+  if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->lr = lr;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
+GG_EXPORT int gg_set_grad_accumulation(gg_model *m, int micro_batches) {
+  if (!m || !gg__train.optimizer || micro_batches < 1) return 1;
+  pthread_mutex_lock(&m->lock);
+  m->accum = micro_batches;
+  pthread_mutex_unlock(&m->lock);
+  return 0;
+}
+
+GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
+
+/* data: the weight's address on the model's device (a CUDA model's is a device address) */
+GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
+  if (!m || i < 0 || i >= gg__desc.nweights) return 1;
+  *name = gg__desc.weights[i].fqn;
+  *data = m->w[i];
+  *nbytes = (size_t)gg__desc.weights[i].nbytes;
+  return 0;
 }
 
 GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DLTensor *v) {

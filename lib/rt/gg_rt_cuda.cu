@@ -26,7 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gg_rt_common.c"
 
 #define GG_BLAS_WS ((size_t)32 << 20)   /* cuBLAS's and cuBLASLt's workspace */
 
@@ -76,6 +75,8 @@ struct gg_model {
   float **opt_m, **opt_v;   /* the optimizer's state per gradient, on the device */
   gg_hyper *hp_dev, *hp_host;   /* the step's hyperparameters, read by the update kernel at replay */
 };
+
+#include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
 
 /* The model whose run is being issued on this thread (the generated code asks for its stream). */
 static __thread gg_model *gg_cur;
@@ -553,31 +554,6 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
   return rc;
 }
 
-GG_EXPORT int gg_set_learning_rate(gg_model *m, double lr) {
-  if (!m || !gg__train.optimizer || !(lr >= 0)) return 1;
-  pthread_mutex_lock(&m->lock);
-  m->lr = lr;
-  pthread_mutex_unlock(&m->lock);
-  return 0;
-}
-
-GG_EXPORT int gg_set_grad_accumulation(gg_model *m, int micro_batches) {
-  if (!m || !gg__train.optimizer || micro_batches < 1) return 1;
-  pthread_mutex_lock(&m->lock);
-  m->accum = micro_batches;
-  pthread_mutex_unlock(&m->lock);
-  return 0;
-}
-
-GG_EXPORT int gg_num_weights(void) { return gg__desc.nweights; }
-/* data: the weight's device address */
-GG_EXPORT int gg_weight(const gg_model *m, int i, const char **name, const void **data, size_t *nbytes) {
-  if (!m || i < 0 || i >= gg__desc.nweights) return 1;
-  *name = gg__desc.weights[i].fqn;
-  *data = m->w[i];
-  *nbytes = (size_t)gg__desc.weights[i].nbytes;
-  return 0;
-}
 
 /* ---------------------------------------------------------------- matrix products */
 
