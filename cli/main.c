@@ -683,6 +683,11 @@ static int list_ops(FILE *f) {
     const OpDef *op = ops_at(i);
     fprintf(f, "| `aten.%s` | %s | %s | %s | `%s` |\n", op->name, op->doc, op_compiled_as(op), op_gradient(op), op->schema);
   }
+  fputs("\n## Refused on purpose\n\nOps of PyTorch's Core ATen opset that a model is refused for, with the message's reason:\n\n| op | why |\n|---|---|\n", f);
+  for (int i = 0; i < ops_refused_count(); i++) {
+    const char *why, *name = ops_refused_at(i, &why);
+    fprintf(f, "| `aten.%s` | %s |\n", name, why);
+  }
   return 0;
 }
 

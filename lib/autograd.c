@@ -187,6 +187,10 @@ int grad_unary(Ad *a, Node *n) {
   else if (!strcmp(op, "tan")) d = mul(a, g, binf(a, "add.Tensor", mul(a, y, y), 1));
   else if (!strcmp(op, "atan")) d = binop(a, "div.Tensor", g, binf(a, "add.Tensor", mul(a, x, x), 1));
   else if (!strcmp(op, "asin")) d = mul(a, g, unop(a, "rsqrt", CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, x, x)), "other", FL(1))));
+  else if (!strcmp(op, "acos")) d = mulf(a, mul(a, g, unop(a, "rsqrt", CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, x, x)), "other", FL(1)))), -1);
+  else if (!strcmp(op, "asinh")) d = mul(a, g, unop(a, "rsqrt", binf(a, "add.Tensor", mul(a, x, x), 1)));
+  else if (!strcmp(op, "acosh")) d = mul(a, g, unop(a, "rsqrt", binf(a, "add.Tensor", mul(a, x, x), -1)));
+  else if (!strcmp(op, "atanh")) d = binop(a, "div.Tensor", g, CALL(&a->r, NULL, "rsub.Scalar", "self", T(mul(a, x, x)), "other", FL(1)));
   else if (!strcmp(op, "log2")) d = binop(a, "div.Tensor", g, mulf(a, x, M_LN2));
   else if (!strcmp(op, "log10")) d = binop(a, "div.Tensor", g, mulf(a, x, M_LN10));
   else if (!strcmp(op, "exp2")) d = mul(a, g, mulf(a, y, M_LN2));
@@ -238,6 +242,10 @@ int grad_binary(Ad *a, Node *n) {
     return (a->diff[x->id] && acc(a, x, binop(a, "div.Tensor", g, o))) ||
            (a->diff[o->id] && acc(a, o, mulf(a, binop(a, "div.Tensor", mul(a, g, y), o), -1)));
   }
+  if (!strcmp(op, "fmod.Tensor")) {   /* self - trunc(self / other) other: g, and -g trunc(self / other) */
+    Value *q = o && a->diff[o->id] ? unop(a, "trunc", binop(a, "div.Tensor", x, o)) : NULL;
+    return (a->diff[x->id] && acc(a, x, g)) || (q && acc(a, o, mulf(a, mul(a, g, q), -1)));
+  }
   if (!strcmp(op, "maximum") || !strcmp(op, "minimum") || !strcmp(op, "max.other") || !strcmp(op, "min.other")) {   /* ties share the gradient, as in PyTorch */
     Value *win = binop(a, !strncmp(op, "max", 3) ? "gt.Tensor" : "lt.Tensor", x, o), *tie = binop(a, "eq.Tensor", x, o);
     Value *half = mulf(a, keep(a, tie, g), 0.5);
@@ -246,6 +254,26 @@ int grad_binary(Ad *a, Node *n) {
            (a->diff[o->id] && acc(a, o, binop(a, "add.Tensor", keep(a, lose, g), half)));
   }
   return gg_error(a->g->ctx, "internal error: binary rule for %s", op);
+}
+
+/* sort and topk: the values' gradient goes back to the positions they came from */
+int grad_sort(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
+  if (!g) return 0;
+  Value *z = CALL(&a->r, NULL, "zeros_like", "self", T(x));
+  return acc(a, x, z ? CALL(&a->r, NULL, "scatter_add", "self", T(z), "dim", rw_arg(n, "dim")[0], "index", T(n->outs[1]), "src", T(g)) : NULL);
+}
+
+/* copy: src broadcast into self's shape and dtype; self's values are all overwritten */
+int grad_copy(Ad *a, Node *n) { return acc(a, rw_targ(n, "src"), G(a, n, 0)); }
+
+/* division with a rounding mode: none is true division (the binary rule's); trunc and floor give no gradient */
+int grad_div_mode(Ad *a, Node *n) {
+  const Arg *m = rw_arg(n, "rounding_mode");
+  if (m && m->k == AK_STR) return 0;
+  Value *x = rw_targ(n, "self"), *o = rw_targ(n, "other"), *g = G(a, n, 0), *y = n->outs[0];
+  if (!o) return acc(a, x, mulf(a, g, 1 / rw_farg(n, "other", 1)));
+  return (a->diff[x->id] && acc(a, x, binop(a, "div.Tensor", g, o))) || (a->diff[o->id] && acc(a, o, mulf(a, binop(a, "div.Tensor", mul(a, g, y), o), -1)));
 }
 
 int grad_atan2(Ad *a, Node *n) {   /* d/dx = o / (x^2 + o^2), d/do = -x / (x^2 + o^2) */

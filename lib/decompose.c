@@ -395,6 +395,112 @@ int decomp_roll(Rw *r, Node *n) {
   return 0;
 }
 
+/* The padding mode of pad / reflection_padNd / replication_padNd: 0 constant, 1 reflect, 2 replicate,
+ * 3 circular, -1 unknown. */
+int pad_mode(const Node *n) {
+  const char *name = n->op->name;
+  if (!strncmp(name, "reflection_pad", 14)) return 1;
+  if (!strncmp(name, "replication_pad", 15)) return 2;
+  const Arg *m = rw_arg(n, "mode");
+  const char *s = m && m->k == AK_STR ? m->u.s : "constant";
+  return !strcmp(s, "constant") ? 0 : !strcmp(s, "reflect") ? 1 : !strcmp(s, "replicate") ? 2 : !strcmp(s, "circular") ? 3 : -1;
+}
+
+/* reflect, replicate and circular padding: along each padded dim an index_select of the positions
+ * the output reads, made from an arange (reflect: m - |m - |s||, replicate: clamp(s, 0, m), circular:
+ * s mod L, with s the output position less the front pad and m = L - 1), so that both targets and
+ * the gradient come from ops that have them. Constant padding keeps its kernel. */
+int decomp_pad(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  int mode = pad_mode(n);
+  if (mode == 0) { rw_push(r, n); return 0; }
+  Value *x = rw_targ(n, "self");
+  const Arg *p = rw_arg(n, "pad") ? rw_arg(n, "pad") : rw_arg(n, "padding");
+  int np = p->n / 2;
+  for (int i = 0; i < np; i++) {
+    int d = x->rank - 1 - i;
+    int64_t lo, hi, L;
+    if (!expr_is_const(p->u.is[2 * i], &lo) || !expr_is_const(p->u.is[2 * i + 1], &hi) || !expr_is_const(x->sizes[d], &L))
+      return gg_error(c, "%s: node %s: reflect, replicate and circular padding need static sizes", r->g->path, gg_quote(c, n->name));
+    Value *s = CALL(r, NULL, "arange.start", "start", INT(r, -lo), "end", INT(r, L + hi), "dtype", DT(DT_I64));
+    if (s && mode == 1) {
+      Value *a = CALL(r, NULL, "abs", "self", T(s));
+      Value *b = a ? CALL(r, NULL, "sub.Tensor", "self", T(a), "other", INT(r, L - 1)) : NULL;
+      Value *ab = b ? CALL(r, NULL, "abs", "self", T(b)) : NULL;
+      s = ab ? CALL(r, NULL, "rsub.Scalar", "self", T(ab), "other", INT(r, L - 1)) : NULL;
+    } else if (s && mode == 2)
+      s = CALL(r, NULL, "clamp", "self", T(s), "min", INT(r, 0), "max", INT(r, L - 1));
+    else if (s)
+      s = CALL(r, NULL, "remainder.Scalar", "self", T(s), "other", INT(r, L));
+    x = s ? CALL(r, i == np - 1 ? n->outs[0] : NULL, "index_select", "self", T(x), "dim", INT(r, d), "index", T(s)) : NULL;
+    if (!x) return -1;
+  }
+  return np ? 0 : CALL(r, n->outs[0], "clone", "self", T(x)) ? 0 : -1;
+}
+
+/* masked_scatter: where the mask (broadcast to self) is true, source's elements in order: the k-th true
+ * position takes source.flatten()[k], k from a running count of the mask */
+int decomp_masked_scatter(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *x = rw_targ(n, "self"), *m = rw_targ(n, "mask"), *src = rw_targ(n, "source");
+  const Expr *all[1] = {expr_const(c->arena, -1)};
+  Value *mb = CALL(r, NULL, "expand", "self", T(m), "size", EXPRS(r, x->rank, x->sizes));
+  Value *mf = mb ? CALL(r, NULL, "reshape", "self", T(mb), "shape", EXPRS(r, 1, all)) : NULL;
+  Value *cnt = mf ? CALL(r, NULL, "cumsum", "self", T(mf), "dim", INT(r, 0), "dtype", DT(DT_I64)) : NULL;
+  Value *k = cnt ? CALL(r, NULL, "sub.Tensor", "self", T(cnt), "other", INT(r, 1)) : NULL;
+  Value *k0 = k ? CALL(r, NULL, "clamp", "self", T(k), "min", INT(r, 0)) : NULL;   /* before the first true: any valid index, unused */
+  Value *sf = k0 ? CALL(r, NULL, "reshape", "self", T(src), "shape", EXPRS(r, 1, all)) : NULL;
+  Value *picked = sf ? CALL(r, NULL, "index_select", "self", T(sf), "dim", INT(r, 0), "index", T(k0)) : NULL;
+  Value *shaped = picked ? CALL(r, NULL, "reshape", "self", T(picked), "shape", EXPRS(r, x->rank, x->sizes)) : NULL;
+  return shaped && CALL(r, n->outs[0], "where.self", "condition", T(mb), "self", T(shaped), "other", T(x)) ? 0 : -1;
+}
+
+/* embedding_dense_backward: the rows of the gradient summed into their indices' rows (index_put with
+ * accumulate into zeros), the padding row left at zero */
+int decomp_embedding_backward(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *g = rw_targ(n, "grad_output"), *ix = rw_targ(n, "indices");
+  const Arg *nw = rw_arg(n, "num_weights"), *pi = rw_arg(n, "padding_idx");
+  if (rw_arg(n, "scale_grad_by_freq")->u.b) return gg_error(c, "%s: node %s: scale_grad_by_freq is not supported", r->g->path, gg_quote(c, n->name));
+  int64_t pad = -1;
+  if (pi && pi->k == AK_INT) expr_is_const(pi->u.i, &pad);
+  const Expr *sz[2] = {nw->u.i, g->sizes[g->rank - 1]};
+  if (pad >= 0) {
+    Value *keep = CALL(r, NULL, "ne.Scalar", "self", T(ix), "other", INT(r, pad));
+    const Expr *ks[GG_MAX_RANK];
+    for (int d = 0; d < ix->rank; d++) ks[d] = ix->sizes[d];
+    ks[ix->rank] = expr_const(c->arena, 1);
+    Value *k1 = keep ? CALL(r, NULL, "reshape", "self", T(keep), "shape", EXPRS(r, ix->rank + 1, ks)) : NULL;
+    Value *z = k1 ? CALL(r, NULL, "zeros_like", "self", T(g)) : NULL;
+    if (!(g = z ? CALL(r, NULL, "where.self", "condition", T(k1), "self", T(g), "other", T(z)) : NULL)) return -1;
+  }
+  Value *z = CALL(r, NULL, "zeros", "size", EXPRS(r, 2, sz), "dtype", DT(g->dtype));
+  Arg list = {.k = AK_TENSORS, .n = 1};
+  list.u.ts = arena_array(c->arena, 2, sizeof *list.u.ts);
+  list.u.ts[0] = ix;
+  return z && CALL(r, n->outs[0], "index_put", "self", T(z), "indices", list, "values", T(g), "accumulate", BO(true)) ? 0 : -1;
+}
+
+/* max_pool2d_with_indices_backward: each gradient added into the input position its window took its
+ * maximum from (scatter_add over the flattened planes), as the max-pool derivative rule does */
+int decomp_max_pool_backward(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *g = rw_targ(n, "grad_output"), *x = rw_targ(n, "self"), *ix = rw_targ(n, "indices");
+  const Expr *m1 = expr_const(c->arena, -1);
+  const Expr *planes = x->rank == 4 ? expr_bin(c->arena, E_MUL, x->sizes[0], x->sizes[1]) : x->sizes[0];
+  const Expr *fx[2] = {planes, expr_bin(c->arena, E_MUL, x->sizes[x->rank - 2], x->sizes[x->rank - 1])}, *fg[2] = {planes, m1};
+  Value *z = CALL(r, NULL, "zeros", "size", EXPRS(r, 2, fx), "dtype", DT(g->dtype));
+  Value *i2 = z ? CALL(r, NULL, "reshape", "self", T(ix), "shape", EXPRS(r, 2, fg)) : NULL;
+  Value *g2 = i2 ? CALL(r, NULL, "reshape", "self", T(g), "shape", EXPRS(r, 2, fg)) : NULL;
+  Value *s = g2 ? CALL(r, NULL, "scatter_add", "self", T(z), "dim", INT(r, 1), "index", T(i2), "src", T(g2)) : NULL;
+  return s && CALL(r, n->outs[0], "reshape", "self", T(s), "shape", EXPRS(r, x->rank, x->sizes)) ? 0 : -1;
+}
+
+/* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy_ of it) */
+int decomp_fill_tensor(Rw *r, Node *n) {
+  return CALL(r, n->outs[0], "copy_", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;
+}
+
 /* ---- rules used only when training (--train): the backward is built from primitives */
 
 /* layer_norm / rms_norm as pointwise ops and means over the normalized dims (their inference form

@@ -202,6 +202,50 @@ int emit_reduce(Em *e, Node *n) {
   return 0;
 }
 
+/* sort and topk: a row per thread (loops over the other dims), its indices stably merge-sorted by
+ * their values (gg_sort_*, scalar.h) in scratch (the keys and two index buffers, per row), then the
+ * first k written out */
+int emit_sort(Em *e, Node *n) {
+  TV *x = tv_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *vals = alloc_value(e, n->outs[0]), *idx = alloc_value(e, n->outs[1]);
+  int d = dim_wrap(node_int_arg(n, "dim", -1), x->rank);
+  int ki = ops_arg_index(n->op, "k"), bi = ops_arg_index(n->op, ki >= 0 ? "largest" : "descending");
+  bool desc = bi >= 0 && n->args[bi].k == AK_BOOL && n->args[bi].u.b, ints = !dtype_is_float(x->dt);
+  const Expr *osz[R];
+  int map[R], k = 0;
+  for (int i = 0; i < x->rank; i++) if (i != d) { map[k] = i; osz[k++] = x->sizes[i]; }
+  int scr = new_stor(e, S_SCRATCH, 0, DT_I64, MUL(e, C(e, 3), numel(e, x)));
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "sort");
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict v, int64_t *restrict ix, const %s *x, int64_t *scr", ctype(vals->dt), ctype(x->dt));
+  ksyms(e);
+  const Expr *L = x->rank ? x->sizes[d] : C(e, 1);
+  int cl = open_loops_work(e, k, osz, true, L);
+  fprintf(f, "    const int64_t L = %s, K = %s, row = %s;\n", cx(e, L), x->rank ? cx(e, vals->sizes[d]) : "1", linear_index(e, osz, k, 0));
+  fprintf(f, "    const int64_t xb = %s", cx(e, x->offset));
+  for (int i = 0; i < k; i++) fprintf(f, " + i%d * %s", i, cx(e, x->strides[map[i]]));
+  fprintf(f, ", vb = %s", cx(e, vals->offset));
+  for (int i = 0; i < k; i++) fprintf(f, " + i%d * %s", i, cx(e, vals->strides[map[i]]));
+  fprintf(f, ", xs = %s, vs = %s;\n", x->rank ? cx(e, x->strides[d]) : "0", x->rank ? cx(e, vals->strides[d]) : "0");
+  const char *kt = ints ? "int64_t" : "double";
+  fprintf(f, "    %s *key = (%s *)(scr + row * 3 * L);\n    int64_t *ord = scr + row * 3 * L + L;\n", kt, kt);
+  fputs("    for (int64_t j = 0; j < L; j++) {\n      ord[j] = j;\n      key[j] = ", f);
+  if (ints) load_i(f, x->dt, "x", "xb + j * xs"); else load_f(f, x->dt, "x", "xb + j * xs");
+  fprintf(f, ";\n    }\n    gg_sort_%s(key, ord, ord + L, L, %d);\n", ints ? "i64" : "f64", desc);
+  fputs("    for (int64_t j = 0; j < K; j++) {\n      ", f);
+  store(f, vals->dt, !ints, "v", "vb + j * vs", "key[ord[j]]");
+  fputs("      ix[vb + j * vs] = ord[j];\n    }\n", f);
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s", sname(e, vals->stor), sname(e, idx->stor), sname(e, x->stor), sname(e, scr));
+  kcall_end(e);
+  return 0;
+}
+
 int emit_scan(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);
   if (!x) return -1;
@@ -1205,4 +1249,8 @@ DECOMPOSED(emit_broadcast_tensors)
 DECOMPOSED(emit_glu)
 DECOMPOSED(emit_repeat)
 DECOMPOSED(emit_roll)
+DECOMPOSED(emit_fill_tensor)
+DECOMPOSED(emit_masked_scatter)
+DECOMPOSED(emit_embedding_backward)
+DECOMPOSED(emit_max_pool_backward)
 

@@ -234,6 +234,9 @@ typedef struct OpDef {
 
 int ops_init(Ctx *c);                 /* parse every schema; fails only on a bug in ops.def */
 const OpDef *ops_find(const char *target); /* by full target "torch.ops.aten.add.Tensor" or "add.Tensor" */
+const char *ops_refusal(const char *target);   /* why a Core ATen op is refused on purpose, or NULL */
+int ops_refused_count(void);
+const char *ops_refused_at(int i, const char **why);
 int ops_count(void);
 const OpDef *ops_at(int i);
 int ops_arg_index(const OpDef *op, const char *name);
@@ -289,6 +292,7 @@ const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t 
 int emit_view(struct Em *e, struct Node *n);
 /* whether --target cuda runs this scaled_dot_product_attention as one fused kernel (emit_cuda.c) */
 bool cuda_attention_fits(const struct Graph *g, const struct Node *n);
+int pad_mode(const struct Node *n);   /* padding mode of a pad op: 0 constant, 1 reflect, 2 replicate, 3 circular, -1 unknown (decompose.c) */
 
 /* ---------------------------------------------------------------- the schedule (schedule.c) */
 

@@ -240,10 +240,6 @@ static bool B(E *e, const char *name) {
   return a && a->k == AK_BOOL && a->b;
 }
 
-static const char *STR(E *e, const char *name) {
-  RArg *a = A(e, name);
-  return a && a->k == AK_STR ? a->s : NULL;
-}
 
 static int wrap_dim(E *e, int64_t d, int rank, int *out) {
   int r = rank ? rank : 1;
@@ -357,6 +353,58 @@ int eval_dropout(E *e) {
 
 
 int eval_div_mode(E *e) { return pointwise(e, out0(e)); }
+
+static void copy_elem(Tensor *dst, int64_t di, const Tensor *src, int64_t si);
+
+int eval_masked_scatter(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e), *src = T(e, "source");
+  Tensor *m = expand_to(e->I, T(e, "mask"), out->rank, out->sizes);
+  copy_into(out, x);
+  int64_t n = tensor_numel(out), k = 0, ns = tensor_numel(src);
+  for (int64_t i = 0; i < n; i++) {
+    if (!dtype_load_i64(m->dtype, elem_ptr(m, i))) continue;
+    if (k >= ns) return fail(e, "%s", "source has fewer elements than the mask has true values");
+    copy_elem(out, i, src, k++);
+  }
+  return 0;
+}
+
+int eval_embedding_backward(E *e) {
+  Tensor *g = T(e, "grad_output"), *ix = T(e, "indices"), *out = out0(e);
+  int64_t pad = I64(e, "padding_idx", -1), rows = out->sizes[0], D = out->sizes[1], n = tensor_numel(ix);
+  if (B(e, "scale_grad_by_freq")) return fail(e, "%s", "scale_grad_by_freq is not supported");
+  int64_t *iv = read_i64(e->I, ix);
+  double *gv = read_f64(e->I, g), *r = arena_array(e->I->c->arena, (size_t)(rows * D) + 1, sizeof *r);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t q = iv[i] < 0 ? iv[i] + rows : iv[i];
+    if (q < 0 || q >= rows) return fail(e, "%s", "index out of range");
+    if (iv[i] == pad) continue;
+    for (int64_t j = 0; j < D; j++) r[q * D + j] += gv[i * D + j];
+  }
+  write_f64(out, r);
+  return 0;
+}
+
+int eval_max_pool_backward(E *e) {
+  Tensor *g = T(e, "grad_output"), *ix = T(e, "indices"), *out = out0(e);
+  int64_t plane = out->sizes[out->rank - 2] * out->sizes[out->rank - 1], n = tensor_numel(out), pn = tensor_numel(g);
+  int64_t gplane = g->sizes[g->rank - 2] * g->sizes[g->rank - 1];
+  int64_t *iv = read_i64(e->I, ix);
+  double *gv = read_f64(e->I, g), *r = arena_array(e->I->c->arena, (size_t)n + 1, sizeof *r);
+  for (int64_t i = 0; i < pn; i++) {
+    int64_t p = i / gplane, q = iv[i];
+    if (q < 0 || q >= plane) return fail(e, "%s", "index out of range");
+    r[p * plane + q] += gv[i];
+  }
+  write_f64(out, r);
+  return 0;
+}
+
+int eval_fill_tensor(E *e) {
+  Tensor *out = out0(e), *v = T(e, "value");
+  copy_into(out, expand_to(e->I, v, out->rank, out->sizes));
+  return 0;
+}
 
 int eval_copy(E *e) {
   Tensor *out = out0(e), *src = T(e, "src");
@@ -492,6 +540,34 @@ int eval_reduce(E *e) {
 }
 
 /* cumsum, softmax and log_softmax run along one dim. */
+/* sort and topk: each row along dim stably sorted (gg_sort_*, scalar.h), its first k kept */
+int eval_sort(E *e) {
+  Tensor *x = T(e, "self"), *vals = e->outs[0], *idx = e->outs[1];
+  int d;
+  if (wrap_dim(e, I64(e, "dim", -1), x->rank, &d)) return -1;
+  Interp *I = e->I;
+  Tensor *xv = dim_last(I, x, d), *vv = dim_last(I, vals, d), *iv = dim_last(I, idx, d);
+  int64_t N = x->rank ? x->sizes[d] : 1, K = x->rank ? vals->sizes[d] : 1, O = N ? tensor_numel(x) / N : 0;
+  bool desc = A(e, "k") ? B(e, "largest") : B(e, "descending"), ints = !dtype_is_float(x->dtype);
+  int64_t *ix = arena_array(I->c->arena, (size_t)(2 * N) + 1, sizeof *ix), *ri = arena_array(I->c->arena, (size_t)(O * K) + 1, sizeof *ri);
+  double *f = ints ? NULL : read_f64(I, xv), *rf = arena_array(I->c->arena, (size_t)(O * K) + 1, sizeof *rf);
+  int64_t *v = ints ? read_i64(I, xv) : NULL, *rv = arena_array(I->c->arena, (size_t)(O * K) + 1, sizeof *rv);
+  for (int64_t o = 0; o < O; o++) {
+    for (int64_t j = 0; j < N; j++) ix[j] = j;
+    if (ints) gg_sort_i64(v + o * N, ix, ix + N, N, desc);
+    else gg_sort_f64(f + o * N, ix, ix + N, N, desc);
+    for (int64_t j = 0; j < K; j++) {
+      ri[o * K + j] = ix[j];
+      if (ints) rv[o * K + j] = v[o * N + ix[j]];
+      else rf[o * K + j] = f[o * N + ix[j]];
+    }
+  }
+  if (ints) write_i64(vv, rv);
+  else write_f64(vv, rf);
+  write_i64(iv, ri);
+  return 0;
+}
+
 int eval_scan(E *e) {
   const int rk = e->n->op->red;
   Tensor *x = T(e, "self"), *out = out0(e);
@@ -1572,11 +1648,9 @@ int eval_diff(E *e) {
 
 int eval_pad(E *e) {
   Tensor *x = T(e, "self"), *out = out0(e);
-  RArg *p = A(e, "pad");
-  const char *mode = STR(e, "mode");
-  if (!mode) mode = "constant";
-  int m = !strcmp(mode, "constant") ? 0 : !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "replicate") ? 2 : !strcmp(mode, "circular") ? 3 : -1;
-  if (m < 0) return fail(e, "unknown pad mode '%s'", mode);
+  RArg *p = A(e, "pad") ? A(e, "pad") : A(e, "padding");
+  int m = pad_mode(e->n);
+  if (m < 0) return fail(e, "%s", "unknown pad mode");
   RArg *va = A(e, "value");
   double value = va && va->k != AK_NONE ? F64(e, "value", 0) : 0;
   int64_t before[GG_MAX_RANK] = {0};
@@ -1584,7 +1658,7 @@ int eval_pad(E *e) {
   for (int d = 0; d < x->rank; d++) {
     if (m == 1 && (before[d] >= x->sizes[d] || out->sizes[d] - x->sizes[d] - before[d] >= x->sizes[d]) && before[d] + out->sizes[d] != x->sizes[d] + before[d])
       return fail(e, "reflect padding must be smaller than the dim");
-    if (m && x->sizes[d] == 0) return fail(e, "cannot pad an empty dim in %s mode", mode);
+    if (m && x->sizes[d] == 0) return fail(e, "%s", "cannot pad an empty dim by reflecting, replicating or wrapping it");
   }
   int64_t n = tensor_numel(out), oi[GG_MAX_RANK], xi[GG_MAX_RANK];
   uint8_t fill[8];
@@ -1834,6 +1908,11 @@ int eval_assert(E *e) {
 int eval_sym_size(E *e) {
   Tensor *x = T(e, "self");
   int d;
+  if (!A(e, "dim")) {   /* sym_numel */
+    e->symout->k = RV_INT;
+    e->symout->i = tensor_numel(x);
+    return 0;
+  }
   if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
   e->symout->k = RV_INT;
   e->symout->i = x->sizes[d];
@@ -1995,9 +2074,12 @@ static int run_node(Interp *I, Node *n) {
 
 int graph_check_supported(Graph *g) {
   for (int k = 0; k < g->nnodes; k++)
-    if (!g->nodes[k]->op)
+    if (!g->nodes[k]->op) {
+      const char *why = ops_refusal(g->nodes[k]->target);
+      if (why) return gg_error(g->ctx, "%s: node %s: op %s is not supported: %s", g->path, gg_quote(g->ctx, g->nodes[k]->name), gg_quote(g->ctx, g->nodes[k]->target), why);
       return gg_error(g->ctx, "%s: node %s: op %s is not supported (gcc-graph explain lists every such node)", g->path,
                       gg_quote(g->ctx, g->nodes[k]->name), gg_quote(g->ctx, g->nodes[k]->target));
+    }
   return 0;
 }
 

@@ -208,6 +208,33 @@ int ops_init(Ctx *c) {
   return 0;
 }
 
+/* Core ATen ops that are refused on purpose, and why (gcc-graph ops lists them; a model that holds one
+ * is refused with the reason). */
+static const struct { const char *name, *why; } refused[] = {
+  {"nonzero", "its output's size depends on the data; compiled programs have shapes fixed by the inputs' sizes (mask with where() instead)"},
+  {"_local_scalar_dense", "Tensor.item(): a tensor's value turned into a number that sizes or steers the graph, which depends on the data"},
+  {"resize_", "changes a tensor's shape in place, which functional graphs do not do"},
+  {"_fft_r2c", "its result is complex, and complex dtypes are not represented"},
+  {"_fft_c2r", "its input is complex, and complex dtypes are not represented"},
+  {"sym_stride.int", "strides of views are not part of gcc-graph's functional graphs (values are dense tensors)"},
+  {"sym_storage_offset", "storage offsets of views are not part of gcc-graph's functional graphs (values are dense tensors)"},
+  {"sym_is_contiguous", "memory layouts of views are not part of gcc-graph's functional graphs (values are dense tensors)"},
+};
+
+int ops_refused_count(void) { return (int)(sizeof refused / sizeof *refused); }
+const char *ops_refused_at(int i, const char **why) { *why = refused[i].why; return refused[i].name; }
+
+/* Why an op that is not in the table is refused, or NULL (not supported yet) */
+const char *ops_refusal(const char *target) {
+  static const char prefix[] = "torch.ops.aten.";
+  if (!strncmp(target, prefix, sizeof prefix - 1)) target += sizeof prefix - 1;
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    size_t n = strlen(refused[i].name);
+    if (!strncmp(target, refused[i].name, n) && (!target[n] || !strcmp(target + n, ".default"))) return refused[i].why;
+  }
+  return NULL;
+}
+
 const OpDef *ops_find(const char *target) {
   static const char prefix[] = "torch.ops.aten.";
   if (!strncmp(target, prefix, sizeof prefix - 1)) target += sizeof prefix - 1;

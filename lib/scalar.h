@@ -60,6 +60,11 @@ GG_FN(f_isnan) { return isnan(x[0]); }
 GG_FN(f_ident) { return x[0]; }
 GG_FN(f_test_miscompile) { return x[0] + GG_K(1.0); }   /* GCC_GRAPH_TEST_MISCOMPILE */
 GG_FN(f_asin) { return asin(x[0]); }
+GG_FN(f_acos) { return acos(x[0]); }
+GG_FN(f_asinh) { return asinh(x[0]); }
+GG_FN(f_acosh) { return acosh(x[0]); }
+GG_FN(f_atanh) { return atanh(x[0]); }
+GG_FN(f_isinf) { return isinf(x[0]); }
 GG_FN(f_atan) { return atan(x[0]); }
 GG_FN(f_tan) { return tan(x[0]); }
 GG_FN(f_cosh) { return cosh(x[0]); }
@@ -245,5 +250,32 @@ static inline double f32_gelu_erf(const double *x) { float v = (float)x[0]; retu
 GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
 GG_FN(f_logical_not) { return x[0] == 0; }
+
+/* sort and topk: a stable bottom-up merge sort of a row's indices ix[0..n) by their keys, ascending or
+ * descending, NaN above every number (PyTorch's order); tmp holds n more. Shared by the interpreter
+ * and compiled code (a thread per row, on the GPU too). */
+#define GG_SORT_ROW(NAME, KEY)                                                                          \
+  GG_SCALAR void NAME(const KEY *key, int64_t *ix, int64_t *tmp, int64_t n, int desc) {                 \
+    int64_t *a = ix, *b = tmp;                                                                          \
+    for (int64_t w = 1; w < n; w *= 2) {                                                                \
+      for (int64_t lo = 0; lo < n; lo += 2 * w) {                                                       \
+        int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, o = lo; \
+        while (i < mid && j < hi) {                                                                     \
+          KEY p = key[a[j]], q = key[a[i]];                                                             \
+          int right = desc ? (p != p && q == q) || p > q : p == p && (q != q || p < q);                 \
+          b[o++] = right ? a[j++] : a[i++];                                                             \
+        }                                                                                               \
+        while (i < mid) b[o++] = a[i++];                                                                \
+        while (j < hi) b[o++] = a[j++];                                                                 \
+      }                                                                                                 \
+      int64_t *t = a;                                                                                   \
+      a = b;                                                                                            \
+      b = t;                                                                                            \
+    }                                                                                                   \
+    if (a != ix)                                                                                        \
+      for (int64_t k = 0; k < n; k++) ix[k] = a[k];                                                     \
+  }
+GG_SORT_ROW(gg_sort_f64, double)
+GG_SORT_ROW(gg_sort_i64, int64_t)
 
 #endif

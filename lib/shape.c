@@ -213,6 +213,17 @@ int shape_copy(S *s) {
   return 0;
 }
 
+/* fill.Tensor: self's shape and dtype from a value of one element */
+int shape_fill_tensor(S *s) {
+  Value *x = tensor(s, "self"), *v = tensor(s, "value");
+  for (int d = 0; d < v->rank; d++) {
+    int64_t one;
+    if (!expr_is_const(v->sizes[d], &one) || one != 1) return fail(s, "%s", "the fill value must be a tensor of one element");
+  }
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- reductions */
 
 /* Which dims a reduction covers: mask[d] set. dim None, absent or [] means all. */
@@ -280,6 +291,26 @@ int shape_scan(S *s) {
   else if (bool_arg(s, "half_to_float") && dt == DT_F16) dt = DT_F32;
   else if (!dtype_is_float(dt) && !cum) return fail(s, "%s", "softmax needs a floating-point input");
   like(s, 0, x, dt);
+  return 0;
+}
+
+/* sort and topk: values and int64 indices, the sorted dim of length k for topk */
+int shape_sort(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  const Arg *k = arg(s, "k");
+  if (k) {
+    int64_t kv, len;
+    if (int_arg(s, "k", &kv)) return -1;
+    if (kv < 0 || (x->rank && expr_is_const(x->sizes[d], &len) && kv > len) || (!x->rank && kv > 1)) return fail(s, "%s", "k out of range for the dim");
+    if (x->rank) sizes[d] = k->u.i;
+  }
+  if (x->dtype == DT_BOOL || x->dtype == DT_F16 || x->dtype == DT_BF16) return fail(s, "sorting %s tensors is not supported", dtype_name(x->dtype));
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  set_out(s, 1, DT_I64, x->rank, sizes);
   return 0;
 }
 
@@ -965,6 +996,46 @@ int shape_embedding(S *s) {
   return 0;
 }
 
+/* embedding_dense_backward: [num_weights, embedding dim] */
+int shape_embedding_backward(S *s) {
+  Value *g = tensor(s, "grad_output"), *idx = tensor(s, "indices");
+  const Arg *nw = arg(s, "num_weights");
+  if (dtype_is_float(idx->dtype) || idx->dtype == DT_BOOL) return fail(s, "%s", "indices must be integers");
+  if (g->rank != idx->rank + 1) return fail(s, "%s", "grad_output must have the indices' shape and one more dim");
+  for (int d = 0; d < idx->rank; d++)
+    if (!expr_same(s->g, g->sizes[d], idx->sizes[d])) return fail(s, "%s", "grad_output must have the indices' shape and one more dim");
+  if (nw->k != AK_INT || expr_hint(s->g, nw->u.i) < 0) return fail(s, "%s", "num_weights must be a size");
+  const Expr *sizes[2] = {nw->u.i, g->sizes[g->rank - 1]};
+  set_out(s, 0, g->dtype, 2, sizes);
+  return 0;
+}
+
+/* max_pool2d_with_indices_backward: self's shape, from a gradient and indices of the pooled shape */
+int shape_max_pool_backward(S *s) {
+  Value *g = tensor(s, "grad_output"), *x = tensor(s, "self"), *ix = tensor(s, "indices");
+  if ((x->rank != 3 && x->rank != 4) || g->rank != x->rank || ix->rank != x->rank || ix->dtype != DT_I64 || !dtype_is_float(g->dtype))
+    return fail(s, "%s", "max_pool2d_with_indices_backward needs float [N,] C, H, W tensors and int64 indices of the pooled shape");
+  for (int d = 0; d < g->rank; d++)
+    if (!expr_same(s->g, g->sizes[d], ix->sizes[d]) || (d < g->rank - 2 && !expr_same(s->g, g->sizes[d], x->sizes[d])))
+      return fail(s, "%s", "grad_output and indices must have the pooled shape");
+  like(s, 0, x, g->dtype);
+  return 0;
+}
+
+/* masked_scatter: self's shape; the mask a bool that broadcasts to it */
+int shape_masked_scatter(S *s) {
+  Value *x = tensor(s, "self"), *m = tensor(s, "mask"), *src = tensor(s, "source");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  int rank = x->rank;
+  if (m->dtype != DT_BOOL) return fail(s, "%s", "the mask must be bool");
+  if (broadcast_into(s, sizes, &rank, m)) return -1;
+  if (rank != x->rank) return fail(s, "%s", "the mask does not broadcast to self");
+  if (src->dtype != x->dtype) return fail(s, "%s", "source must have self's dtype");
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
 /* select_scatter, slice_scatter: self's shape; src must have the shape of the view it replaces */
 int shape_view_scatter(S *s) {
   Value *x = tensor(s, "self"), *src = tensor(s, "src");
@@ -1017,8 +1088,18 @@ int shape_diff(S *s) {
 
 int shape_pad(S *s) {
   Value *x = tensor(s, "self");
-  const Arg *p = arg(s, "pad");
+  const Arg *p = arg(s, "pad") ? arg(s, "pad") : arg(s, "padding");
   if (p->k != AK_INTS || p->n % 2 || p->n / 2 > x->rank) return fail(s, "%s", "pad needs an even number of values, two per padded dim");
+  int mode = pad_mode(s->n);
+  if (mode < 0) return fail(s, "%s", "unknown padding mode (constant, reflect, replicate or circular)");
+  for (int i = 0; mode && i < p->n / 2; i++) {   /* PyTorch's own checks */
+    int64_t lo, hi, L;
+    const Expr *len = x->sizes[x->rank - 1 - i];
+    if (!expr_is_const(p->u.is[2 * i], &lo) || !expr_is_const(p->u.is[2 * i + 1], &hi) || !expr_is_const(len, &L)) continue;
+    if (L == 0) return fail(s, "%s", "cannot pad an empty dim by reflecting, replicating or wrapping it");
+    if (mode == 1 && (lo >= L || hi >= L)) return fail(s, "%s", "reflect padding must be smaller than the dim it pads");
+    if (mode == 3 && (lo > L || hi > L)) return fail(s, "%s", "circular padding must be at most the dim it pads");
+  }
   const Expr *sizes[GG_MAX_RANK];
   memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
   for (int i = 0; i < p->n / 2; i++) {
@@ -1078,7 +1159,7 @@ int shape_arange(S *s) {
 int shape_full(S *s) {
   const char *name = s->n->op->name;
   Value *self = tensor(s, "self");
-  const Arg *fill = arg(s, "fill_value") ? arg(s, "fill_value") : arg(s, "s");
+  const Arg *fill = arg(s, "fill_value") ? arg(s, "fill_value") : arg(s, "s") ? arg(s, "s") : arg(s, "value");
   DType dflt = DT_F32;
   if (self) dflt = self->dtype;
   else if (fill && strcmp(name, "scalar_tensor")) dflt = fill->k == AK_INT ? DT_I64 : fill->k == AK_BOOL ? DT_BOOL : DT_F32;
@@ -1155,6 +1236,14 @@ int shape_assert(S *s) {
 int shape_sym_size(S *s) {
   Value *x = tensor(s, "self");
   int64_t d;
+  if (!arg(s, "dim")) {   /* sym_numel */
+    const Expr *n = C(s, 1);
+    for (int i = 0; i < x->rank; i++) n = MUL(s, n, x->sizes[i]);
+    s->out[0].is_sym = true;
+    s->out[0].sym = n;
+    s->nouts = 1;
+    return 0;
+  }
   if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
   if (x->rank == 0) return fail(s, "%s", "sym_size of a 0-d tensor");
   s->out[0].is_sym = true;

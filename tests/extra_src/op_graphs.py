@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Writes test cases for ops as hand-made ExportedProgram graphs, with PyTorch's answers, where
+torch.export is not at hand (Debian's python3-torch is 1.13): each case is a few nodes of Core ATen
+ops that a real export writes the same way (the schema's argument names, the serialized argument
+kinds), their inputs, and out.N / ref64.out.N computed by PyTorch in float32 and float64 (the
+corpus's format: model.pt2, io.safetensors, case.json). Usage: op_graphs.py OUTDIR [CASE...]"""
+import json, os, struct, sys, zipfile
+
+import torch
+
+OUT = sys.argv[1]
+ONLY = set(sys.argv[2:])
+CODE = {torch.uint8: 1, torch.int8: 2, torch.int16: 3, torch.int32: 4, torch.int64: 5, torch.float16: 6, torch.float32: 7,
+        torch.float64: 8, torch.bool: 12, torch.bfloat16: 13}
+ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
+      torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def save_st(path, tensors):
+    hdr, blobs, off = {}, [], 0
+    for k, t in tensors.items():
+        t = t.detach().contiguous()
+        b = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        hdr[k] = {"dtype": ST[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+class Ref:   # a tensor argument: a graph input or an earlier node's output, by name
+    def __init__(s, name):
+        s.name = name
+
+
+class SymRef:   # a symbolic int a node made (sym_size, sym_numel), by name
+    def __init__(s, name):
+        s.name = name
+
+
+def arg_json(v):
+    if isinstance(v, Ref):
+        return {"as_tensor": {"name": v.name}}
+    if isinstance(v, SymRef):
+        return {"as_sym_int": {"as_name": v.name}}
+    if isinstance(v, list) and any(isinstance(x, SymRef) for x in v):
+        return {"as_sym_ints": [{"as_name": x.name} if isinstance(x, SymRef) else {"as_int": x} for x in v]}
+    if isinstance(v, torch.dtype):
+        return {"as_scalar_type": CODE[v]}
+    if v is None:
+        return {"as_none": True}
+    if isinstance(v, bool):
+        return {"as_bool": v}
+    if isinstance(v, int):
+        return {"as_int": v}
+    if isinstance(v, float):
+        return {"as_float": v}
+    if isinstance(v, str):
+        return {"as_string": v}
+    if isinstance(v, list) and all(isinstance(x, Ref) for x in v):
+        return {"as_tensors": [{"name": x.name} for x in v]}
+    if isinstance(v, list) and all(isinstance(x, bool) for x in v):
+        return {"as_bools": v}
+    if isinstance(v, list):
+        return {"as_ints": v}
+    raise TypeError(v)
+
+
+def meta(t):
+    strides = [1] * t.dim()
+    for d in range(t.dim() - 2, -1, -1):
+        strides[d] = strides[d + 1] * t.shape[d + 1]
+    return {"dtype": CODE[t.dtype], "sizes": [{"as_int": s} for s in t.shape], "requires_grad": False, "device": {"type": "cpu", "index": None},
+            "strides": [{"as_int": s} for s in strides], "storage_offset": {"as_int": 0}, "layout": 7}
+
+
+class Graph:
+    """Nodes in order; fn(*tensors of its arguments) gives PyTorch's result (a tensor or a tuple)."""
+    def __init__(s, name, **inputs):
+        s.name, s.inputs, s.nodes, s.outputs = name, inputs, [], []
+
+    def node(s, target, args, fn, out=True):
+        names = ["%s_%d" % (target.split(".")[0], len(s.nodes))]
+        s.nodes.append((target, args, fn, names, "tensor"))
+        refs = Ref(names[0])
+        if out:
+            s.outputs.append(names[0])
+        return refs
+
+    def sym(s, target, args, fn):   # a node whose output is a symbolic int
+        name = "%s_%d" % (target.split(".")[0], len(s.nodes))
+        s.nodes.append((target, args, fn, [name], "sym"))
+        return SymRef(name)
+
+    def multi(s, target, args, fn, nout, outs):   # a node of several outputs; outs: which are graph outputs
+        base = "%s_%d" % (target.split(".")[0], len(s.nodes))
+        names = ["%s_%d" % (base, i) for i in range(nout)]
+        s.nodes.append((target, args, fn, names, "tensor"))
+        s.outputs += [names[i] for i in outs]
+        return [Ref(n) for n in names]
+
+    def evaluate(s, wide):
+        env = {k: (v.double() if wide and v.is_floating_point() else v) for k, v in s.inputs.items()}
+        for target, args, fn, names, _ in s.nodes:
+            def val(a):
+                if isinstance(a, (Ref, SymRef)):
+                    return env[a.name]
+                if isinstance(a, list):
+                    return [val(x) for x in a]
+                return a
+            vals = [val(a) for _, a in args]
+            r = fn(*vals)
+            for n, t in zip(names, r if isinstance(r, tuple) else (r,)):
+                env[n] = t
+        return env
+
+    def write(s):
+        env = s.evaluate(False)
+        env64 = s.evaluate(True)
+        nodes = []
+        syms = {}
+        for target, args, fn, names, kind in s.nodes:
+            if kind == "sym":
+                syms[names[0]] = {"as_int": int(env[names[0]])}
+            outs = [{"as_sym_int": {"as_name": n}} if kind == "sym" else {"as_tensor": {"name": n}} for n in names]
+            nodes.append({"target": "torch.ops.aten." + target, "inputs": [{"name": k, "arg": arg_json(v), "kind": 1} for k, v in args],
+                          "outputs": outs, "metadata": {}, "is_hop_single_tensor_return": None, "name": names[0]})
+        tv = {k: meta(v) for k, v in env.items() if k not in syms}
+        graph = {"inputs": [{"as_tensor": {"name": k}} for k in s.inputs], "outputs": [{"as_tensor": {"name": k}} for k in s.outputs],
+                 "nodes": nodes, "tensor_values": tv, "sym_int_values": syms, "sym_bool_values": {}, "is_single_tensor_return": False,
+                 "custom_obj_values": {}, "sym_float_values": {}}
+        sig = {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": k}}}} for k in s.inputs],
+               "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": k}}}} for k in s.outputs]}
+        ep = {"graph_module": {"graph": graph, "signature": sig, "module_call_graph": [], "metadata": {}, "treespec_namedtuple_fields": {}},
+              "opset_version": {"aten": 10}, "range_constraints": {}, "schema_version": {"major": 8, "minor": 17}, "verifiers": ["ATEN"],
+              "torch_version": "hand-written graph, answers of PyTorch " + torch.__version__, "guards_code": []}
+        d = os.path.join(OUT, s.name)
+        os.makedirs(d, exist_ok=True)
+        with zipfile.ZipFile(os.path.join(d, "model.pt2"), "w", zipfile.ZIP_STORED) as z:
+            for p, text in (("model/archive_format", "pt2"), ("model/archive_version", "0"), ("model/byteorder", "little"), ("model/.data/version", "6\n"),
+                            ("model/data/weights/model_weights_config.json", '{"config": {}}'),
+                            ("model/data/constants/model_constants_config.json", '{"config": {}}'), ("model/models/model.json", json.dumps(ep))):
+                z.writestr(zipfile.ZipInfo(p, (1980, 1, 1, 0, 0, 0)), text)
+        io = {"in.%d" % i: v for i, v in enumerate(s.inputs.values())}
+        for i, k in enumerate(s.outputs):
+            io["out.%d" % i] = env[k]
+            io["ref64.out.%d" % i] = env64[k]
+        save_st(os.path.join(d, "io.safetensors"), io)
+        case = {"name": s.name, "group": "extra", "kind": "inference", "source": "tests/extra_src/op_graphs.py (hand-written graph)",
+                "ops": sorted({"aten." + n[0] for n in s.nodes}), "torch_version": torch.__version__}
+        with open(os.path.join(d, "case.json"), "w") as f:
+            json.dump(case, f, indent=1)
+
+
+torch.manual_seed(0)
+CASES = []
+
+
+def case(f):
+    CASES.append(f)
+    return f
+
+
+@case
+def unary_inverse():   # the inverse trigonometric and hyperbolic functions, isinf
+    x = torch.rand(3, 17) * 1.8 - 0.9                 # inside (-1, 1)
+    big = torch.rand(3, 17) * 4 + 1.0                 # >= 1 for acosh
+    g = Graph("unary_inverse", x=x, big=big)
+    X, B = Ref("x"), Ref("big")
+    g.node("acos.default", [("self", X)], torch.acos)
+    g.node("asinh.default", [("self", B)], torch.asinh)
+    g.node("acosh.default", [("self", B)], torch.acosh)
+    g.node("atanh.default", [("self", X)], torch.atanh)
+    r = g.node("reciprocal.default", [("self", X)], torch.reciprocal, out=False)
+    e = g.node("mul.Tensor", [("self", r), ("other", 1e38)], lambda a, b: a * b, out=False)   # some overflow to inf
+    g.node("isinf.default", [("self", e)], torch.isinf)
+    return g
+
+
+@case
+def binary_modes():   # fmod of two tensors, division by a number with rounding modes, bitwise ops with numbers
+    a = torch.randn(4, 9) * 5
+    b = torch.rand(4, 9) * 2 + 0.5
+    i = torch.randint(-50, 50, (4, 9))
+    g = Graph("binary_modes", a=a, b=b, i=i)
+    A, Bv, I = Ref("a"), Ref("b"), Ref("i")
+    g.node("fmod.Tensor", [("self", A), ("other", Bv)], torch.fmod)
+    g.node("div.Scalar_mode", [("self", A), ("other", 0.7), ("rounding_mode", "floor")], lambda x, o, m: torch.div(x, o, rounding_mode=m))
+    g.node("div.Scalar_mode", [("self", I), ("other", 3), ("rounding_mode", "trunc")], lambda x, o, m: torch.div(x, o, rounding_mode=m))
+    g.node("div.Scalar_mode", [("self", A), ("other", 3.0), ("rounding_mode", None)], lambda x, o, m: torch.div(x, o, rounding_mode=m))
+    g.node("bitwise_and.Scalar", [("self", I), ("other", 12)], torch.bitwise_and)
+    g.node("bitwise_or.Scalar", [("self", I), ("other", 5)], torch.bitwise_or)
+    g.node("bitwise_xor.Scalar", [("self", I), ("other", -3)], torch.bitwise_xor)
+    return g
+
+
+@case
+def fill_copy():   # fill.Scalar, fill.Tensor, copy (broadcast and cast), empty_strided (zeros here: only its shape is read)
+    x = torch.randn(3, 5)
+    v = torch.tensor(2.5, dtype=torch.float64)
+    row = torch.randn(5, dtype=torch.float64)
+    g = Graph("fill_copy", x=x, v=v, row=row)
+    X, V, R = Ref("x"), Ref("v"), Ref("row")
+    g.node("fill.Scalar", [("self", X), ("value", -1.25)], lambda t, s: torch.full_like(t, s))
+    f = g.node("fill.Tensor", [("self", X), ("value", V)], lambda t, s: torch.full_like(t, float(s)))
+    g.node("copy.default", [("self", X), ("src", R)], lambda t, s: s.to(t.dtype).expand_as(t).clone())
+    e = g.node("empty_strided.default", [("size", [3, 5]), ("stride", [5, 1]), ("dtype", torch.float32)], lambda *a: torch.zeros(3, 5), out=False)
+    g.node("add.Tensor", [("self", e), ("other", f)], lambda a, b: a + b)
+    return g
+
+
+@case
+def pad_modes():   # reflection and replication padding of 1, 2 and 3 dims, pad with its modes
+    x3 = torch.randn(2, 3, 7)
+    x4 = torch.randn(2, 2, 5, 6)
+    x5 = torch.randn(1, 2, 3, 4, 5)
+    g = Graph("pad_modes", x3=x3, x4=x4, x5=x5)
+    A, B, C = Ref("x3"), Ref("x4"), Ref("x5")
+    F = torch.nn.functional
+    g.node("reflection_pad1d.default", [("self", A), ("padding", [3, 2])], lambda t, p: F.pad(t, p, mode="reflect"))
+    g.node("reflection_pad2d.default", [("self", B), ("padding", [2, 1, 0, 4])], lambda t, p: F.pad(t, p, mode="reflect"))
+    g.node("reflection_pad3d.default", [("self", C), ("padding", [1, 1, 2, 0, 1, 2])], lambda t, p: F.pad(t, p, mode="reflect"))
+    g.node("replication_pad1d.default", [("self", A), ("padding", [4, 1])], lambda t, p: F.pad(t, p, mode="replicate"))
+    g.node("replication_pad2d.default", [("self", B), ("padding", [1, 3, 2, 2])], lambda t, p: F.pad(t, p, mode="replicate"))
+    g.node("replication_pad3d.default", [("self", C), ("padding", [2, 0, 1, 1, 0, 3])], lambda t, p: F.pad(t, p, mode="replicate"))
+    g.node("pad.default", [("self", B), ("pad", [2, 3, 1, 1]), ("mode", "circular"), ("value", None)], lambda t, p, m, v: F.pad(t, p, mode=m))
+    g.node("pad.default", [("self", B), ("pad", [-1, 2, 1, -2]), ("mode", "replicate"), ("value", None)], lambda t, p, m, v: F.pad(t, p, mode=m))
+    return g
+
+
+@case
+def sort_topk():   # sort along a middle and the last dim, both directions, NaNs, integers, ties (stable); topk both ways
+    x = torch.randn(3, 6, 5)
+    xn = torch.randn(4, 7)
+    z = torch.rand(4, 7) + 0.5
+    z[0, 2] = z[2, 5] = z[3, 0] = 0.0                 # z / z: NaN there, 1 elsewhere
+    ti = torch.randint(0, 4, (5, 9))                   # many ties
+    g = Graph("sort_topk", x=x, xn=xn, z=z, ti=ti)
+    X, XN, Z, TI = Ref("x"), Ref("xn"), Ref("z"), Ref("ti")
+    g.multi("sort.default", [("self", X), ("dim", 1), ("descending", False)], lambda t, d, de: torch.sort(t, d, de), 2, [0, 1])
+    g.multi("sort.default", [("self", X), ("dim", -1), ("descending", True)], lambda t, d, de: torch.sort(t, d, de), 2, [0, 1])
+    nn_ = g.node("div.Tensor", [("self", Z), ("other", Z)], lambda a, b: a / b, out=False)
+    xnan = g.node("mul.Tensor", [("self", XN), ("other", nn_)], lambda a, b: a * b, out=False)
+    # NaN sorts above every number; only the indices are outputs (finite differences cannot take NaN values)
+    g.multi("sort.default", [("self", xnan), ("dim", 1), ("descending", False)], lambda t, d, de: torch.sort(t, d, de), 2, [1])
+    g.multi("sort.default", [("self", xnan), ("dim", 1), ("descending", True)], lambda t, d, de: torch.sort(t, d, de), 2, [1])
+    g.multi("sort.stable", [("self", TI), ("stable", True), ("dim", 1), ("descending", True)],
+            lambda t, st, d, de: torch.sort(t, stable=st, dim=d, descending=de), 2, [0, 1])
+    g.multi("topk.default", [("self", X), ("k", 3), ("dim", 1), ("largest", True), ("sorted", True)], lambda t, k, d, l, so: torch.topk(t, k, d, l, so), 2, [0, 1])
+    g.multi("topk.default", [("self", X), ("k", 2), ("dim", -1), ("largest", False), ("sorted", True)], lambda t, k, d, l, so: torch.topk(t, k, d, l, so), 2, [0, 1])
+    return g
+
+
+@case
+def joint_graph_ops():   # backward ops that exported joint graphs hold: embedding and max pooling gradients
+    g_out = torch.randn(2, 3, 4)
+    ids = torch.tensor([[1, 4, 1], [0, 5, 4]])
+    x = torch.randn(2, 3, 9, 8)
+    gp = torch.randn(2, 3, 5, 4)
+    g = Graph("joint_graph_ops", g_out=g_out, ids=ids, x=x, gp=gp)
+    G_, I, X, GP = Ref("g_out"), Ref("ids"), Ref("x"), Ref("gp")
+    g.node("embedding_dense_backward.default", [("grad_output", G_), ("indices", I), ("num_weights", 6), ("padding_idx", 1), ("scale_grad_by_freq", False)],
+           torch.ops.aten.embedding_dense_backward)
+    pool = g.multi("max_pool2d_with_indices.default", [("self", X), ("kernel_size", [3, 3]), ("stride", [2, 2]), ("padding", [1, 1]), ("dilation", [1, 1]), ("ceil_mode", False)],
+                   torch.ops.aten.max_pool2d_with_indices, 2, [0])
+    g.node("max_pool2d_with_indices_backward.default", [("grad_output", GP), ("self", X), ("kernel_size", [3, 3]), ("stride", [2, 2]), ("padding", [1, 1]),
+                                                        ("dilation", [1, 1]), ("ceil_mode", False), ("indices", pool[1])],
+           torch.ops.aten.max_pool2d_with_indices_backward)
+    return g
+
+
+@case
+def masked_scatter_numel():   # masked_scatter with a broadcast mask; sym_numel feeding a view
+    x = torch.randn(3, 5)
+    m = torch.tensor([[True, False, True, True, False]])
+    src = torch.randn(4, 4)
+    g = Graph("masked_scatter_numel", x=x, m=m, src=src)
+    X, M, S = Ref("x"), Ref("m"), Ref("src")
+    g.node("masked_scatter.default", [("self", X), ("mask", M), ("source", S)], torch.masked_scatter)
+    n = g.sym("sym_numel.default", [("self", X)], lambda t: t.numel())
+    g.node("view.default", [("self", X), ("size", [n])], lambda t, sz: t.view(sz))
+    return g
+
+
+for f in CASES:
+    if not ONLY or f.__name__ in ONLY:
+        f().write()
+        print("wrote", f.__name__)
