@@ -942,12 +942,40 @@ int shape_index_select(S *s) {
   return 0;
 }
 
+/* index no larger than `t` along every dim (but skip), as PyTorch's gather and scatter require */
+static int index_within(S *s, const Value *idx, const Value *t, int64_t skip, const char *what) {
+  for (int i = 0; i < idx->rank && i < t->rank; i++) {
+    if (i == skip) continue;
+    int64_t a, b;
+    if (expr_is_const(idx->sizes[i], &a) && expr_is_const(t->sizes[i], &b) && a > b) {
+      char buf[160];
+      snprintf(buf, sizeof buf, "index is larger than %s at dim %d (%lld > %lld)", what, i, (long long)a, (long long)b);
+      return fail(s, "%s", buf);
+    }
+  }
+  return 0;
+}
+
 int shape_gather(S *s) {
   Value *x = tensor(s, "self"), *idx = tensor(s, "index");
   int64_t d;
   if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
   if (dtype_is_float(idx->dtype) || (idx->rank != x->rank && !(idx->rank <= 1 && x->rank <= 1))) return fail(s, "%s", "index must be an integer tensor of the input's rank");
+  if (index_within(s, idx, x, d, "self")) return -1;
   like(s, 0, idx, x->dtype);
+  return 0;
+}
+
+/* scatter, scatter_add: self's shape; index no larger than src anywhere, nor than self off dim */
+int shape_scatter(S *s) {
+  Value *x = tensor(s, "self"), *idx = tensor(s, "index"), *src = tensor(s, "src");
+  int64_t d;
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (dtype_is_float(idx->dtype) || idx->dtype == DT_BOOL || (idx->rank != x->rank && !(idx->rank <= 1 && x->rank <= 1)))
+    return fail(s, "%s", "index must be an integer tensor of the input's rank");
+  if (src && src->rank != idx->rank && !(idx->rank <= 1 && src->rank <= 1)) return fail(s, "%s", "src must have the index's rank");
+  if (index_within(s, idx, x, d, "self") || (src && index_within(s, idx, src, -1, "src"))) return -1;
+  like(s, 0, x, x->dtype);
   return 0;
 }
 
