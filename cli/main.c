@@ -182,10 +182,65 @@ static const char usage_minify[] =
   "inputs) as DIR/inputs.safetensors, and the interpreter's answers as DIR/expected.safetensors.\n"
   "Exit status 1 when it found and wrote a failing repro, 0 when nothing fails.\n";
 
+/* Edit distance (insertions, deletions, substitutions) of a and b, for "did you mean" */
+static int distance(const char *a, const char *b) {
+  size_t n = strlen(b);
+  if (strlen(a) > 64 || n > 64) return 99;
+  int row[65];
+  for (size_t j = 0; j <= n; j++) row[j] = (int)j;
+  for (size_t i = 1; *a; a++, i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= n; j++) {
+      int up = row[j], best = diag + (*a != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[n];
+}
+
+/* The word of `text` (options: "--x-y" tokens of a usage text; else the commands) closest to `word`,
+ * if it is close: at most a third of its letters off. */
+static const char *closest(const char *word, const char *text) {
+  static char best[64];
+  static const char *const commands[] = {"compile", "run", "bench", "explain", "ops", "check", "minify", NULL};
+  int bd = 99;
+  best[0] = 0;
+  if (text) {
+    for (const char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
+      char tok[64];
+      size_t k = 0;
+      while (k < sizeof tok - 1 && (p[k] == '-' || (p[k] >= 'a' && p[k] <= 'z') || (p[k] >= '0' && p[k] <= '9'))) { tok[k] = p[k]; k++; }
+      tok[k] = 0;
+      int d = k > 2 ? distance(word, tok) : 99;
+      if (d < bd) { bd = d; memcpy(best, tok, k + 1); }
+    }
+  } else
+    for (int i = 0; commands[i]; i++) {
+      int d = distance(word, commands[i]);
+      if (d < bd) { bd = d; snprintf(best, sizeof best, "%s", commands[i]); }
+    }
+  return bd > 0 && bd <= (int)(strlen(word) + 2) / 3 ? best : NULL;
+}
+
+/* A usage error: what is wrong (with "did you mean" for an unknown option or command), the usage line,
+ * and where the rest is; exit status 2. */
 static int usage_error(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, "%s: ", prog);
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n\n%s", usage);
+  const char *near = NULL;
+  if (strstr(fmt, "unknown option")) near = closest(arg, usage);
+  else if (strstr(fmt, "unknown command")) near = closest(arg, NULL);
+  if (near) fprintf(stderr, " (did you mean '%s'?)", near);
+  const char *eol = strchr(usage, '\n');
+  fprintf(stderr, "\n%.*s\n", (int)(eol ? eol - usage : (ptrdiff_t)strlen(usage)), usage);
+  const char *cmd = usage + 17;   /* "usage: gcc-graph " */
+  size_t cl = strcspn(cmd, " \n");
+  if (usage == usage_main || !strncmp(cmd, "<command>", 9)) fprintf(stderr, "Run '%s --help' for the commands, 'man gcc-graph' for everything.\n", prog);
+  else fprintf(stderr, "Run '%s %.*s --help' for its options.\n", prog, (int)cl, cmd);
   return 2;
 }
 

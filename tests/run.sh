@@ -141,6 +141,11 @@ expect 0 "usage: gcc-graph explain" -- "$GG" explain --help
 expect 2 "usage" -- "$GG"
 expect 2 "unknown command 'frob'" -- "$GG" frob
 expect 2 "unknown option '--frob'" -- "$GG" run $M/mlp/model.pt2 --frob
+# a usage error is what is wrong, the usage line and where to read more; close misspellings are named
+expect 2 "did you mean '--optimizer'?" -- "$GG" compile $M/mlp/model.pt2 --train --optimzer sgd -o "$TMP/x.so"
+expect 2 "did you mean 'compile'?" -- "$GG" compil $M/mlp/model.pt2
+expect 2 "Run 'gcc-graph run --help' for its options." -- "$GG" run $M/mlp/model.pt2 --frob
+[ "$(wc -l <"$TMP/err")" -le 3 ] && ok || no "a usage error took $(wc -l <"$TMP/err") lines"
 expect 2 "missing --inputs" -- "$GG" run $M/mlp/model.pt2 -o "$TMP/o.st"
 expect 2 "needs a value" -- "$GG" run $M/mlp/model.pt2 --inputs
 expect 1 "cannot open" -- "$GG" explain "$TMP/nonexistent.pt2"
