@@ -496,6 +496,30 @@ int decomp_max_pool_backward(Rw *r, Node *n) {
   return s && CALL(r, n->outs[0], "reshape", "self", T(s), "shape", EXPRS(r, x->rank, x->sizes)) ? 0 : -1;
 }
 
+/* native_layer_norm_backward, with xh = (x - mean) rstd over the last k dims and gh = g * weight:
+ * dx = rstd (gh - mean(gh) - xh mean(gh xh)), dweight = sum over the batch dims of g xh, dbias = sum of g */
+int decomp_layer_norm_backward(Rw *r, Node *n) {
+  Value *g = rw_targ(n, "grad_out"), *x = rw_targ(n, "input"), *m = rw_targ(n, "mean"), *rs = rw_targ(n, "rstd"), *w = rw_targ(n, "weight");
+  int k = rw_arg(n, "normalized_shape")->n, nb = x->rank - k;
+  int64_t nd[GG_MAX_RANK], bd[GG_MAX_RANK];
+  for (int i = 0; i < k; i++) nd[i] = nb + i;
+  for (int i = 0; i < nb; i++) bd[i] = i;
+  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(m));
+  Value *xh = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(rs)) : NULL;
+  Value *gh = w ? CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(w)) : g;
+  Value *a = gh ? CALL(r, NULL, "mean.dim", "self", T(gh), "dim", INTS(r, k, nd), "keepdim", BO(true)) : NULL;
+  Value *ghx = a && xh ? CALL(r, NULL, "mul.Tensor", "self", T(gh), "other", T(xh)) : NULL;
+  Value *b = ghx ? CALL(r, NULL, "mean.dim", "self", T(ghx), "dim", INTS(r, k, nd), "keepdim", BO(true)) : NULL;
+  Value *t1 = b ? CALL(r, NULL, "sub.Tensor", "self", T(gh), "other", T(a)) : NULL;
+  Value *t2 = t1 ? CALL(r, NULL, "mul.Tensor", "self", T(xh), "other", T(b)) : NULL;
+  Value *t3 = t2 ? CALL(r, NULL, "sub.Tensor", "self", T(t1), "other", T(t2)) : NULL;
+  if (!t3 || !CALL(r, n->outs[0], "mul.Tensor", "self", T(t3), "other", T(rs))) return -1;
+  Value *gx = CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(xh));
+  if (!gx) return -1;
+  if (nb == 0) return CALL(r, n->outs[1], "clone", "self", T(gx)) && CALL(r, n->outs[2], "clone", "self", T(g)) ? 0 : -1;
+  return CALL(r, n->outs[1], "sum.dim_IntList", "self", T(gx), "dim", INTS(r, nb, bd)) && CALL(r, n->outs[2], "sum.dim_IntList", "self", T(g), "dim", INTS(r, nb, bd)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy_ of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy_", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

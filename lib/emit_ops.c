@@ -1253,4 +1253,5 @@ DECOMPOSED(emit_fill_tensor)
 DECOMPOSED(emit_masked_scatter)
 DECOMPOSED(emit_embedding_backward)
 DECOMPOSED(emit_max_pool_backward)
+DECOMPOSED(emit_layer_norm_backward)
 

@@ -400,6 +400,39 @@ int eval_max_pool_backward(E *e) {
   return 0;
 }
 
+/* native_layer_norm_backward: decompose.c's formulas, in double */
+int eval_layer_norm_backward(E *e) {
+  Interp *I = e->I;
+  Tensor *g = T(e, "grad_out"), *x = T(e, "input"), *w = T(e, "weight");
+  Tensor *m = expand_to(I, T(e, "mean"), x->rank, x->sizes), *rs = expand_to(I, T(e, "rstd"), x->rank, x->sizes);
+  int64_t n = tensor_numel(x), L = tensor_numel(e->outs[1]), rows = L ? n / L : 0;
+  double *gv = read_f64(I, g), *xv = read_f64(I, x), *mv = read_f64(I, m), *rv = read_f64(I, rs), *wv = w ? read_f64(I, w) : NULL;
+  double *dx = arena_array(I->c->arena, (size_t)n + 1, sizeof *dx), *dw = arena_array(I->c->arena, (size_t)L + 1, sizeof *dw),
+         *db = arena_array(I->c->arena, (size_t)L + 1, sizeof *db);
+  for (int64_t r = 0; r < rows; r++) {
+    double a = 0, b = 0;
+    for (int64_t j = 0; j < L; j++) {
+      int64_t i = r * L + j;
+      double xh = (xv[i] - mv[i]) * rv[i], gh = gv[i] * (wv ? wv[j] : 1);
+      a += gh;
+      b += gh * xh;
+      dw[j] += gv[i] * xh;
+      db[j] += gv[i];
+    }
+    a /= (double)L;
+    b /= (double)L;
+    for (int64_t j = 0; j < L; j++) {
+      int64_t i = r * L + j;
+      double xh = (xv[i] - mv[i]) * rv[i], gh = gv[i] * (wv ? wv[j] : 1);
+      dx[i] = (gh - a - xh * b) * rv[i];
+    }
+  }
+  write_f64(e->outs[0], dx);
+  write_f64(e->outs[1], dw);
+  write_f64(e->outs[2], db);
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));

@@ -1038,6 +1038,30 @@ int shape_embedding_backward(S *s) {
   return 0;
 }
 
+/* native_layer_norm_backward: the input's gradient, then the weight's and bias's (normalized_shape) */
+int shape_layer_norm_backward(S *s) {
+  Value *g = tensor(s, "grad_out"), *x = tensor(s, "input"), *m = tensor(s, "mean"), *r = tensor(s, "rstd");
+  const Arg *ns = arg(s, "normalized_shape");
+  if (ns->k != AK_INTS || ns->n < 1 || ns->n > x->rank) return fail(s, "%s", "normalized_shape must list 1 to rank sizes");
+  if (!dtype_is_float(x->dtype) || g->dtype != x->dtype || g->rank != x->rank || m->rank != x->rank || r->rank != x->rank)
+    return fail(s, "%s", "grad_out, input, mean and rstd must be float tensors of the input's rank");
+  for (int d = 0; d < x->rank; d++) {
+    int64_t one;
+    bool normed = d >= x->rank - ns->n;
+    if (!expr_same(s->g, g->sizes[d], x->sizes[d]) || (normed && !expr_same(s->g, ns->u.is[d - (x->rank - ns->n)], x->sizes[d])))
+      return fail(s, "%s", "grad_out and normalized_shape must match the input");
+    for (int k = 0; k < 2; k++) {
+      const Value *v = k ? r : m;
+      if (normed ? !(expr_is_const(v->sizes[d], &one) && one == 1) : !expr_same(s->g, v->sizes[d], x->sizes[d]))
+        return fail(s, "%s", "mean and rstd must have the input's shape with the normalized dims 1");
+    }
+  }
+  like(s, 0, x, x->dtype);
+  set_out(s, 1, x->dtype, ns->n, ns->u.is);
+  set_out(s, 2, x->dtype, ns->n, ns->u.is);
+  return 0;
+}
+
 /* max_pool2d_with_indices_backward: self's shape, from a gradient and indices of the pooled shape */
 int shape_max_pool_backward(S *s) {
   Value *g = tensor(s, "grad_output"), *x = tensor(s, "self"), *ix = tensor(s, "indices");

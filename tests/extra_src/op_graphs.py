@@ -275,6 +275,30 @@ def joint_graph_ops():   # backward ops that exported joint graphs hold: embeddi
 
 
 @case
+def layer_norm_backward():   # native_layer_norm_backward on the forward's mean and rstd, with and without an affine
+    x = torch.randn(3, 4, 5, 6)
+    gy = torch.randn(3, 4, 5, 6)
+    w = torch.rand(5, 6) + 0.5
+    b = torch.randn(5, 6)
+    x2 = torch.randn(7, 8)
+    g2 = torch.randn(7, 8)
+    g = Graph("layer_norm_backward", x=x, gy=gy, w=w, b=b, x2=x2, g2=g2)
+    X, GY, W, B, X2, G2 = Ref("x"), Ref("gy"), Ref("w"), Ref("b"), Ref("x2"), Ref("g2")
+    ln = g.multi("native_layer_norm.default", [("input", X), ("normalized_shape", [5, 6]), ("weight", W), ("bias", B), ("eps", 1e-5)],
+                 torch.ops.aten.native_layer_norm, 3, [0])
+    g.multi("native_layer_norm_backward.default", [("grad_out", GY), ("input", X), ("normalized_shape", [5, 6]), ("mean", ln[1]), ("rstd", ln[2]),
+                                                   ("weight", W), ("bias", B), ("output_mask", [True, True, True])],
+            torch.ops.aten.native_layer_norm_backward, 3, [0, 1, 2])
+    g.inputs["w2"], g.inputs["b2"] = torch.rand(8) + 0.5, torch.randn(8)
+    l2 = g.multi("native_layer_norm.default", [("input", X2), ("normalized_shape", [8]), ("weight", Ref("w2")), ("bias", Ref("b2")), ("eps", 1e-5)],
+                 torch.ops.aten.native_layer_norm, 3, [])
+    g.multi("native_layer_norm_backward.default", [("grad_out", G2), ("input", X2), ("normalized_shape", [8]), ("mean", l2[1]), ("rstd", l2[2]),
+                                                   ("weight", Ref("w2")), ("bias", Ref("b2")), ("output_mask", [True, True, True])],
+            torch.ops.aten.native_layer_norm_backward, 3, [0, 1, 2])
+    return g
+
+
+@case
 def masked_scatter_numel():   # masked_scatter with a broadcast mask; sym_numel feeding a view
     x = torch.randn(3, 5)
     m = torch.tensor([[True, False, True, True, False]])
