@@ -499,6 +499,7 @@ static int cmd_compile(int argc, char **argv) {
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");
   if (!o.output) return usage_error(usage_compile, "%s", "missing -o FILE");
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
+  if (o.tr.weight_decay < 0) o.tr.weight_decay = o.tr.optimizer == 3 ? 1e-2 : 0;   /* torch.optim.AdamW's default is 0.01, the others' 0 */
   CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0,
                        false, o.cuda_arch, getenv("NVCC"), PREC_FP32};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_compile, "unknown target '%s' (cpu or cuda)", o.target);
@@ -521,7 +522,6 @@ static int cmd_compile(int argc, char **argv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   co.jobs = o.jobs ? (int)o.jobs : ncpu >= 2 ? 2 : 1;
   if (!o.tr.on && (o.tr.optimizer || o.tr.loss || o.tr.save_all)) return usage_error(usage_compile, "%s", "--loss, --partition and --optimizer go with --train");
-  if (o.tr.weight_decay < 0) o.tr.weight_decay = o.tr.optimizer == 3 ? 1e-2 : 0;   /* torch.optim.AdamW's default is 0.01, the others' 0 */
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;
   Ctx *c = ctx_new();

@@ -111,6 +111,13 @@ expect 0 "0 failed" -- "$TMP/train_adam" $T/io.safetensors adam 0.01 0.8 0.99 1e
 expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer adamw --lr 0.01 --betas 0.8,0.99 --eps 1e-6 --weight-decay 0.1 -o "$TMP/adamw.so"
 expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/adamw.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_adamw"
 expect 0 "0 failed" -- "$TMP/train_adamw" $T/io.safetensors adamw 0.01 0.8 0.99 1e-6 0.1
+# weight decay left out: 0 for SGD and Adam, 0.01 for AdamW (torch.optim's defaults), and the steps follow that
+expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer sgd --lr 0.1 --momentum 0.9 -o "$TMP/sgd0.so"
+expect 0 "weight decay 0, momentum 0.9" -- "$GG" explain "$TMP/sgd0.so"
+expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/sgd0.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_sgd0"
+expect 0 "0 failed" -- "$TMP/train_sgd0" $T/io.safetensors sgd 0.1 0.9 0
+expect 0 "" -- "$GG" compile $T/model.pt2 --train --optimizer adamw -o "$TMP/adamw0.so"
+expect 0 "weight decay 0.01," -- "$GG" explain "$TMP/adamw0.so"
 # the default partition compiles and agrees too; explain reports both
 C=tests/corpus/train/cnn_train
 expect 0 "" -- "$GG" compile $C/model.pt2 --train --partition default -o "$TMP/cnn_default.so"
