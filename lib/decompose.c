@@ -520,9 +520,9 @@ int decomp_layer_norm_backward(Rw *r, Node *n) {
   return CALL(r, n->outs[1], "sum.dim_IntList", "self", T(gx), "dim", INTS(r, nb, bd)) && CALL(r, n->outs[2], "sum.dim_IntList", "self", T(g), "dim", INTS(r, nb, bd)) ? 0 : -1;
 }
 
-/* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy_ of it) */
+/* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
-  return CALL(r, n->outs[0], "copy_", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;
+  return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;
 }
 
 /* ---- rules used only when training (--train): the backward is built from primitives */

@@ -61,10 +61,8 @@ static const OpDef *functional_twin(const OpDef *op) {
   if (stem < 2 || op->name[stem - 1] != '_' || stem >= sizeof name) return NULL;
   memcpy(name, op->name, stem - 1);
   snprintf(name + stem - 1, sizeof name - (stem - 1), "%s", dot ? dot : "");
-  if (!strcmp(name, "fill.Scalar")) return ops_find("full_like");
   if (!strcmp(name, "zero")) return ops_find("zeros_like");
   if (!strcmp(name, "detach")) return ops_find("alias");
-  if (!strcmp(name, "copy")) return ops_find("copy_");   /* copy_ reads only src: out-of-place by construction */
   return ops_find(name);
 }
 
@@ -73,7 +71,6 @@ static Arg *remap_args(Graph *g, const OpDef *from, const Arg *args, const OpDef
   Arg *r = arena_array(g->ctx->arena, (size_t)to->nargs + 1, sizeof *r);
   for (int i = 0; i < to->nargs; i++) {
     const char *nm = to->args[i].name;
-    if (!strcmp(nm, "fill_value")) nm = "value";
     int j = ops_arg_index(from, nm);
     if (j < 0 && i == 0) j = 0;   /* dropout_(self) -> dropout(input) */
     if (j >= 0) r[i] = args[j];

@@ -211,6 +211,7 @@ def fill_copy():   # fill.Scalar, fill.Tensor, copy (broadcast and cast), empty_
     g.node("copy.default", [("self", X), ("src", R)], lambda t, s: s.to(t.dtype).expand_as(t).clone())
     e = g.node("empty_strided.default", [("size", [3, 5]), ("stride", [5, 1]), ("dtype", torch.float32)], lambda *a: torch.zeros(3, 5), out=False)
     g.node("add.Tensor", [("self", e), ("other", f)], lambda a, b: a + b)
+    g.node("mul.Tensor", [("self", X), ("other", 2.0)], lambda a, b: a * b)   # x itself is left as it was
     return g
 
 
