@@ -619,7 +619,7 @@ int emit_conv_backward(Em *e, Node *n) {
   int tmp = new_stor(e, S_SCRATCH, 0, gy->dt, MUL(e, MUL(e, icg, ksp), ocg));
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, e->cuda ? "convolution weight gradient" : "convolution weight gradient (im2col + GEMM)");
+  kernel_begin(e, n, "convolution weight gradient");
   const char *T = ctype(gy->dt);
   kopen(e, id, false, true);
   fprintf(f, "%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp", T, T, T, T, T, T);

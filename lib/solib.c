@@ -40,8 +40,9 @@ int load_lib(Ctx *c, const char *path, Lib *l) {
   *(void **)&l->backward = dlsym(l->h, "gg_backward");
   *(void **)&l->gradient = dlsym(l->h, "gg_gradient");
   *(void **)&l->train_step = dlsym(l->h, "gg_train_step");
-  const char *meta = l->metadata(), *opt = strstr(meta, "\"optimizer\":{\"kind\":\"");
-  l->has_optimizer = l->train_step && opt && strncmp(opt + 21, "none\"", 5);
+  static const char key[] = "\"optimizer\":{\"kind\":\"";
+  const char *opt = strstr(l->metadata(), key);
+  l->has_optimizer = l->train_step && opt && strncmp(opt + sizeof key - 1, "none\"", 5);
   return 0;
 }
 

@@ -464,35 +464,35 @@ static void launch_update(gg_model *m, gg_train_state *st) {
 /* Before a step: the optimizer's state on the device (zeroed at its first use), and the state's table
  * of tensors for the update kernel, written again when a buffer moved. */
 static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errlen) {
-  int kind = gg__train.optimizer, nt = 0;
-  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);
-  if (!t) return gg_rt_fail(err, errlen, "out of memory");
+  int kind = gg__train.optimizer;
   bool moved = false;
   for (int k = 0; k < gg__train.ngrads; k++) {
+    if (gg__train.grad_weight[k] < 0) continue;
+    size_t bytes = (size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * sizeof(float);
+    float **slot[2] = {kind != 1 || gg__train.momentum != 0 ? &m->opt_m[k] : NULL, kind != 1 ? &m->opt_v[k] : NULL};
+    for (int j = 0; j < 2; j++) {
+      if (!slot[j] || *slot[j]) continue;
+      if (!(*slot[j] = (float *)rt_alloc(bytes)) || cudaMemset(*slot[j], 0, bytes) != cudaSuccess) return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state");
+      moved = true;
+    }
+  }
+  if (!moved && st->table && st->table_gen == st->gen) return 0;   /* the table on the device is current */
+  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);
+  if (!t) return gg_rt_fail(err, errlen, "out of memory");
+  int nt = 0;
+  for (int k = 0; k < gg__train.ngrads; k++) {
     int i = gg__train.grad_weight[k];
-    if (i < 0) continue;
-    int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
-    size_t bytes = (size_t)n * sizeof(float);
-    if ((kind != 1 || gg__train.momentum != 0) && !m->opt_m[k]) {
-      if (!(m->opt_m[k] = (float *)rt_alloc(bytes)) || cudaMemset(m->opt_m[k], 0, bytes) != cudaSuccess) { free(t); return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state"); }
-      moved = true;
-    }
-    if (kind != 1 && !m->opt_v[k]) {
-      if (!(m->opt_v[k] = (float *)rt_alloc(bytes)) || cudaMemset(m->opt_v[k], 0, bytes) != cudaSuccess) { free(t); return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state"); }
-      moved = true;
-    }
-    t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k], n};
+    if (i >= 0)
+      t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k],
+                                numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k])};
   }
   size_t bytes = sizeof *t * (size_t)nt;
-  int rc = 0;
-  if (moved || !st->table || st->table_gen != st->gen || st->table_bytes != bytes) {
-    rt_free(st->table);
-    st->table = rt_alloc(bytes ? bytes : 1);
-    st->table_bytes = st->table ? bytes : 0;
-    st->gen++;   /* a captured step reads the table at its address */
-    st->table_gen = st->gen;
-    if (!st->table || (bytes && cudaMemcpy(st->table, t, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) rc = gg_rt_fail(err, errlen, "cannot set up the update");
-  }
+  rt_free(st->table);
+  st->table = rt_alloc(bytes ? bytes : 1);
+  st->table_bytes = st->table ? bytes : 0;
+  st->gen++;   /* a captured step reads the table at its address */
+  st->table_gen = st->gen;
+  int rc = !st->table || (bytes && cudaMemcpy(st->table, t, bytes, cudaMemcpyHostToDevice) != cudaSuccess) ? gg_rt_fail(err, errlen, "cannot set up the update") : 0;
   free(t);
   return rc;
 }
