@@ -598,7 +598,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "--compare")) {
     bool verbose = false;
     for (int i = 4; i < argc; i++) {
-      if (!strcmp(argv[i], "-v")) verbose = true;
+      if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) verbose = true;
       else if (!strcmp(argv[i], "--factor") && i + 1 < argc && atof(argv[i + 1]) > 0) err_factor = atof(argv[++i]);
       else { fprintf(stderr, "test-golden --compare: bad argument '%s'\n", argv[i]); return 2; }
     }
