@@ -18,7 +18,9 @@ bf16 and run PyTorch under torch.autocast(bfloat16); LOSS_CURVE=N (default 200 f
 gcc-graph in float32 and in bf16 for N steps on fresh batches and prints both loss curves.
 
 Environment: GG (default build/gcc-graph), ROUNDS (3), ITERS (20), STEPS_CHECK (5), OUT (exports),
-TORCH_COMPILE (1: time torch.compile too). Prints a Markdown table and, last, one JSON line."""
+TORCH_COMPILE (1: time torch.compile too). Prints a Markdown table and, last, one JSON line.
+PROFILE=1: compile with --debug-dir OUT/MODEL/dbg, run 3 of our steps and nothing else (to run under
+`ncu --graph-profiling node`; bench/gpu_profile.py sums the last step's kernels by node)."""
 import ctypes, json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
 
 import torch
@@ -32,6 +34,7 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 ITERS = int(os.environ.get("ITERS", "20"))
 STEPS_CHECK = int(os.environ.get("STEPS_CHECK", "5"))
 TORCH_COMPILE = os.environ.get("TORCH_COMPILE", "1") == "1"
+PROFILE = os.environ.get("PROFILE", "0") == "1"
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-train-")
 
 
@@ -177,6 +180,8 @@ def compile_ours(pt2, so, opt, amp):
         flags += ["--weight-decay", repr(kw["weight_decay"])]
     if amp:
         flags += ["--precision", "bf16"]
+    if PROFILE:
+        flags += ["--debug-dir", os.path.join(os.path.dirname(so), "dbg")]
     t0 = time.perf_counter()
     r = subprocess.run([GG, "compile", pt2, "-o", so] + flags, capture_output=True, text=True)
     if r.returncode:
@@ -205,6 +210,13 @@ def run_model(name, make, mkin, opt):
     torch.cuda.synchronize()
     free0 = torch.cuda.mem_get_info()[0]
     ours = Ours(so)
+    if PROFILE:
+        for _ in range(3):
+            ours.step(*xc)
+        torch.cuda.synchronize()
+        ours.close()
+        print("PROFILE", name, os.path.join(d, "dbg", "model.cu"), flush=True)
+        return row
     ours_losses = [float(ours.step(*xc)) for _ in range(STEPS_CHECK)]
     torch.cuda.synchronize()
     row["ours_mem_gib"] = (free0 - torch.cuda.mem_get_info()[0]) / 2 ** 30

@@ -5,11 +5,107 @@
  * Requires and guarantees: as emit.c. */
 #include "emit.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- reductions and rows */
+
+/* The dims of x listed in ds (outer to inner) as (size, stride) pairs at the example sizes, dims of
+ * size 1 left out and neighbours that are one run of memory merged (batch norm's [H, W] is one dim of
+ * H * W). Returns the count, or -1 when a size or stride is not a constant. */
+static int merged_dims(const TV *x, const int *ds, int nd, int64_t *sz, int64_t *st) {
+  int m = 0;
+  for (int i = 0; i < nd; i++) {
+    int64_t a, b;
+    if (!expr_is_const(x->sizes[ds[i]], &a) || !expr_is_const(x->strides[ds[i]], &b)) return -1;
+    if (a == 1) continue;
+    if (m && st[m - 1] == a * b) { sz[m - 1] *= a; st[m - 1] = b; }
+    else { sz[m] = a; st[m++] = b; }
+  }
+  return m;
+}
+
+/* The address, in x, of element `idx` of merged dims (sz, st) (the last fastest), added to `at`. */
+static void add_address(FILE *f, const char *T, const char *idx, const char *at, const int64_t *sz, const int64_t *st, int m) {
+  if (!m) return;
+  fprintf(f, "      { %s q = %s;", T, idx);
+  for (int i = m - 1; i > 0; i--) fprintf(f, " %s += (q %% (%s)%" PRId64 ") * (%s)%" PRId64 "; q /= (%s)%" PRId64 ";", at, T, sz[i], T, st[i], T, sz[i]);
+  fprintf(f, " %s += q * (%s)%" PRId64 "; }\n", at, T, st[0]);
+}
+
+/* On the GPU, a sum or mean with few outputs for its length (batch norm's statistics and gradients:
+ * 64-512 channels of up to 10^5 elements each; a bias or layer norm weight gradient: 768 columns of
+ * batch x sequence rows), which a warp or a thread per output leaves most of the GPU idle: each
+ * output's elements are split into P chunks, a warp per chunk when the reduced elements are
+ * contiguous (rows: lanes along them) or a thread per chunk when the outputs are (columns: a warp
+ * reads 32 neighbouring columns), and a second kernel adds each output's P partial sums in a fixed
+ * order (deterministic, no atomics). Static sizes only. Returns 1 when the shape is not one of these. */
+static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *kept, int nkept, const int *red, int nred, bool mean) {
+  int64_t ks[R], kst[R], rs[R], rst[R], off;
+  int nk = merged_dims(x, kept, nkept, ks, kst), nr = merged_dims(x, red, nred, rs, rst);
+  if (nk < 0 || nr < 1 || !expr_is_const(x->offset, &off)) return 1;
+  int64_t O = 1, L = 1, span = off;
+  for (int i = 0; i < nk; i++) { O *= ks[i]; span += (ks[i] - 1) * kst[i]; }
+  for (int i = 0; i < nr; i++) { L *= rs[i]; span += (rs[i] - 1) * rst[i]; }
+  bool rows = rst[nr - 1] == 1, cols = !rows && nk && kst[nk - 1] == 1;
+  if (!rows && !cols) return 1;
+  /* rows: about 8192 warps, each at least 1024 elements; columns: about 128 K threads, each at least 16 */
+  int64_t P = rows ? (8192 + O - 1) / O : (131072 + O - 1) / O, most = rows ? L / 1024 : L / 16;
+  if (P > most) P = most;
+  if (P < 1) P = 1;
+  if (rows && P < 2) return 1;   /* the warp-per-output kernel below */
+  int64_t CH = (L + P - 1) / P;
+  P = (L + CH - 1) / CH;
+  const char *T = span < INT32_MAX && O * P * 32 < INT32_MAX ? "uint32_t" : "int64_t";
+  const char *rt = real_type(e, x->dt);
+  DType pdt = strcmp(rt, "float") ? DT_F64 : DT_F32;
+  int part = P > 1 ? new_stor(e, S_SCRATCH, 0, pdt, C(e, O * P)) : -1;
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, rows ? "split row reduction" : "column reduction");
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, const %s *x", P > 1 ? rt : ctype(out->dt), ctype(x->dt));
+  ksyms(e);
+  fprintf(f, "  const %s O = %" PRId64 ", P = %" PRId64 ", CH = %" PRId64 ", L = %" PRId64 ";\n", T, O, P, CH, L);
+  if (rows) fprintf(f, "  const %s lane = threadIdx.x & 31;\n  for (%s w = (blockIdx.x * (%s)blockDim.x + threadIdx.x) >> 5; w < O * P; w += (gridDim.x * (%s)blockDim.x) >> 5) {\n"
+                    "    const %s o = w / P, p = w %% P;\n", T, T, T, T, T);
+  else fprintf(f, "  for (%s w = blockIdx.x * (%s)blockDim.x + threadIdx.x; w < O * P; w += gridDim.x * (%s)blockDim.x) {\n    const %s o = w %% O, p = w / O;\n", T, T, T, T);
+  fprintf(f, "    %s base = (%s)%" PRId64 ";\n", T, T, off);
+  add_address(f, T, "o", "base", ks, kst, nk);
+  fprintf(f, "    const %s j1 = (p + 1) * CH < L ? (p + 1) * CH : L;\n    %s acc = 0;\n", T, rt);
+  fprintf(f, "    _Pragma(\"unroll 4\") for (%s j = p * CH%s; j < j1; j += %s) {\n      %s at = base;\n", T, rows ? " + lane" : "", rows ? "32" : "1", T);
+  add_address(f, T, "j", "at", rs, rst, nr);
+  fputs("      acc += ", f);
+  load_r(f, x->dt, "x", "at", rt);
+  fputs(";\n    }\n", f);
+  if (rows) fputs("    acc = gg_wsum(acc);\n    if (lane == 0) y[w] = acc;\n", f);
+  else if (P > 1) fputs("    y[w] = acc;\n", f);
+  else { fputs("    ", f); store(f, out->dt, true, "y", "o", mean ? arena_printf(e->a, "acc / (%s)L", rt) : "acc"); }
+  fputs("  }\n}\n", f);
+  e->launch = arena_printf(e->a, "%" PRId64, O * P * (rows ? 32 : 1));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", P > 1 ? sname(e, part) : sname(e, out->stor), sname(e, x->stor));
+  kcall_end(e);
+  if (P == 1) return 0;
+  id = e->nk++;
+  kernel_begin(e, n, "partial sums added");
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, const %s *part", ctype(out->dt), rt);
+  ksyms(e);
+  fprintf(f, "  const %s O = %" PRId64 ", P = %" PRId64 ", L = %" PRId64 "; (void)L;\n", T, O, P, L);
+  fprintf(f, "  for (%s o = blockIdx.x * (%s)blockDim.x + threadIdx.x; o < O; o += gridDim.x * (%s)blockDim.x) {\n    %s acc = 0;\n", T, T, T, rt);
+  fprintf(f, "    for (%s p = 0; p < P; p++) acc += part[%s];\n    ", T, rows ? "o * P + p" : "p * O + o");
+  store(f, out->dt, true, "y", "o", mean ? arena_printf(e->a, "acc / (%s)L", rt) : "acc");
+  fputs("  }\n}\n", f);
+  e->launch = arena_printf(e->a, "%" PRId64, O);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, part));
+  kcall_end(e);
+  return 0;
+}
+
 
 int emit_reduce(Em *e, Node *n) {
   Value *xv = n->args[0].u.t;
@@ -75,6 +171,10 @@ int emit_reduce(Em *e, Node *n) {
     fputs("  }\n}\n", f);
     fprintf(e->r, "  k%d(%s, NULL, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
     return 0;
+  }
+  if (plain && e->cuda && nred >= 1) {
+    int r = split_reduce(e, n, x, out, kept, nkept, red, nred, rk == R_MEAN);
+    if (r <= 0) return r;
   }
   /* on the GPU, a sum or mean whose last reduced dim is contiguous: a warp per output, its lanes
    * striding along the reduced elements (coalesced) and combining with shuffles. A run of the last dims

@@ -256,14 +256,29 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
     enqueue(m, a, false);
     return 0;
   }
-  /* a first run for new shapes, uncaptured, lets cuBLASLt time its candidates on the real operands
-   * and makes cuDNN's handle (not where a run changes buffers: it would change them twice) */
+  /* a first run for new shapes, uncaptured, lets cuBLASLt and cuDNN time their candidates on the real
+   * operands and makes cuDNN's handle; where the run changes buffers (batch norm's running
+   * statistics), they are copied before it and back after, so that the mutation happens once */
   size_t nsym = (size_t)(gg__desc.nsyms < 64 ? gg__desc.nsyms : 64);
-  bool mutates = (a->what & FWD) && gg__desc.nmutable;
-  if (!mutates && (!s->tuned || memcmp(s->tuned_syms, a->sym, sizeof *a->sym * nsym))) {
-    enqueue(m, a, true);
-    s->tuned = true;
-    memcpy(s->tuned_syms, a->sym, sizeof *a->sym * nsym);
+  if (!s->tuned || memcmp(s->tuned_syms, a->sym, sizeof *a->sym * nsym)) {
+    bool mutates = (a->what & FWD) && gg__desc.nmutable;
+    size_t mb = 0;
+    for (int i = 0; mutates && i < gg__desc.nmutable; i++) mb += ((size_t)gg__desc.weights[gg__desc.mutable_weight[i]].nbytes + 255) & ~(size_t)255;
+    unsigned char *saved = mutates ? (unsigned char *)rt_alloc(mb + 1) : NULL;
+    if (!mutates || saved) {
+      for (int pass = 0; pass < 2; pass++) {   /* 0: before the run, 1: after it */
+        size_t at = 0;
+        for (int i = 0; mutates && i < gg__desc.nmutable; i++) {
+          size_t nb = (size_t)gg__desc.weights[gg__desc.mutable_weight[i]].nbytes;
+          cudaMemcpyAsync(pass ? m->mut[i] : saved + at, pass ? saved + at : m->mut[i], nb, cudaMemcpyDeviceToDevice, m->stream);
+          at += (nb + 255) & ~(size_t)255;
+        }
+        if (!pass) enqueue(m, a, true);
+      }
+      if (saved) { cudaStreamSynchronize(m->stream); rt_free(saved); }
+      s->tuned = true;
+      memcpy(s->tuned_syms, a->sym, sizeof *a->sym * nsym);
+    }
   }
   cudaGraph_t g = NULL;
   cudaError_t ce = cudaSuccess;
@@ -807,7 +822,8 @@ template <typename T> __global__ void conv_direct(gg_conv c, const T *x, const T
   X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType) \
   X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor) \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnConvolutionBackwardData) X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
-  X(cudnnConvolutionBackwardFilter)
+  X(cudnnConvolutionBackwardFilter) X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx) \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)
 static struct {
 #define X(f) decltype(&::f) f;
   DNN_FN(X)
@@ -928,11 +944,13 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   return &m->dnn_plans[m->ndnn++];
 }
 
-/* The algorithm of direction dir: the first of cuDNN's heuristic order (PyTorch's choice without
- * cudnn.benchmark) whose workspace fits cuBLAS's (shared: the two run one after the other on the
- * stream). Float32 runs in FMA math whatever the entry says, as PyTorch does with TF32 off: an entry
- * of CUDNN_DEFAULT_MATH would let cuDNN use TF32 on sm_80 and later. Nothing is allocated or timed,
- * so a convolution first met inside a capture is captured like any kernel. */
+/* The algorithm of direction dir, among those whose workspace fits cuBLAS's (shared: the two run one
+ * after the other on the stream): in the run before a graph capture (nothing is being captured), the
+ * fastest on the real operands (cuDNN's Find*Ex: a = x, w, x; b = w, dy, dy; out = y, dx, dw for the
+ * three directions; it writes only out, which the call after it writes again), as PyTorch's
+ * cudnn.benchmark; inside a capture, the first of cuDNN's heuristic order (PyTorch's default choice).
+ * Float32 runs in FMA math whatever the entry says, as PyTorch does with TF32 off: an entry of
+ * CUDNN_DEFAULT_MATH would let cuDNN use TF32 on sm_80 and later. Nothing is allocated. */
 #define DNN_PICK(PERF, COUNT, CALL)                                                                                              \
   do {                                                                                                                           \
     PERF perf[COUNT];                                                                                                            \
@@ -944,11 +962,27 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
           p->math[dir] = dt == 0 ? CUDNN_FMA_MATH : perf[i].mathType;                                                          \
         }                                                                                                                        \
   } while (0)
-static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
+static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir, const void *a, const void *b, void *out) {
   if (p->state[dir]) return p->state[dir] > 0;
   cudnnHandle_t h = (cudnnHandle_t)m->dnn;
   p->state[dir] = -1;
   if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  bool find = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  dnn.cudnnSetStream(h, m->stream);
+  if (find && dir == 0)
+    DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+             dnn.cudnnFindConvolutionForwardAlgorithmEx(h, p->x, a, p->w, b, p->c, p->y, out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, m->blas_ws, GG_BLAS_WS));
+  else if (find && dir == 1)
+    DNN_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+             dnn.cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->w, a, p->y, b, p->c, p->x, out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf, m->blas_ws,
+                                                             GG_BLAS_WS));
+  else if (find)
+    DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+             dnn.cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, a, p->y, b, p->c, p->w, out, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf,
+                                                               m->blas_ws, GG_BLAS_WS));
+  if (p->state[dir] > 0) return true;
+  p->state[dir] = -1;
   if (dir == 0)
     DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
              dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->c, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
@@ -963,11 +997,11 @@ static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
 
 /* The plan and algorithm of direction dir for convolution c, the handle on the run's stream and the
  * direction's math type set: NULL when cuDNN cannot take it. */
-static struct dnn_plan *dnn_ready(int dt, const gg_conv *c, int dir) {
+static struct dnn_plan *dnn_ready(int dt, const gg_conv *c, int dir, const void *a, const void *b, void *out) {
   gg_model *m = gg_cur;
   if (!dnn_begin(m)) return NULL;
   struct dnn_plan *p = dnn_plan_for(m, dt, c);
-  if (!p || !dnn_algo(m, dt, p, dir) || dnn.cudnnSetConvolutionMathType(p->c, p->math[dir]) != CUDNN_STATUS_SUCCESS) return NULL;
+  if (!p || !dnn_algo(m, dt, p, dir, a, b, out) || dnn.cudnnSetConvolutionMathType(p->c, p->math[dir]) != CUDNN_STATUS_SUCCESS) return NULL;
   dnn.cudnnSetStream((cudnnHandle_t)m->dnn, m->stream);
   return p;
 }
@@ -982,7 +1016,7 @@ static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, con
   const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
   gg_model *m = gg_cur;
   if (!c->transposed) {
-    struct dnn_plan *p = dnn_ready(dt, c, 0);
+    struct dnn_plan *p = dnn_ready(dt, c, 0, x, w, y);
     if (!p || dnn.cudnnConvolutionForward((cudnnHandle_t)m->dnn, one, p->x, x, p->w, w, p->c, (cudnnConvolutionFwdAlgo_t)p->algo[0], m->blas_ws, p->ws[0],
                                           zero, p->y, y) != CUDNN_STATUS_SUCCESS)
       return false;
@@ -992,7 +1026,7 @@ static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, con
   gg_conv f = *c;   /* the convolution from y's shape to x's, whose weight is w as it stands */
   f.Cin = c->Cout, f.Cout = c->Cin, f.transposed = false;
   for (int d = 0; d < 3; d++) f.in[d] = c->out[d], f.out[d] = c->in[d];
-  struct dnn_plan *p = dnn_ready(dt, &f, 1);
+  struct dnn_plan *p = dnn_ready(dt, &f, 1, w, x, y);
   if (!p || dnn.cudnnConvolutionBackwardData((cudnnHandle_t)m->dnn, one, p->w, w, p->y, x, p->c, (cudnnConvolutionBwdDataAlgo_t)p->algo[1], m->blas_ws,
                                              p->ws[1], zero, p->x, y) != CUDNN_STATUS_SUCCESS)
     return false;
@@ -1013,7 +1047,7 @@ static bool dnn_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, v
   float one32 = 1, zero32 = 0;
   const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
   gg_model *m = gg_cur;
-  struct dnn_plan *p = dnn_ready(dt, c, 2);
+  struct dnn_plan *p = dnn_ready(dt, c, 2, x, dy, dw);
   return p && dnn.cudnnConvolutionBackwardFilter((cudnnHandle_t)m->dnn, one, p->x, x, p->y, dy, p->c, (cudnnConvolutionBwdFilterAlgo_t)p->algo[2],
                                                  m->blas_ws, p->ws[2], zero, p->w, dw) == CUDNN_STATUS_SUCCESS;
 }

@@ -312,6 +312,23 @@ def masked_scatter_numel():   # masked_scatter with a broadcast mask; sym_numel 
     return g
 
 
+@case
+def split_reductions():   # sums and means with few outputs for their length (the GPU splits them): per channel, per column, strided, f64, bf16
+    x = torch.randn(4, 8, 32, 32)
+    c = torch.randn(16, 64, 48)
+    g = Graph("split_reductions", x=x, c=c, x64=torch.randn(2, 4, 32, 32, dtype=torch.float64), cb=torch.randn(16, 64, 40).to(torch.bfloat16))
+    X, Cc, X64, CB = Ref("x"), Ref("c"), Ref("x64"), Ref("cb")
+    g.node("sum.dim_IntList", [("self", X), ("dim", [0, 2, 3])], lambda t, d: t.sum(d))
+    g.node("mean.dim", [("self", X), ("dim", [0, -1, 2]), ("keepdim", True)], lambda t, d, k: t.mean(d, keepdim=k))
+    p = g.node("permute.default", [("self", X), ("dims", [0, 2, 3, 1])], lambda t, d: t.permute(d), out=False)
+    g.node("sum.dim_IntList", [("self", p), ("dim", [0, 1, 2])], lambda t, d: t.sum(d))
+    g.node("sum.dim_IntList", [("self", Cc), ("dim", [0, 1])], lambda t, d: t.sum(d))
+    g.node("mean.dim", [("self", Cc), ("dim", [0])], lambda t, d: t.mean(d))
+    g.node("sum.dim_IntList", [("self", X64), ("dim", [0, 2, 3])], lambda t, d: t.sum(d))
+    g.node("mean.dim", [("self", CB), ("dim", [0, 1])], lambda t, d: t.mean(d))
+    return g
+
+
 for f in CASES:
     if not ONLY or f.__name__ in ONLY:
         f().write()

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""gpu_profile.py NCU_CSV MODEL_CU [TOP]: where a compiled model's GPU time goes, by kernel and by kind.
+
+NCU_CSV is `ncu --csv --graph-profiling node --metrics gpu__time_duration.sum PROGRAM` over a program
+that runs the same call (a step, a forward) several times, the last two alike; MODEL_CU is the
+model.cu that `gcc-graph compile --debug-dir` wrote. Only the last call is summed: the longest run of
+kernel names at the end of the trace that repeats right before itself (the earlier calls, cuBLASLt's
+timing of candidates and PyTorch's own kernels are left out). Our kernels (k12, ...) are named by the
+comment model.cu puts above them ("pointwise: node relu_3 (...)"); library kernels (cuBLAS, cuDNN) by
+their own name. Prints the total, a table by kind and the TOP (default 25) kernels."""
+import collections, csv, re, sys
+
+UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+
+
+def kernels(path):
+    rows = []
+    with open(path, newline="") as f:
+        lines = [l for l in f if l.startswith('"')]   # ncu's own "==PROF==" lines are not CSV
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        v = float(r["Metric Value"].replace(",", ""))
+        rows.append((r["Kernel Name"], v * UNIT.get(r["Metric Unit"], 1e-6)))
+    return rows
+
+
+def last_call(rows):
+    names = [n for n, _ in rows]
+    for k in range(len(names) // 2, 0, -1):
+        if names[-k:] == names[-2 * k:-k]:
+            return rows[-k:]
+    return rows
+
+
+def node_names(cu):
+    out, pending = {}, None
+    for line in open(cu):
+        m = re.match(r"/\* (.*?) \*/\s*$", line)
+        if m:
+            pending = m.group(1)
+            continue
+        m = re.match(r"static __global__ void (k\d+)\(", line)
+        if m and pending:
+            out[m.group(1)] = pending
+        if line.strip():
+            pending = None
+    return out
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    rows = last_call(kernels(sys.argv[1]))
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
+    names = node_names(sys.argv[2])
+    total = sum(t for _, t in rows)
+    by_kind, by_kernel = collections.Counter(), collections.Counter()
+    count = collections.Counter()
+    for n, t in rows:
+        m = re.match(r"(k\d+)\b", n)
+        if m and m.group(1) in names:
+            what = names[m.group(1)]
+            kind = what.split(":")[0]
+            label = m.group(1) + " " + what[:90]
+        else:
+            kind = "library: " + ("cuDNN" if re.search(r"cudnn|conv|wgrad|dgrad|implicit|xmma_fprop|nhwc", n, re.I) else
+                                  "cuBLAS" if re.search(r"gemm|cutlass|sm90|sm80|Kernel2|splitK", n, re.I) else "other")
+            label = n[:100]
+        by_kind[kind] += t
+        by_kernel[label] += t
+        count[kind] += 1
+    print("%d kernels, %.3f ms of kernel time in the last call" % (len(rows), total))
+    print("| kind | kernels | ms | share |\n|---|---|---|---|")
+    for k, t in by_kind.most_common():
+        print("| %s | %d | %.3f | %.1f%% |" % (k, count[k], t, 100 * t / total))
+    print("\n| kernel | ms | share |\n|---|---|---|")
+    for k, t in by_kernel.most_common(top):
+        print("| %s | %.3f | %.1f%% |" % (k, t, 100 * t / total))
+
+
+if __name__ == "__main__":
+    main()
