@@ -15,7 +15,9 @@ a device copy) give each model's fraction of the GEMM rate (FLOPs of its product
 / time) and of the copy bandwidth (bytes of explain's schedule / time).
 
 Environment: GG (the gcc-graph binary, default build/gcc-graph), ROUNDS (5), ITERS (50),
-MAX_AUTOTUNE (0), OUT (a folder for the exports; default a temporary one). Prints a Markdown table
+MAX_AUTOTUNE (0), OUT (a folder for the exports; default a temporary one), AB ("VAR=VALUE ...": gcc-graph
+is also timed with that environment in every round, an A/B of a runtime switch, shown in brackets after
+ours). Prints a Markdown table
 and, last, one JSON line with every figure."""
 import json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
 
@@ -28,6 +30,7 @@ ROUNDS = int(os.environ.get("ROUNDS", "5"))
 ITERS = int(os.environ.get("ITERS", "50"))
 MAX_AUTOTUNE = os.environ.get("MAX_AUTOTUNE", "0") == "1"
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-suite-")
+AB = os.environ.get("AB", "")   # "VAR=VALUE ...": also time gcc-graph with that environment (an A/B of a runtime switch), in the same rounds
 ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
       torch.bool: "BOOL"}
 
@@ -151,8 +154,9 @@ def median_ms(f, args, n):
     return statistics.median(ts)
 
 
-def ours_ms(so, inputs, n):
-    r = subprocess.run([GG, "bench", so, "--inputs", inputs, "--iters", str(n)], capture_output=True, text=True)
+def ours_ms(so, inputs, n, env=None):
+    r = subprocess.run([GG, "bench", so, "--inputs", inputs, "--iters", str(n)], capture_output=True, text=True,
+                       env=dict(os.environ, **env) if env else None)
     if r.returncode:
         raise RuntimeError("gcc-graph bench: " + r.stderr[-300:])
     return json.loads(r.stdout.strip().splitlines()[-1])["median_ms"]
@@ -251,10 +255,12 @@ def run_model(name, make, mkin, dtype, prec, ceil):
             am(*xc)
             am(*xc)
         row["tc_autotune_compile_s"] = time.perf_counter() - t0
-    rounds = {"ours": [], "eager": [], "compile": [], "autotune": []}
+    rounds = {"ours": [], "ours_b": [], "eager": [], "compile": [], "autotune": []}
     for _ in range(ROUNDS):
         if "refused" not in row:
             rounds["ours"].append(ours_ms(so, st, ITERS))
+            if AB:
+                rounds["ours_b"].append(ours_ms(so, st, ITERS, dict(kv.split("=", 1) for kv in AB.split())))
         rounds["eager"].append(median_ms(mc, xc, ITERS))
         rounds["compile"].append(median_ms(cm, xc, ITERS))
         if am is not None:
@@ -305,6 +311,8 @@ def main():
         rows.append(r)
         f = lambda k, fmt="%.3f": fmt % r[k] if k in r else "-"
         ours = f("ours_ms") if "ours_ms" in r else "refused: " + r.get("refused", r.get("failed", "?"))
+        if "ours_b_ms" in r:
+            ours += " (%s: %s)" % (AB, f("ours_b_ms"))
         tc = f("compile_ms") + (" / %s (max-autotune)" % f("autotune_ms") if "autotune_ms" in r else "")
         print("| %s | %s | %s | %s | %s | %s / %s | %s / %s / %s | %s | %s |" % (
             n, ours, f("eager_ms"), tc, f("vs_best_torch_compile", "%.2fx"), f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"),

@@ -18,7 +18,8 @@ bf16 and run PyTorch under torch.autocast(bfloat16); LOSS_CURVE=N (default 200 f
 gcc-graph in float32 and in bf16 for N steps on fresh batches and prints both loss curves.
 
 Environment: GG (default build/gcc-graph), ROUNDS (3), ITERS (20), STEPS_CHECK (5), OUT (exports),
-TORCH_COMPILE (1: time torch.compile too). Prints a Markdown table and, last, one JSON line.
+TORCH_COMPILE (1: time torch.compile too), AB ("VAR=VALUE ...": a second gcc-graph model opened and first
+run with that environment, timed in the same rounds: an A/B of a runtime switch). Prints a Markdown table and, last, one JSON line.
 PROFILE=1: compile with --debug-dir OUT/MODEL/dbg, run 3 of our steps and nothing else (to run under
 `ncu --graph-profiling node`; bench/gpu_profile.py sums the last step's kernels by node)."""
 import ctypes, json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
@@ -233,6 +234,16 @@ def run_model(name, make, mkin, opt):
     row["losses_ours"], row["losses_eager"] = ours_losses, eager_losses
     row["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(ours_losses, eager_losses))
     fns = {"ours": lambda: ours.step(*xc), "eager": fe}
+    ab = os.environ.get("AB", "")
+    if ab:   # the switch is read while the model first runs
+        env = dict(kv.split("=", 1) for kv in ab.split())
+        os.environ.update(env)
+        ours_b = Ours(so)
+        ours_b.step(*xc)
+        torch.cuda.synchronize()
+        for k in env:
+            del os.environ[k]
+        fns["ours_b"] = lambda: ours_b.step(*xc)
     if TORCH_COMPILE:
         mc = make().train()
         mc.load_state_dict(state)
@@ -274,6 +285,8 @@ def run_model(name, make, mkin, opt):
         row["curves"] = curves
         row["curve_max_rel_diff"] = max(abs(a - b) / abs(b) for a, b in zip(curves["bf16"], curves["fp32"]))
     ours.close()
+    if ab:
+        ours_b.close()
     del me, oe, fns
     torch.cuda.empty_cache()
     return row

@@ -116,11 +116,51 @@ static int rt_f32(const Em *e) { return e->g->ctx->precision == PREC_TF32 ? 4 : 
  * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
  * copied into the output first and the product added to it (beta). Half types accumulate in
  * float32, as PyTorch's do. */
+/* Batch dims 0..nb-1 of x that are one stride (each the next one's stride times its size), so that
+ * a strided-batched call walks them all */
+static bool batch_merges(Em *e, const TV *x, int nb) {
+  for (int d = 0; d + 1 < nb; d++) {
+    int64_t one;
+    if (expr_is_const(x->sizes[d], &one) && one == 1) continue;
+    if (!expr_same(e->g, x->strides[d], MUL(e, x->strides[d + 1], x->sizes[d + 1]))) return false;
+  }
+  return true;
+}
+
+/* x's batch dims 0..nb-1 as one of `count` matrices (x must merge: batch_merges) */
+static TV batch_merged(Em *e, const TV *x, int nb, const Expr *count) {
+  TV t = *x;
+  t.rank = 3;
+  t.sizes[0] = count, t.strides[0] = x->strides[nb - 1];
+  for (int d = 1; d < 3; d++) t.sizes[d] = x->sizes[nb - 1 + d], t.strides[d] = x->strides[nb - 1 + d];
+  return t;
+}
+
 static int product_cuda(Em *e, const Product *p) {
   Node *n = p->n;
   TV *out = p->out;
   const TV *Ab = &p->a, *Bb = &p->b;
   int nb = p->nb;
+  /* several batch dims that are not one stride (attention's [batch, heads] of a [batch, seq, heads,
+   * dim] view): the operand is copied into contiguous scratch, as PyTorch's reshape does, so that one
+   * strided-batched call takes every matrix instead of a host loop of calls of one batch each */
+  TV Am, Bm, Om;
+  if (nb >= 2 && batch_merges(e, out, nb)) {
+    const Expr *count = C(e, 1);
+    for (int d = 0; d < nb; d++) count = MUL(e, count, out->sizes[d]);
+    TV *ops[2] = {&Am, &Bm};
+    const TV *src[2] = {Ab, Bb};
+    for (int i = 0; i < 2; i++) {
+      *ops[i] = *src[i];
+      if (batch_merges(e, src[i], nb)) continue;
+      int s = new_stor(e, S_SCRATCH, 0, src[i]->dt, numel(e, src[i]));
+      contiguous_tv(e, ops[i], s, src[i]->dt, src[i]->rank, src[i]->sizes);
+      copy_kernel(e, n, ops[i], src[i]);
+    }
+    Am = batch_merged(e, &Am, nb, count), Bm = batch_merged(e, &Bm, nb, count), Om = batch_merged(e, out, nb, count);
+    Ab = &Am, Bb = &Bm, nb = 1;
+  }
+  TV *y = nb == p->nb ? out : &Om;
   Value *bias = p->bias;
   double alpha = p->alpha, beta = p->beta;
   DType dt = out->dt;
@@ -145,8 +185,8 @@ static int product_cuda(Em *e, const Product *p) {
   const Expr *M = Ab->sizes[nb], *K = Ab->sizes[nb + 1], *N = Bb->sizes[nb + 1];
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
   int outer = nb > 0 ? nb - 1 : 0;
-  const char *cnt = nb > 0 ? cx(e, out->sizes[nb - 1]) : "1";
-  int cl = open_loops(e, outer, out->sizes, false);
+  const char *cnt = nb > 0 ? cx(e, y->sizes[nb - 1]) : "1";
+  int cl = open_loops(e, outer, y->sizes, false);
   char *ai = arena_strdup(e->a, cx(e, Ab->offset)), *bi = arena_strdup(e->a, cx(e, Bb->offset));
   for (int d = 0; d < outer; d++) {
     ai = arena_printf(e->a, "%s + i%d * %s", ai, d, cx(e, Ab->strides[d]));
@@ -154,7 +194,7 @@ static int product_cuda(Em *e, const Product *p) {
   }
   fprintf(f, "    gg_cu_gemm(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + (%s) * %s * M * N, %s, %s);\n", code, alpha, ai,
           cx(e, Ab->strides[nb]), cx(e, Ab->strides[nb + 1]), nb > 0 ? cx(e, Ab->strides[nb - 1]) : "0", bi, cx(e, Bb->strides[nb]),
-          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bt && !epi ? beta : 0.0, linear_index(e, out->sizes, outer, 0), cnt,
+          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bt && !epi ? beta : 0.0, linear_index(e, y->sizes, outer, 0), cnt,
           cnt, epi ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL");
   close_loops(e, cl);
   fputs("}\n", f);

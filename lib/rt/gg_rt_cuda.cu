@@ -948,7 +948,8 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
  * after the other on the stream): in the run before a graph capture (nothing is being captured), the
  * fastest on the real operands (cuDNN's Find*Ex: a = x, w, x; b = w, dy, dy; out = y, dx, dw for the
  * three directions; it writes only out, which the call after it writes again), as PyTorch's
- * cudnn.benchmark; inside a capture, the first of cuDNN's heuristic order (PyTorch's default choice).
+ * cudnn.benchmark; inside a capture, or with GCC_GRAPH_CUDNN_FIND=0, the first of cuDNN's heuristic
+ * order (PyTorch's default choice).
  * Float32 runs in FMA math whatever the entry says, as PyTorch does with TF32 off: an entry of
  * CUDNN_DEFAULT_MATH would let cuDNN use TF32 on sm_80 and later. Nothing is allocated. */
 #define DNN_PICK(PERF, COUNT, CALL)                                                                                              \
@@ -968,8 +969,10 @@ static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir, const voi
   p->state[dir] = -1;
   if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  bool find = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  const char *fe = getenv("GCC_GRAPH_CUDNN_FIND");
+  bool find = !(fe && !strcmp(fe, "0")) && cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
   dnn.cudnnSetStream(h, m->stream);
+  if (find) cudaStreamSynchronize(m->stream);   /* the run's earlier kernels must not overlap the timings */
   if (find && dir == 0)
     DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
              dnn.cudnnFindConvolutionForwardAlgorithmEx(h, p->x, a, p->w, b, p->c, p->y, out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, m->blas_ws, GG_BLAS_WS));
