@@ -314,7 +314,7 @@ def main():
             print("| %s | failed: %s |" % (n, r["failed"]), flush=True)
             continue
         print("| %s | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s | %s |" % (
-            n, r["optimizer"], f("ours_ms"), f("eager_ms"), f("compile_ms"), f("vs_torch_compile", "%.2fx"), f("ours_mem_gib", "%.2f"),
+            n, r["optimizer"], f("ours_ms") + (" (%s: %s)" % (os.environ.get("AB"), f("ours_b_ms")) if "ours_b_ms" in r else ""), f("eager_ms"), f("compile_ms"), f("vs_torch_compile", "%.2fx"), f("ours_mem_gib", "%.2f"),
             f("eager_mem_gib", "%.2f"), f("compile_mem_gib", "%.2f"), f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"), f("loss_rel_diff", "%.1e")),
             flush=True)
         if "curves" in r:

@@ -35,6 +35,11 @@ for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/co
   r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
   case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (no cuDNN): $r"; fail=$((fail + 1));; esac
 done
+echo "== CUDA: convolutions with no cuDNN workspace (GCC_GRAPH_CUDNN_WORKSPACE_MB=0: algorithms that need none)"
+for c in tests/corpus/models/cnn_small tests/extra/conv_bf16 tests/extra/conv_strides tests/extra/train_tiny_resnet; do
+  r=$(GCC_GRAPH_CUDNN_WORKSPACE_MB=0 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
+  case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (no workspace): $r"; fail=$((fail + 1));; esac
+done
 "$GG" compile tests/extra/conv_bf16/model.pt2 --target cuda -o "$TMP/cbf.so" >/dev/null 2>&1
 if ! GCC_GRAPH_NO_CUDNN=1 "$GG" run "$TMP/cbf.so" --inputs tests/extra/conv_bf16/io.safetensors -o "$TMP/cbf.st" 2>"$TMP/err" && grep -q "need cuDNN" "$TMP/err"; then
   pass=$((pass + 1))

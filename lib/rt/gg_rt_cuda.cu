@@ -62,6 +62,10 @@ struct gg_model {
   int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
   int *err_host;
   void *dnn;                /* cuDNN's handle (cudnnHandle_t), made at the first convolution */
+  void *dnn_ws;             /* cuDNN's workspace, grown (outside captures) to its algorithms' largest need */
+  size_t dnn_ws_size;
+  void **dnn_old;           /* workspaces it outgrew, which graphs captured before may still name */
+  int ndnn_old;
   struct dnn_plan *dnn_plans;   /* its descriptors and algorithms, one per convolution shape */
   int ndnn, cap_dnn;
   bool dnn_missing;         /* a float16/bfloat16 convolution found no cuDNN: the run fails */
@@ -256,8 +260,8 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
     enqueue(m, a, false);
     return 0;
   }
-  /* a first run for new shapes, uncaptured, lets cuBLASLt and cuDNN time their candidates on the real
-   * operands and makes cuDNN's handle; where the run changes buffers (batch norm's running
+  /* a first run for new shapes, uncaptured, lets cuBLASLt time its candidates on the real operands
+   * and makes cuDNN's handle; where the run changes buffers (batch norm's running
    * statistics), they are copied before it and back after, so that the mutation happens once */
   size_t nsym = (size_t)(gg__desc.nsyms < 64 ? gg__desc.nsyms : 64);
   if (!s->tuned || memcmp(s->tuned_syms, a->sym, sizeof *a->sym * nsym)) {
@@ -822,8 +826,7 @@ template <typename T> __global__ void conv_direct(gg_conv c, const T *x, const T
   X(cudnnCreateConvolutionDescriptor) X(cudnnSetConvolutionNdDescriptor) X(cudnnSetConvolutionGroupCount) X(cudnnSetConvolutionMathType) \
   X(cudnnDestroyConvolutionDescriptor) X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnConvolutionForward) X(cudnnAddTensor) \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7) X(cudnnConvolutionBackwardData) X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
-  X(cudnnConvolutionBackwardFilter) X(cudnnFindConvolutionForwardAlgorithmEx) X(cudnnFindConvolutionBackwardDataAlgorithmEx) \
-  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)
+  X(cudnnConvolutionBackwardFilter)
 static struct {
 #define X(f) decltype(&::f) f;
   DNN_FN(X)
@@ -874,6 +877,9 @@ static void dnn_plan_destroy(struct dnn_plan *p) {
 static void dnn_free(gg_model *m) {
   for (int i = 0; dnn.ok && i < m->ndnn; i++) dnn_plan_destroy(&m->dnn_plans[i]);
   free(m->dnn_plans);
+  for (int i = 0; i < m->ndnn_old; i++) cudaFree(m->dnn_old[i]);
+  free(m->dnn_old);
+  cudaFree(m->dnn_ws);
   if (m->dnn) dnn.cudnnDestroy((cudnnHandle_t)m->dnn);
 }
 
@@ -944,67 +950,68 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   return &m->dnn_plans[m->ndnn++];
 }
 
-/* The algorithm of direction dir, among those whose workspace fits cuBLAS's (shared: the two run one
- * after the other on the stream): in the run before a graph capture (nothing is being captured), the
- * fastest on the real operands (cuDNN's Find*Ex: a = x, w, x; b = w, dy, dy; out = y, dx, dw for the
- * three directions; it writes only out, which the call after it writes again), as PyTorch's
- * cudnn.benchmark; inside a capture, or with GCC_GRAPH_CUDNN_FIND=0, the first of cuDNN's heuristic
- * order (PyTorch's default choice).
- * Float32 runs in FMA math whatever the entry says, as PyTorch does with TF32 off: an entry of
- * CUDNN_DEFAULT_MATH would let cuDNN use TF32 on sm_80 and later. Nothing is allocated. */
+/* The algorithm of direction dir: the first of cuDNN's heuristic order (PyTorch's choice without
+ * cudnn.benchmark) whose workspace fits the limit: outside a capture (the run before it) up to
+ * GCC_GRAPH_CUDNN_WORKSPACE_MB (default 512), the workspace growing to that need; inside one, what
+ * the workspace already has, as nothing can be allocated there. Float32 runs in FMA math whatever the
+ * entry says, as PyTorch does with TF32 off: an entry of CUDNN_DEFAULT_MATH would let cuDNN use TF32
+ * on sm_80 and later. Nothing is timed, so a convolution first met inside a capture is captured like
+ * any kernel. (Timing cuDNN's algorithms on the real operands, cudnnFind*AlgorithmEx in the run
+ * before the capture, was tried: slower on every model measured, docs/BENCHMARKS.md.) */
 #define DNN_PICK(PERF, COUNT, CALL)                                                                                              \
   do {                                                                                                                           \
     PERF perf[COUNT];                                                                                                            \
     int got = 0;                                                                                                                 \
     if (CALL == CUDNN_STATUS_SUCCESS)                                                                                            \
       for (int i = 0; i < got && p->state[dir] < 1; i++)                                                                         \
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= GG_BLAS_WS && (dt != 0 || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) { \
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit && (dt != 0 || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) { \
           p->state[dir] = 1, p->algo[dir] = (int)perf[i].algo, p->ws[dir] = perf[i].memory;                                      \
           p->math[dir] = dt == 0 ? CUDNN_FMA_MATH : perf[i].mathType;                                                          \
         }                                                                                                                        \
   } while (0)
-static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir, const void *a, const void *b, void *out) {
+static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
   if (p->state[dir]) return p->state[dir] > 0;
   cudnnHandle_t h = (cudnnHandle_t)m->dnn;
   p->state[dir] = -1;
   if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  const char *fe = getenv("GCC_GRAPH_CUDNN_FIND");
-  bool find = !(fe && !strcmp(fe, "0")) && cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
-  dnn.cudnnSetStream(h, m->stream);
-  if (find) cudaStreamSynchronize(m->stream);   /* the run's earlier kernels must not overlap the timings */
-  if (find && dir == 0)
-    DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-             dnn.cudnnFindConvolutionForwardAlgorithmEx(h, p->x, a, p->w, b, p->c, p->y, out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, m->blas_ws, GG_BLAS_WS));
-  else if (find && dir == 1)
-    DNN_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-             dnn.cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->w, a, p->y, b, p->c, p->x, out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf, m->blas_ws,
-                                                             GG_BLAS_WS));
-  else if (find)
-    DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-             dnn.cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, a, p->y, b, p->c, p->w, out, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf,
-                                                               m->blas_ws, GG_BLAS_WS));
-  if (p->state[dir] > 0) return true;
-  p->state[dir] = -1;
-  if (dir == 0)
-    DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-             dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->c, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-  else if (dir == 1)
-    DNN_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-             dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->c, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
-  else
-    DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-             dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->c, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+  bool grow = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  const char *we = getenv("GCC_GRAPH_CUDNN_WORKSPACE_MB");
+  long mb = we ? strtol(we, NULL, 10) : 512;
+  size_t limit = grow ? (size_t)(mb < 0 ? 0 : mb > 65536 ? 65536 : mb) << 20 : m->dnn_ws_size;
+  for (int attempt = 0; attempt < 2 && p->state[dir] < 1; attempt++, limit = m->dnn_ws_size) {   /* 1: the growth failed */
+    if (dir == 0)
+      DNN_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+               dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->c, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+    else if (dir == 1)
+      DNN_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+               dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->c, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
+    else
+      DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+               dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->c, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+    if (p->state[dir] < 1 || p->ws[dir] <= m->dnn_ws_size) break;
+    /* grow; the old workspace stays for the graphs captured with it */
+    void *nw = NULL, **old = (void **)realloc(m->dnn_old, sizeof *old * (size_t)(m->ndnn_old + 1));
+    if (old) m->dnn_old = old;
+    if (!old || cudaMalloc(&nw, p->ws[dir]) != cudaSuccess) {
+      cudaGetLastError();
+      p->state[dir] = -1;
+      continue;
+    }
+    if (m->dnn_ws) m->dnn_old[m->ndnn_old++] = m->dnn_ws;
+    m->dnn_ws = nw;
+    m->dnn_ws_size = p->ws[dir];
+  }
   return p->state[dir] > 0;
 }
 
 /* The plan and algorithm of direction dir for convolution c, the handle on the run's stream and the
  * direction's math type set: NULL when cuDNN cannot take it. */
-static struct dnn_plan *dnn_ready(int dt, const gg_conv *c, int dir, const void *a, const void *b, void *out) {
+static struct dnn_plan *dnn_ready(int dt, const gg_conv *c, int dir) {
   gg_model *m = gg_cur;
   if (!dnn_begin(m)) return NULL;
   struct dnn_plan *p = dnn_plan_for(m, dt, c);
-  if (!p || !dnn_algo(m, dt, p, dir, a, b, out) || dnn.cudnnSetConvolutionMathType(p->c, p->math[dir]) != CUDNN_STATUS_SUCCESS) return NULL;
+  if (!p || !dnn_algo(m, dt, p, dir) || dnn.cudnnSetConvolutionMathType(p->c, p->math[dir]) != CUDNN_STATUS_SUCCESS) return NULL;
   dnn.cudnnSetStream((cudnnHandle_t)m->dnn, m->stream);
   return p;
 }
@@ -1019,8 +1026,8 @@ static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, con
   const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
   gg_model *m = gg_cur;
   if (!c->transposed) {
-    struct dnn_plan *p = dnn_ready(dt, c, 0, x, w, y);
-    if (!p || dnn.cudnnConvolutionForward((cudnnHandle_t)m->dnn, one, p->x, x, p->w, w, p->c, (cudnnConvolutionFwdAlgo_t)p->algo[0], m->blas_ws, p->ws[0],
+    struct dnn_plan *p = dnn_ready(dt, c, 0);
+    if (!p || dnn.cudnnConvolutionForward((cudnnHandle_t)m->dnn, one, p->x, x, p->w, w, p->c, (cudnnConvolutionFwdAlgo_t)p->algo[0], m->dnn_ws, p->ws[0],
                                           zero, p->y, y) != CUDNN_STATUS_SUCCESS)
       return false;
     if (bias) dnn.cudnnAddTensor((cudnnHandle_t)m->dnn, one, p->b, bias, one, p->y, y);
@@ -1029,8 +1036,8 @@ static bool dnn_conv(int dt, const gg_conv *c, const void *x, const void *w, con
   gg_conv f = *c;   /* the convolution from y's shape to x's, whose weight is w as it stands */
   f.Cin = c->Cout, f.Cout = c->Cin, f.transposed = false;
   for (int d = 0; d < 3; d++) f.in[d] = c->out[d], f.out[d] = c->in[d];
-  struct dnn_plan *p = dnn_ready(dt, &f, 1, w, x, y);
-  if (!p || dnn.cudnnConvolutionBackwardData((cudnnHandle_t)m->dnn, one, p->w, w, p->y, x, p->c, (cudnnConvolutionBwdDataAlgo_t)p->algo[1], m->blas_ws,
+  struct dnn_plan *p = dnn_ready(dt, &f, 1);
+  if (!p || dnn.cudnnConvolutionBackwardData((cudnnHandle_t)m->dnn, one, p->w, w, p->y, x, p->c, (cudnnConvolutionBwdDataAlgo_t)p->algo[1], m->dnn_ws,
                                              p->ws[1], zero, p->x, y) != CUDNN_STATUS_SUCCESS)
     return false;
   if (bias) {
@@ -1050,9 +1057,9 @@ static bool dnn_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, v
   float one32 = 1, zero32 = 0;
   const void *one = dt == 1 ? (const void *)&one64 : (const void *)&one32, *zero = dt == 1 ? (const void *)&zero64 : (const void *)&zero32;
   gg_model *m = gg_cur;
-  struct dnn_plan *p = dnn_ready(dt, c, 2, x, dy, dw);
+  struct dnn_plan *p = dnn_ready(dt, c, 2);
   return p && dnn.cudnnConvolutionBackwardFilter((cudnnHandle_t)m->dnn, one, p->x, x, p->y, dy, p->c, (cudnnConvolutionBwdFilterAlgo_t)p->algo[2],
-                                                 m->blas_ws, p->ws[2], zero, p->w, dw) == CUDNN_STATUS_SUCCESS;
+                                                 m->dnn_ws, p->ws[2], zero, p->w, dw) == CUDNN_STATUS_SUCCESS;
 }
 #else
 struct dnn_plan { int unused; };
