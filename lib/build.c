@@ -303,8 +303,9 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
 
 /* ---------------------------------------------------------------- the build folder */
 
-/* The weights laid out (one 64-byte aligned blob in the .so, or offsets into the file they stay in)
- * and the folder the .so is built in (-S: the output folder), with weights.bin. */
+/* The weights laid out (one 64-byte aligned blob appended to the .so, or offsets into the file they
+ * stay in) and the folder the .so is built in (-S: the output folder, with weights.bin, which the
+ * code then includes: a hand build of those sources needs no other step). */
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
   /* weights: one 64-byte aligned blob, or offsets into the file they stay in */
   int nw = 0;
@@ -337,7 +338,7 @@ int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
     if (mkdir(o->output, 0777) && errno != EEXIST) { gg_error(c, "%s: cannot create: %s", o->output, strerror(errno)); return -1; }
     dir = arena_strdup(c->arena, o->output);
   } else if (!(dir = mkdtemp(pattern))) { gg_error(c, "cannot create a build folder: %s", strerror(errno)); return -1; }
-  if (!external) {
+  if (!external && o->sources_only) {
     uint8_t *b = calloc(1, (size_t)blob + 1);
     if (!b) { gg_error(c, "out of memory for %lld bytes of weights", (long long)blob); return -1; }
     for (int i = 0, k = 0; i < g->ninputs; i++) {
@@ -349,7 +350,7 @@ int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
     free(b);
     if (rc) return -1;
   }
-  *out = (BuildFiles){dir, offsets, blob, file_size, bytes, external};
+  *out = (BuildFiles){dir, offsets, blob, file_size, bytes, external, !external && !o->sources_only};
   return 0;
 }
 
@@ -478,8 +479,51 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
   return 0;
 }
 
-/* cc or nvcc builds dir/model.so from the sources; it is copied to the output. */
-int build_so(Ctx *c, const CompileOptions *o, const char *dir) {
-  if (o->cuda ? build_cuda(c, o, dir) : build_c(c, o, dir)) return -1;
-  return copy_file(c, arena_printf(c->arena, "%s/model.so", dir), o->output);
+/* The output: the linked .so, then (b->appended) its weights as gg_rt.h's GG_BLOB_MAGIC describes,
+ * written from where they were loaded (no weights.bin, no pass through the assembler and the linker:
+ * those were most of a large model's build), through a temporary file renamed at the end. */
+static bool write_zeros(FILE *f, uint64_t n) {
+  static const char zeros[4096];
+  while (n) {
+    size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
+    if (fwrite(zeros, 1, k, f) != k) return false;
+    n -= k;
+  }
+  return true;
+}
+
+static int write_output(Ctx *c, const char *so, const char *to, const Graph *g, const BuildFiles *b) {
+  if (!b->appended || b->blob <= 0) return copy_file(c, so, to);
+  FILE *in = fopen(so, "rb");
+  if (!in) return gg_error(c, "%s: cannot read: %s", so, strerror(errno));
+  char *tmp = arena_printf(c->arena, "%s.tmp%ld", to, (long)getpid());
+  FILE *out = fopen(tmp, "wb");
+  if (!out) { fclose(in); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  char buf[1 << 16];
+  size_t n;
+  uint64_t at = 0;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) at += fwrite(buf, 1, n, out);
+  bool ok = !ferror(in);
+  fclose(in);
+  const uint64_t page = 65536;   /* GG_BLOB_PAGE */
+  uint64_t start = (at + page - 1) / page * page, pos = 0;
+  ok = ok && write_zeros(out, start - at);
+  for (int i = 0, k = 0; ok && i < g->ninputs; i++) {
+    const Value *v = g->inputs[i];
+    if (v->input == IN_USER) continue;
+    uint64_t off = (uint64_t)b->offsets[k++];
+    ok = ok && write_zeros(out, off - pos) && fwrite(v->weight->data, 1, v->weight->nbytes, out) == v->weight->nbytes;
+    pos = off + v->weight->nbytes;
+  }
+  ok = ok && write_zeros(out, (uint64_t)b->blob - pos);
+  struct { char magic[8]; uint64_t offset, size; } tr = {"GGBLOB01", start, (uint64_t)b->blob};   /* GG_BLOB_MAGIC */
+  ok = ok && fwrite(&tr, 1, sizeof tr, out) == sizeof tr;
+  if (fclose(out) || !ok || chmod(tmp, 0755) || rename(tmp, to)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  return 0;
+}
+
+/* cc or nvcc builds dir/model.so from the sources; it is written to the output with its weights. */
+int build_so(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b) {
+  if (o->cuda ? build_cuda(c, o, b->dir) : build_c(c, o, b->dir)) return -1;
+  return write_output(c, arena_printf(c->arena, "%s/model.so", b->dir), o->output, g, b);
 }

@@ -217,7 +217,7 @@ int compile_schedule(Ctx *c, Graph *g) {
   TrainOptions none = {0};
   c->record = true;
   Schedule *s = schedule_graph(g);
-  int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, "{}", offsets, 0, false, 0) : -1;
+  int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, "{}", offsets, 0, false, false, 0) : -1;
   c->record = false;
   fclose(f);
   free(src);
@@ -256,14 +256,14 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   /* the code: --debug-dir records the schedule (the kernels after fusion) too */
   FILE *f = open_memstream(&src, &len);
   c->record = o->debug_dir != NULL;
-  int erc = emit_model(c, g, p.sf, p.bwd, p.sb, &o->tr, f, model_metadata(g, p.bwd, &o->tr, &p.ps, b.external, b.bytes), b.offsets, b.blob, b.external,
-                       b.file_size);
+  int erc = emit_model(c, g, p.sf, p.bwd, p.sb, &o->tr, f, model_metadata(g, p.bwd, &o->tr, &p.ps, b.external, b.bytes), b.offsets, b.blob, b.appended,
+                       b.external, b.file_size);
   c->record = false;
   fclose(f);
   if (erc || build_sources(c, o, b.dir, src, len) || write_debug(c, o, src, len)) goto done;
   stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
   if (!o->sources_only) {
-    if (build_so(c, o, b.dir)) goto done;
+    if (build_so(c, o, g, &b)) goto done;
     stage(&tm, o->cuda ? "nvcc (build the .so)" : "cc (build the .so)");
   }
   stage(&tm, NULL);

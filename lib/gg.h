@@ -328,7 +328,7 @@ struct TrainOptions;
 /* The model file (module.c and the emitters): the forward (and a training model's backward) from its
  * schedule, then the descriptors; weight_offsets: where each weight's bytes are (build.c). */
 int emit_model(Ctx *c, struct Graph *g, const Schedule *sf, struct Graph *bwd, const Schedule *sb, const struct TrainOptions *tr, FILE *out,
-               const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool external, int64_t external_size);   /* a line per node: its kernel, fused, or in an epilogue */
+               const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool appended, bool external, int64_t external_size);   /* a line per node: its kernel, fused, or in an epilogue */
 bool sched_test_miscompiled(const struct Node *n);   /* GCC_GRAPH_TEST_MISCOMPILE names its op (tests only) */
 
 /* ---------------------------------------------------------------- memory planning (memplan.c) */
@@ -627,10 +627,11 @@ typedef struct BuildFiles {
   int64_t *offsets;          /* by weight: where its bytes are, in the blob or in the model file */
   int64_t blob, file_size, bytes;   /* the blob's size, the model file's, the weights' */
   bool external;             /* --weights external */
+  bool appended;             /* the blob goes after the linked .so (build_so), not into the code (-S) */
 } BuildFiles;
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
-int build_so(Ctx *c, const CompileOptions *o, const char *dir);   /* cc or nvcc, the .so copied to o->output */
+int build_so(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b);   /* cc or nvcc, the .so copied to o->output (weights appended) */
 int build_cuda_sm(Ctx *c, const CompileOptions *o);   /* --cuda-arch as a number (90 for sm_90) */
 void build_finish(const CompileOptions *o, const char *dir);     /* the folder removed, unless --keep or -S */
 int build_cache_lookup(Ctx *c, const CompileOptions *o, const char **store);   /* 1: copied from the model cache */

@@ -485,7 +485,7 @@ static void ndim_list(FILE *out, const char *name, Value **v, int n) {
  * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
  * weight i's bytes are (in the blob or the file). */
 int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
-               int64_t blob_size, bool external, int64_t external_size) {
+               int64_t blob_size, bool appended, bool external, int64_t external_size) {
   char *fbuf = NULL, *bbuf = NULL;
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
@@ -519,7 +519,7 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   fputs("\nstatic const char *const gg_input_names[] = {", out);
   for (int i = 0; i < nusers; i++) { fputs(i ? ", " : "", out); emit_c_string(out, users[i]->name); }
   fputs(nusers ? "};\n" : "NULL};\n", out);
-  if (!external && blob_size > 0) {
+  if (!external && !appended && blob_size > 0) {
     fputs("\n/* The weights, from weights.bin, aligned for vector loads. */\n", out);
     fputs("__asm__(\".section .rodata\\n.balign 64\\n.type gg_blob, @object\\ngg_blob:\\n.incbin \\\"weights.bin\\\"\\n.byte 0\\n.previous\\n\");\n", out);
     fputs("extern const unsigned char gg_blob[];\n", out);
@@ -569,7 +569,7 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   }
   fprintf(out, "\nconst gg_model_desc gg__desc = {\n  %d, %d, %d, %d, %d,\n  gg_input_names, gg_out_dtypes, gg_out_ndims, gg_weights,\n", nusers, nuser_out, g->nsyms,
           nweights, nmut);
-  fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
+  fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && !appended && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
   fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code,
           c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");

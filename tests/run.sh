@@ -229,6 +229,18 @@ expect 1 "keeps its weights in a file" -- "$GG" run "$TMP/mlp_ext.so" --inputs $
 expect 1 "not the weights file" -- "$GG" run "$TMP/mlp_ext.so" --weights $M/bert_tiny/model.pt2 --inputs $M/mlp/io.safetensors -o "$TMP/oe.st"
 expect 0 "" -- "$GG" run "$TMP/mlp_ext.so" --weights $M/mlp/model.pt2 --inputs $M/mlp/io.safetensors -o "$TMP/oe.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/oe.st" $M/mlp/io.safetensors
+# weights appended to the .so: a stripped or truncated one is refused with a message; -S sources
+# (weights.bin included by model.c) build by hand into a model that gives the same outputs
+cp "$TMP/mlp.so" "$TMP/mlp_cut.so" && truncate -s -100 "$TMP/mlp_cut.so"
+expect 1 "the weights appended to the model are missing or damaged" -- "$GG" run "$TMP/mlp_cut.so" --inputs "$TMP/x.st" -o "$TMP/oc.st"
+if command -v strip >/dev/null; then
+  strip -o "$TMP/mlp_strip.so" "$TMP/mlp.so"
+  expect 1 "the weights appended to the model are missing or damaged" -- "$GG" run "$TMP/mlp_strip.so" --inputs "$TMP/x.st" -o "$TMP/oc.st"
+fi
+expect 0 "" -- "$GG" compile $M/mlp/model.pt2 -S -o "$TMP/mlp_src"
+(cd "$TMP/mlp_src" && cc -O2 -std=gnu11 -fPIC -fopenmp -shared model.c gg_rt.c -lopenblas -lm -o hand.so) 2>"$TMP/err" || no "hand build of -S sources: $(head -c 300 "$TMP/err")"
+expect 0 "" -- "$GG" run "$TMP/mlp_src/hand.so" --inputs $M/mlp/io.safetensors -o "$TMP/oh.st"
+expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/oh.st" $M/mlp/io.safetensors
 # a bare model.json with --weights compiles the same way
 expect 0 "" -- "$GG" compile tests/cases/mlp_json/model.json --weights tests/cases/mlp_json/weights.safetensors -o "$TMP/mj.so"
 expect 0 "" -- "$GG" run "$TMP/mj.so" --inputs $M/mlp/io.safetensors -o "$TMP/mj.st"

@@ -4,9 +4,11 @@
  * pooling (gg_rt_conv.c), included at the end so that the runtime is one translation unit. It needs
  * libc, libm, libgomp and a CBLAS, nothing else. This file: the ABI (open, run, outputs, buffers),
  * the profile, and training (forward, backward, the optimizer). */
+#define _GNU_SOURCE   /* dladdr */
 #include "gg_rt.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <omp.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -134,7 +136,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if (!m->w || !m->mut || !m->own || !m->opt_m || !m->opt_v) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
-    if (map_weights(weights, &m->map, &m->maplen, err, errlen)) { gg_close(m); return 1; }
+    if ((d->blob_size > 0 ? map_self(&m->map, &m->maplen, err, errlen) : map_weights(weights, &m->map, &m->maplen, err, errlen))) { gg_close(m); return 1; }
     base = m->map;
   }
   for (int i = 0; i < d->nweights; i++) {

@@ -35,6 +35,11 @@ extern "C" {
 #define GG_RT_MAX_RANK 16
 #define GG_MAX_IO 256   /* inputs and outputs of a call */
 #define GG_RT_ALIGN 64
+/* The weights appended to a compiled .so: the file padded to GG_BLOB_PAGE, the blob (each weight
+ * 64-byte aligned), then a trailer of 24 bytes: this magic, the blob's offset and its size (uint64,
+ * the machine's byte order). The runtime maps them at gg_open. */
+#define GG_BLOB_MAGIC "GGBLOB01"
+#define GG_BLOB_PAGE 65536
 
 typedef struct gg_weight_desc {
   const char *fqn;
@@ -49,7 +54,8 @@ typedef struct gg_model_desc {
   const DLDataType *output_dtypes;
   const int *output_ndims;
   const gg_weight_desc *weights;
-  const unsigned char *blob;     /* embedded weights, or NULL when they stay in a file */
+  const unsigned char *blob;     /* weights compiled in (gcc-graph compile -S), else NULL: appended to the
+                                  * .so's file when blob_size > 0 (GG_BLOB_MAGIC), or in a file of their own */
   int64_t blob_size;
   int64_t external_size;         /* size of the external weights file, checked at open */
   const int *mutable_weight;     /* weight index of each mutated buffer */

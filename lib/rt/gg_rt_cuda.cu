@@ -163,7 +163,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   m->accum = 1;
   const unsigned char *base = d->blob;
   if (!base && d->nweights) {
-    if (map_weights(weights, &m->map, &m->maplen, err, errlen)) { gg_close(m); return 1; }
+    if ((d->blob_size > 0 ? map_self(&m->map, &m->maplen, err, errlen) : map_weights(weights, &m->map, &m->maplen, err, errlen))) { gg_close(m); return 1; }
     base = (const unsigned char *)m->map;
   }
   /* the weights: one upload, each 256-byte aligned; the model's copies are its own (training updates them) */
