@@ -416,6 +416,7 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
   }
   libs[nl++] = "-lopenblas";
   libs[nl++] = "-lm";
+  libs[nl++] = "-ldl";   /* dladdr (in libc itself since glibc 2.34) */
   const char *cc = o->cc ? o->cc : "cc", *rt_dir = runtime_cache_dir(c);
   char *argv[3][96];
   bool split = o->jobs >= 2 || rt_dir;
@@ -502,8 +503,12 @@ static int write_output(Ctx *c, const char *so, const char *to, const Graph *g, 
   char buf[1 << 16];
   size_t n;
   uint64_t at = 0;
-  while ((n = fread(buf, 1, sizeof buf, in)) > 0) at += fwrite(buf, 1, n, out);
-  bool ok = !ferror(in);
+  bool ok = true;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) {
+    ok = fwrite(buf, 1, n, out) == n;
+    at += n;
+  }
+  ok = ok && !ferror(in);
   fclose(in);
   const uint64_t page = 65536;   /* GG_BLOB_PAGE */
   uint64_t start = (at + page - 1) / page * page, pos = 0;
@@ -517,8 +522,12 @@ static int write_output(Ctx *c, const char *so, const char *to, const Graph *g, 
   }
   ok = ok && write_zeros(out, (uint64_t)b->blob - pos);
   struct { char magic[8]; uint64_t offset, size; } tr = {"GGBLOB01", start, (uint64_t)b->blob};   /* GG_BLOB_MAGIC */
-  ok = ok && fwrite(&tr, 1, sizeof tr, out) == sizeof tr;
-  if (fclose(out) || !ok || chmod(tmp, 0755) || rename(tmp, to)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  ok = ok && fwrite(&tr, 1, sizeof tr, out) == sizeof tr && !ferror(out);
+  if (fclose(out) || !ok || chmod(tmp, 0755) || rename(tmp, to)) {
+    int en = errno;
+    remove(tmp);
+    return gg_error(c, "%s: cannot write: %s", to, strerror(en));
+  }
   return 0;
 }
 

@@ -116,22 +116,32 @@ static int rt_f32(const Em *e) { return e->g->ctx->precision == PREC_TF32 ? 4 : 
  * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
  * copied into the output first and the product added to it (beta). Half types accumulate in
  * float32, as PyTorch's do. */
-/* Batch dims 0..nb-1 of x that are one stride (each the next one's stride times its size), so that
- * a strided-batched call walks them all */
-static bool batch_merges(Em *e, const TV *x, int nb) {
-  for (int d = 0; d + 1 < nb; d++) {
-    int64_t one;
-    if (expr_is_const(x->sizes[d], &one) && one == 1) continue;
-    if (!expr_same(e->g, x->strides[d], MUL(e, x->strides[d + 1], x->sizes[d + 1]))) return false;
+static bool size_one(const Expr *s) {
+  int64_t v;
+  return expr_is_const(s, &v) && v == 1;
+}
+
+/* Batch dims 0..nb-1 of x that are one stride (each, size-1 dims left out, the next one's stride
+ * times its size), so that a strided-batched call walks them all; *stride: that stride (0: no dim
+ * but size-1 ones) */
+static bool batch_merges(Em *e, const TV *x, int nb, const Expr **stride) {
+  int prev = -1;
+  for (int d = 0; d < nb; d++) {
+    if (size_one(x->sizes[d])) continue;
+    if (prev >= 0 && !expr_same(e->g, x->strides[prev], MUL(e, x->strides[d], x->sizes[d]))) return false;
+    prev = d;
   }
+  *stride = prev >= 0 ? x->strides[prev] : C(e, 0);
   return true;
 }
 
 /* x's batch dims 0..nb-1 as one of `count` matrices (x must merge: batch_merges) */
 static TV batch_merged(Em *e, const TV *x, int nb, const Expr *count) {
   TV t = *x;
+  const Expr *st = NULL;
+  batch_merges(e, x, nb, &st);
   t.rank = 3;
-  t.sizes[0] = count, t.strides[0] = x->strides[nb - 1];
+  t.sizes[0] = count, t.strides[0] = st;
   for (int d = 1; d < 3; d++) t.sizes[d] = x->sizes[nb - 1 + d], t.strides[d] = x->strides[nb - 1 + d];
   return t;
 }
@@ -145,14 +155,15 @@ static int product_cuda(Em *e, const Product *p) {
    * dim] view): the operand is copied into contiguous scratch, as PyTorch's reshape does, so that one
    * strided-batched call takes every matrix instead of a host loop of calls of one batch each */
   TV Am, Bm, Om;
-  if (nb >= 2 && batch_merges(e, out, nb)) {
+  const Expr *st;
+  if (nb >= 2 && batch_merges(e, out, nb, &st)) {
     const Expr *count = C(e, 1);
     for (int d = 0; d < nb; d++) count = MUL(e, count, out->sizes[d]);
     TV *ops[2] = {&Am, &Bm};
     const TV *src[2] = {Ab, Bb};
     for (int i = 0; i < 2; i++) {
       *ops[i] = *src[i];
-      if (batch_merges(e, src[i], nb)) continue;
+      if (batch_merges(e, src[i], nb, &st)) continue;
       int s = new_stor(e, S_SCRATCH, 0, src[i]->dt, numel(e, src[i]));
       contiguous_tv(e, ops[i], s, src[i]->dt, src[i]->rank, src[i]->sizes);
       copy_kernel(e, n, ops[i], src[i]);

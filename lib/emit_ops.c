@@ -50,7 +50,7 @@ static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *k
   for (int i = 0; i < nk; i++) { O *= ks[i]; span += (ks[i] - 1) * kst[i]; }
   for (int i = 0; i < nr; i++) { L *= rs[i]; span += (rs[i] - 1) * rst[i]; }
   bool rows = rst[nr - 1] == 1, cols = !rows && nk && kst[nk - 1] == 1;
-  if (!rows && !cols) return 1;
+  if ((!rows && !cols) || O == 0 || L == 0) return 1;
   /* rows: about 8192 warps, each at least 1024 elements; columns: about 128 K threads, each at least 16 */
   int64_t P = rows ? (8192 + O - 1) / O : (131072 + O - 1) / O, most = rows ? L / 1024 : L / 16;
   if (P > most) P = most;
@@ -58,7 +58,7 @@ static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *k
   if (rows && P < 2) return 1;   /* the warp-per-output kernel below */
   int64_t CH = (L + P - 1) / P;
   P = (L + CH - 1) / CH;
-  const char *T = span < INT32_MAX && O * P * 32 < INT32_MAX ? "uint32_t" : "int64_t";
+  const char *T = span < INT32_MAX && L < INT32_MAX && O * P * 32 < INT32_MAX ? "uint32_t" : "int64_t";
   const char *rt = real_type(e, x->dt);
   DType pdt = strcmp(rt, "float") ? DT_F64 : DT_F32;
   int part = P > 1 ? new_stor(e, S_SCRATCH, 0, pdt, C(e, O * P)) : -1;

@@ -61,32 +61,36 @@ int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int
   return 0;
 }
 
-/* The weights appended to this .so's file (compile's default), mapped read-only: the file is the one
- * the loader mapped the model from (dladdr, else /proc/self/maps). 0, or 1 with a message. */
+/* The weights appended to this .so's file (compile's default), mapped read-only: the file the loader
+ * mapped the model from, found in /proc/self/maps (else by dladdr) and checked to be the same file
+ * (inode), not one written over that path since. 0, or 1 with a message. */
 static int map_self(void **map, size_t *len, char *err, size_t errlen) {
-  char path[4096] = "";
-  Dl_info di;
-  int fd = -1;
-  if (dladdr((const void *)&gg__desc, &di) && di.dli_fname) {
-    snprintf(path, sizeof path, "%s", di.dli_fname);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-  }
-  FILE *maps = fd < 0 ? fopen("/proc/self/maps", "r") : NULL;
-  char line[4096 + 128];
-  while (maps && fd < 0 && fgets(line, sizeof line, maps)) {
-    unsigned long lo, hi;
+  char path[4096] = "", line[4096 + 128];
+  unsigned long ino = 0;
+  bool known = false;
+  FILE *maps = fopen("/proc/self/maps", "r");
+  while (maps && !known && fgets(line, sizeof line, maps)) {
+    unsigned long lo, hi, inode;
     int at = 0;
-    if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) < 2 || !at) continue;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu %n", &lo, &hi, &inode, &at) < 3 || !at) continue;
     if ((uintptr_t)&gg__desc < lo || (uintptr_t)&gg__desc >= hi) continue;
     snprintf(path, sizeof path, "%s", line + at);
     path[strcspn(path, "\n")] = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    ino = inode;
+    known = true;
   }
   if (maps) fclose(maps);
-  if (fd < 0) return gg_rt_fail(err, errlen, "cannot open the model's own file to map its weights%s%s", *path ? ": " : "", path);
-  struct { char magic[8]; uint64_t offset, size; } tr;
+  Dl_info di;
+  if (!known && dladdr((const void *)&gg__desc, &di) && di.dli_fname) snprintf(path, sizeof path, "%s", di.dli_fname);
+  int fd = *path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
   struct stat st;
-  bool ok = !fstat(fd, &st) && st.st_size >= (off_t)sizeof tr && pread(fd, &tr, sizeof tr, st.st_size - (off_t)sizeof tr) == (ssize_t)sizeof tr &&
+  if (fd < 0 || fstat(fd, &st) || (known && (unsigned long)st.st_ino != ino)) {
+    if (fd >= 0) close(fd);
+    return gg_rt_fail(err, errlen, "%s: the model's file was removed or replaced since it was loaded: its weights are in it (load it again)",
+                      *path ? path : "the model");
+  }
+  struct { char magic[8]; uint64_t offset, size; } tr;
+  bool ok = st.st_size >= (off_t)sizeof tr && pread(fd, &tr, sizeof tr, st.st_size - (off_t)sizeof tr) == (ssize_t)sizeof tr &&
             !memcmp(tr.magic, GG_BLOB_MAGIC, 8) && tr.size == (uint64_t)gg__desc.blob_size && tr.offset % GG_BLOB_PAGE == 0 &&
             tr.offset <= (uint64_t)st.st_size && tr.size + sizeof tr <= (uint64_t)st.st_size - tr.offset;
   if (!ok) {

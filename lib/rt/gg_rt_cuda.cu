@@ -862,6 +862,7 @@ struct dnn_plan {
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t c;
   int state[3], algo[3];
+  bool captured[3];         /* chosen inside a capture (within the workspace there was): chosen again after */
   cudnnMathType_t math[3];
   size_t ws[3];
 };
@@ -970,12 +971,13 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
         }                                                                                                                        \
   } while (0)
 static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
-  if (p->state[dir]) return p->state[dir] > 0;
-  cudnnHandle_t h = (cudnnHandle_t)m->dnn;
-  p->state[dir] = -1;
-  if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
   bool grow = cudaStreamIsCapturing(m->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone;
+  if (p->state[dir] && !(grow && p->captured[dir])) return p->state[dir] > 0;
+  cudnnHandle_t h = (cudnnHandle_t)m->dnn;
+  p->state[dir] = -1;
+  p->captured[dir] = !grow;
+  if (dnn.cudnnSetConvolutionMathType(p->c, dt == 0 ? CUDNN_FMA_MATH : dt == 1 || dt == 4 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH) != CUDNN_STATUS_SUCCESS) return false;
   const char *we = getenv("GCC_GRAPH_CUDNN_WORKSPACE_MB");
   long mb = we ? strtol(we, NULL, 10) : 512;
   size_t limit = grow ? (size_t)(mb < 0 ? 0 : mb > 65536 ? 65536 : mb) << 20 : m->dnn_ws_size;

@@ -329,6 +329,23 @@ def split_reductions():   # sums and means with few outputs for their length (th
     return g
 
 
+@case
+def matmul_batch_dims():   # products over several batch dims: size-1 and broadcast ones, permuted (attention's) operands
+    a = torch.randn(2, 1, 3, 4, 5)
+    b = torch.randn(3, 5, 6)
+    q = torch.randn(2, 5, 3, 4)
+    c = torch.randn(1, 3, 4, 5)
+    d = torch.randn(2, 1, 5, 6)
+    g = Graph("matmul_batch_dims", a=a, b=b, q=q, c=c, d=d)
+    A, Bv, Q, Cv, D = Ref("a"), Ref("b"), Ref("q"), Ref("c"), Ref("d")
+    g.node("matmul.default", [("self", A), ("other", Bv)], torch.matmul)
+    qp = g.node("permute.default", [("self", Q), ("dims", [0, 2, 1, 3])], lambda t, d: t.permute(d), out=False)
+    kt = g.node("permute.default", [("self", Q), ("dims", [0, 2, 3, 1])], lambda t, d: t.permute(d), out=False)
+    g.node("matmul.default", [("self", qp), ("other", kt)], torch.matmul)
+    g.node("matmul.default", [("self", Cv), ("other", D)], torch.matmul)
+    return g
+
+
 for f in CASES:
     if not ONLY or f.__name__ in ONLY:
         f().write()
