@@ -33,7 +33,7 @@ static const char usage_main[] =
   "  minify MODEL -o DIR [--inputs IN]\n"
   "                 reduce a model whose compiled code fails to a small standalone repro\n"
   "  bench MODEL.so --inputs IN.safetensors [--iters N]\n"
-  "                 time a compiled model; the last line is JSON (median_ms, iters, threads)\n"
+  "                 time a compiled model; the last line is JSON (median_ms, p90_ms, p99_ms, ...)\n"
   "\n"
   "options:\n"
   "  -h, --help     show help (gcc-graph COMMAND --help for a command)\n"
@@ -134,9 +134,10 @@ static const char usage_bench[] =
   "usage: gcc-graph bench MODEL.so --inputs IN.safetensors [--iters N] [--warmup N] [--weights FILE]\n"
   "\n"
   "Run a compiled model N times (default 50) after a warm-up (default 5) and report the median,\n"
-  "minimum and mean time (for a training .so, of a step: forward, backward, and the optimizer's\n"
-  "update when it was compiled with one, gg_train_step). The last line of\n"
-  "standard output is a JSON object with median_ms, min_ms, mean_ms, iters and threads\n"
+  "90th and 99th percentile (nearest rank), minimum, maximum and mean time (for a training .so, of a\n"
+  "step: forward, backward, and the optimizer's update when it was compiled with one,\n"
+  "gg_train_step). The last line of standard output is a JSON object with median_ms, p90_ms,\n"
+  "p99_ms, min_ms, max_ms, mean_ms, iters and threads\n"
   "(OMP_NUM_THREADS, or the number of CPUs). GCC_GRAPH_PROFILE=1 adds, on stderr, the nodes that\n"
   "took the most time.\n";
 
@@ -653,11 +654,15 @@ static int cmd_bench(int argc, char **argv) {
   for (long i = 0; i < o.iters; i++) sum += t[i];
   qsort(t, (size_t)o.iters, sizeof *t, cmp_double);
   double med = o.iters % 2 ? t[o.iters / 2] : (t[o.iters / 2 - 1] + t[o.iters / 2]) / 2;
+  /* tail latencies, nearest rank: the smallest time that at least p of the runs took no longer than */
+  double p90 = t[(long)ceil(0.90 * (double)o.iters) - 1], p99 = t[(long)ceil(0.99 * (double)o.iters) - 1], max = t[o.iters - 1];
   const char *env = getenv("OMP_NUM_THREADS");
   long threads = env && atol(env) > 0 ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
-  printf("%s: %ld %s after %ld warm-up, %ld threads: median %.3f ms, min %.3f ms, mean %.3f ms\n", o.model, o.iters,
-         train && l.has_optimizer ? "training steps (forward, backward, update)" : train ? "training steps (forward + backward)" : "iterations", o.warmup, threads, med, t[0], sum / (double)o.iters);
-  printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"mean_ms\": %.4f, \"iters\": %ld, \"threads\": %ld}\n", med, t[0], sum / (double)o.iters, o.iters, threads);
+  printf("%s: %ld %s after %ld warm-up, %ld threads: median %.3f ms, p90 %.3f ms, p99 %.3f ms, min %.3f ms, max %.3f ms, mean %.3f ms\n", o.model,
+         o.iters, train && l.has_optimizer ? "training steps (forward, backward, update)" : train ? "training steps (forward + backward)" : "iterations", o.warmup,
+         threads, med, p90, p99, t[0], max, sum / (double)o.iters);
+  printf("{\"median_ms\": %.4f, \"p90_ms\": %.4f, \"p99_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, \"mean_ms\": %.4f, \"iters\": %ld, \"threads\": %ld}\n",
+         med, p90, p99, t[0], max, sum / (double)o.iters, o.iters, threads);
   rc = 0;
 out:
   if (state) l.state_free(state);

@@ -253,6 +253,9 @@ expect 1 "no tensor for input 1" -- "$GG" run "$TMP/evil.so" --inputs "$TMP/ev.s
 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 5 >"$TMP/bench" 2>&1 || no "bench failed: $(cat "$TMP/bench")"
 expect 0 '"median_ms"' -- tail -n 1 "$TMP/bench"
 expect 0 '"threads"' -- tail -n 1 "$TMP/bench"
+# its order statistics in order: min <= median <= p90 <= p99 <= max, over 20 runs
+"$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 20 --warmup 1 >"$TMP/bench20" 2>&1 || no "bench failed: $(cat "$TMP/bench20")"
+expect 0 "" -- python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); v=[j[k] for k in ('min_ms','median_ms','p90_ms','p99_ms','max_ms')]; sys.exit(0 if v == sorted(v) and j['mean_ms'] <= j['max_ms'] else 1)" "$TMP/bench20"
 expect 2 "bad count" -- "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 0
 cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/lib/*/libm.so.6 | head -n 1)" "$TMP/libm.so"
 expect 1 "writes through a view made by 'split.Tensor'" -- "$GG" compile tests/bad/write_through_split.json -o "$TMP/ws.so"
