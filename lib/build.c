@@ -75,19 +75,60 @@ static int split_flags(Ctx *c, const char *s, char **out, int max) {
   return n;
 }
 
-int copy_file(Ctx *c, const char *from, const char *to) {
-  FILE *in = fopen(from, "rb");
-  if (!in) return gg_error(c, "%s: cannot read: %s", from, strerror(errno));
+static bool write_zeros(FILE *f, uint64_t n) {
+  static const char zeros[4096];
+  while (n) {
+    size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
+    if (fwrite(zeros, 1, k, f) != k) return false;
+    n -= k;
+  }
+  return true;
+}
+
+/* from copied to `to` through a temporary file renamed at the end; with b (b->appended), g's weights
+ * after it as gg_rt.h's GG_BLOB_MAGIC describes, written from where they were loaded (no weights.bin,
+ * no pass through the assembler and the linker: those were most of a large model's build). */
+static int copy_with_weights(Ctx *c, const char *so, const char *to, const Graph *g, const BuildFiles *b) {
+  FILE *in = fopen(so, "rb");
+  if (!in) return gg_error(c, "%s: cannot read: %s", so, strerror(errno));
   char *tmp = arena_printf(c->arena, "%s.tmp%ld", to, (long)getpid());
   FILE *out = fopen(tmp, "wb");
   if (!out) { fclose(in); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
   char buf[1 << 16];
   size_t n;
-  while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+  uint64_t at = 0;
+  bool ok = true;
+  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) {
+    ok = fwrite(buf, 1, n, out) == n;
+    at += n;
+  }
+  ok = ok && !ferror(in);
   fclose(in);
-  if (fclose(out) || chmod(tmp, 0755) || rename(tmp, to)) { remove(tmp); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
+  if (b && b->appended && b->blob > 0) {   /* the weights, after the file padded to a page */
+    const uint64_t page = 65536;   /* gg_rt.h's GG_BLOB_PAGE (the runtime is a world of its own: no header shared) */
+    uint64_t start = (at + page - 1) / page * page, pos = 0;
+    ok = ok && write_zeros(out, start - at);
+    for (int i = 0, k = 0; ok && i < g->ninputs; i++) {
+      const Value *v = g->inputs[i];
+      if (v->input == IN_USER) continue;
+      uint64_t off = (uint64_t)b->offsets[k++];
+      ok = ok && write_zeros(out, off - pos) && fwrite(v->weight->data, 1, v->weight->nbytes, out) == v->weight->nbytes;
+      pos = off + v->weight->nbytes;
+    }
+    ok = ok && write_zeros(out, (uint64_t)b->blob - pos);
+    struct { char magic[8]; uint64_t offset, size; } tr = {"GGBLOB01", start, (uint64_t)b->blob};   /* GG_BLOB_MAGIC */
+    ok = ok && fwrite(&tr, 1, sizeof tr, out) == sizeof tr;
+  }
+  ok = ok && !ferror(out);
+  if (fclose(out) || !ok || chmod(tmp, 0755) || rename(tmp, to)) {
+    int en = errno;
+    remove(tmp);
+    return gg_error(c, "%s: cannot write: %s", to, strerror(en));
+  }
   return 0;
 }
+
+int copy_file(Ctx *c, const char *from, const char *to) { return copy_with_weights(c, from, to, NULL, NULL); }
 
 static void remove_dir(const char *dir) {
   static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
@@ -480,59 +521,8 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
   return 0;
 }
 
-/* The output: the linked .so, then (b->appended) its weights as gg_rt.h's GG_BLOB_MAGIC describes,
- * written from where they were loaded (no weights.bin, no pass through the assembler and the linker:
- * those were most of a large model's build), through a temporary file renamed at the end. */
-static bool write_zeros(FILE *f, uint64_t n) {
-  static const char zeros[4096];
-  while (n) {
-    size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
-    if (fwrite(zeros, 1, k, f) != k) return false;
-    n -= k;
-  }
-  return true;
-}
-
-static int write_output(Ctx *c, const char *so, const char *to, const Graph *g, const BuildFiles *b) {
-  if (!b->appended || b->blob <= 0) return copy_file(c, so, to);
-  FILE *in = fopen(so, "rb");
-  if (!in) return gg_error(c, "%s: cannot read: %s", so, strerror(errno));
-  char *tmp = arena_printf(c->arena, "%s.tmp%ld", to, (long)getpid());
-  FILE *out = fopen(tmp, "wb");
-  if (!out) { fclose(in); return gg_error(c, "%s: cannot write: %s", to, strerror(errno)); }
-  char buf[1 << 16];
-  size_t n;
-  uint64_t at = 0;
-  bool ok = true;
-  while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) {
-    ok = fwrite(buf, 1, n, out) == n;
-    at += n;
-  }
-  ok = ok && !ferror(in);
-  fclose(in);
-  const uint64_t page = 65536;   /* GG_BLOB_PAGE */
-  uint64_t start = (at + page - 1) / page * page, pos = 0;
-  ok = ok && write_zeros(out, start - at);
-  for (int i = 0, k = 0; ok && i < g->ninputs; i++) {
-    const Value *v = g->inputs[i];
-    if (v->input == IN_USER) continue;
-    uint64_t off = (uint64_t)b->offsets[k++];
-    ok = ok && write_zeros(out, off - pos) && fwrite(v->weight->data, 1, v->weight->nbytes, out) == v->weight->nbytes;
-    pos = off + v->weight->nbytes;
-  }
-  ok = ok && write_zeros(out, (uint64_t)b->blob - pos);
-  struct { char magic[8]; uint64_t offset, size; } tr = {"GGBLOB01", start, (uint64_t)b->blob};   /* GG_BLOB_MAGIC */
-  ok = ok && fwrite(&tr, 1, sizeof tr, out) == sizeof tr && !ferror(out);
-  if (fclose(out) || !ok || chmod(tmp, 0755) || rename(tmp, to)) {
-    int en = errno;
-    remove(tmp);
-    return gg_error(c, "%s: cannot write: %s", to, strerror(en));
-  }
-  return 0;
-}
-
 /* cc or nvcc builds dir/model.so from the sources; it is written to the output with its weights. */
 int build_so(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b) {
   if (o->cuda ? build_cuda(c, o, b->dir) : build_c(c, o, b->dir)) return -1;
-  return write_output(c, arena_printf(c->arena, "%s/model.so", b->dir), o->output, g, b);
+  return copy_with_weights(c, arena_printf(c->arena, "%s/model.so", b->dir), o->output, g, b);
 }

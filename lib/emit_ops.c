@@ -138,12 +138,16 @@ int emit_reduce(Em *e, Node *n) {
   double ord = 2;
   int oi = ops_arg_index(n->op, "ord");
   if (oi >= 0) { const Arg *a = &n->args[oi]; int64_t v; ord = a->k == AK_FLOAT ? a->u.f : expr_is_const(a->u.i, &v) ? (double)v : 2; }
+  int64_t one;
+  bool plain = (rk == R_SUM || rk == R_MEAN) && dtype_is_float(out->dt) && !out2;
+  if (plain && e->cuda && nred >= 1) {   /* before this kernel's id: it writes kernels of its own */
+    int r = split_reduce(e, n, x, out, kept, nkept, red, nred, rk == R_MEAN);
+    if (r <= 0) return r;
+  }
   FILE *f = e->k;
   int id = e->nk++;
   /* sums over outer dims of a contiguous inner dim (bias gradients, batch sums): blocks of columns
    * per thread, each row added with unit stride */
-  int64_t one;
-  bool plain = (rk == R_SUM || rk == R_MEAN) && dtype_is_float(out->dt) && !out2;
   if (plain && !e->cuda && nkept >= 1 && nred >= 1 && expr_is_const(x->strides[kept[nkept - 1]], &one) && one == 1 && red[nred - 1] < kept[nkept - 1]) {
     kernel_begin(e, n, "column reduction");
     fprintf(f, "static void k%d(%s *restrict y, void *y2, const %s *x, const int64_t *s) {\n  (void)s; (void)y2;\n", id, ctype(out->dt), ctype(x->dt));
@@ -171,10 +175,6 @@ int emit_reduce(Em *e, Node *n) {
     fputs("  }\n}\n", f);
     fprintf(e->r, "  k%d(%s, NULL, %s, s);\n", id, sname(e, out->stor), sname(e, x->stor));
     return 0;
-  }
-  if (plain && e->cuda && nred >= 1) {
-    int r = split_reduce(e, n, x, out, kept, nkept, red, nred, rk == R_MEAN);
-    if (r <= 0) return r;
   }
   /* on the GPU, a sum or mean whose last reduced dim is contiguous: a warp per output, its lanes
    * striding along the reduced elements (coalesced) and combining with shuffles. A run of the last dims
