@@ -92,6 +92,11 @@ bench-gpu: $(BUILD)/gcc-graph
 bench-gpu-train: $(BUILD)/gcc-graph
 	GG=$(BUILD)/gcc-graph python3 bench/gpu_train.py $(MODELS)
 
+# On a machine with 2 or more NVIDIA GPUs: data-parallel training steps (NCCL) against PyTorch DDP,
+# eager and compiled, and the scaling from 1 GPU (bench/gpu_ddp.py; MODELS=... for some).
+bench-gpu-ddp: $(BUILD)/gcc-graph
+	GG=$(BUILD)/gcc-graph python3 bench/gpu_ddp.py $(MODELS)
+
 # Training steps (forward + backward) of bench/train/* against PyTorch's.
 bench-train: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) TRAIN=1 sh bench/run.sh
@@ -116,4 +121,4 @@ uninstall:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-train install uninstall
+.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-gpu-ddp bench-train install uninstall

@@ -128,6 +128,9 @@ static const char usage_compile[] =
   "                       for adamw (default 0.01), as torch.optim\n"
   "  --betas B1,B2        Adam's and AdamW's betas (default 0.9,0.999)\n"
   "  --eps F              Adam's and AdamW's epsilon (default 1e-8)\n"
+  "  --bucket-mb F        gradient bucket size for data-parallel training (default 25): the\n"
+  "                       backward hands each bucket to the all-reduce as soon as it is final\n"
+  "                       (docs/distributed.md)\n"
   "  -h, --help           show this help\n";
 
 static const char usage_bench[] =
@@ -282,7 +285,7 @@ static int parse_double(const char *s, double *out) {
 static int train_opt(int argc, char **argv, int *i, Opts *o, const char *usage, bool compile) {
   const char *a = argv[*i];
   if (!strcmp(a, "--train")) { o->tr.on = true; return 1; }
-  static const char *const with_value[] = {"--loss", "--partition", "--optimizer", "--lr", "--momentum", "--weight-decay", "--betas", "--eps", NULL};
+  static const char *const with_value[] = {"--loss", "--partition", "--optimizer", "--lr", "--momentum", "--weight-decay", "--betas", "--eps", "--bucket-mb", NULL};
   int k = 0;
   while (with_value[k] && strcmp(with_value[k], a)) k++;
   if (!with_value[k] || (!compile && k > 0)) return 0;
@@ -308,7 +311,7 @@ static int train_opt(int argc, char **argv, int *i, Opts *o, const char *usage, 
   }
   default:
     bad = parse_double(v, &d);
-    if (k == 3) o->tr.lr = d; else if (k == 4) o->tr.momentum = d; else if (k == 5) o->tr.weight_decay = d; else o->tr.eps = d;
+    if (k == 3) o->tr.lr = d; else if (k == 4) o->tr.momentum = d; else if (k == 5) o->tr.weight_decay = d; else if (k == 8) { o->tr.bucket_mb = d; bad = bad || !(d > 0 && d <= 65536); } else o->tr.eps = d;
   }
   if (bad) { usage_error(usage, "bad value '%s'", v); return -1; }
   return 1;
@@ -494,7 +497,7 @@ static int write_results(Ctx *c, Interp *I, const char *path, const RunResult *r
 }
 
 static int cmd_compile(int argc, char **argv) {
-  Opts o = {.tr = {.lr = 1e-3, .weight_decay = -1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8}};   /* PyTorch's defaults (weight decay: below) */
+  Opts o = {.tr = {.lr = 1e-3, .weight_decay = -1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .bucket_mb = 25}};   /* PyTorch's defaults (weight decay: below) */
   if (parse_opts(argc, argv, &o, usage_compile, true)) return 2;
   if (o.help) { fputs(usage_compile, stdout); return 0; }
   if (!o.model) return usage_error(usage_compile, "%s", "missing MODEL");

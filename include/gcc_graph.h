@@ -99,6 +99,28 @@ int gg_set_grad_accumulation(gg_model *model, int micro_batches);
 int gg_num_weights(void);
 int gg_weight(const gg_model *model, int i, const char **name, const void **data, size_t *nbytes);
 
+/* ---- data-parallel training (docs/distributed.md)
+ *
+ * N processes, one model each (one per GPU), each gg_train_step on its shard of the batch. The
+ * backward finishes the gradients in buckets (compile --bucket-mb, default 25) and hands each bucket
+ * to the all-reduce the moment it is final, so that communication overlaps the rest of the backward;
+ * every rank applies the update to the mean gradient, and the parameters stay identical. Both calls
+ * first make every rank's weights rank 0's. gg_backward also all-reduces (gg_gradient gives the mean). */
+int gg_num_buckets(void);
+/* Bucket b of the last backward's gradients as one 1-D tensor (zeros between gradients). */
+int gg_bucket(const gg_train_state *state, int b, DLTensor *value);
+/* CPU models: sum(ctx, bucket, t) must replace t by its sum over the ranks (torch.distributed's
+ * all_reduce does; bucket -1 is the first call's broadcast, where the runtime zeroed the other ranks'
+ * values) and return 0; the runtime divides by world_size. Called on the thread of the step. */
+typedef int (*gg_allreduce_fn)(void *ctx, int bucket, DLTensor *t);
+int gg_set_data_parallel(gg_model *model, int world_size, int rank, gg_allreduce_fn sum, void *ctx, char *err, size_t errlen);
+/* CUDA models: NCCL from the CUDA installation (libnccl.so.2, loaded at the first call). Rank 0 makes
+ * the 128-byte unique id and gives it to the other ranks (a file, a socket, torch.distributed's
+ * store); each rank then joins with it (blocking until all world_size have). Bucket all-reduces run
+ * on a stream of their own, captured into the step's CUDA graph with the backward. */
+int gg_nccl_unique_id(void *id, char *err, size_t errlen);
+int gg_set_data_parallel_nccl(gg_model *model, int world_size, int rank, const void *id, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

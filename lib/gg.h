@@ -543,6 +543,7 @@ typedef struct TrainOptions {
   bool save_all;             /* --partition default: save everything the backward uses */
   int optimizer;             /* 0 none, 1 sgd, 2 adam, 3 adamw (--optimizer) */
   double lr, momentum, weight_decay, beta1, beta2, eps;
+  double bucket_mb;          /* --bucket-mb: gradient bucket size for data-parallel runs (MiB) */
 } TrainOptions;
 
 typedef struct CompileOptions {

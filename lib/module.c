@@ -107,6 +107,8 @@ typedef struct Prog {
   char *errs;                       /* CUDA: switch cases from kernel id to index message */
   int npacks;                       /* weights packed at gg_open (CPU inference) */
   PackDesc *packs;
+  int nbuckets;                     /* gradient buckets, and the bucket of each output (-1: none) */
+  int *bucket;
 } Prog;
 
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
@@ -280,7 +282,73 @@ static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
 /* Emit one graph as a program: its kernels, guard (with_guard), output shapes, scratch layout and run
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
  * float32 weights of products may be packed at gg_open (CPU inference). */
-static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, FILE *out, Prog *P) {
+/* Gradient buckets (a training model's backward): the gradients in the order they become final, in
+ * groups of one dtype of about bucket_bytes each; each gradient is copied out as soon as it is
+ * computed, and GG_BUCKET(b) follows the copy that completes bucket b, so that a data-parallel run
+ * can all-reduce the bucket while the backward goes on (docs/distributed.md). */
+typedef struct Buckets {
+  int n;              /* buckets */
+  int *of;            /* bucket of each output (-1: not a gradient) */
+  int *left;          /* gradients of each bucket not yet copied out */
+  int *ready;         /* the node index after which each output is final (-1: from the start) */
+  bool *done;         /* output copied out */
+} Buckets;
+
+static void plan_buckets(Ctx *c, Graph *g, int64_t bucket_bytes, Buckets *B) {
+  int no = g->noutputs;
+  B->of = arena_array(c->arena, (size_t)no + 1, sizeof *B->of);
+  B->left = arena_array(c->arena, (size_t)no + 1, sizeof *B->left);
+  B->ready = arena_array(c->arena, (size_t)no + 1, sizeof *B->ready);
+  B->done = arena_array(c->arena, (size_t)no + 1, sizeof *B->done);
+  int *order = arena_array(c->arena, (size_t)no + 1, sizeof *order), n = 0, maxid = 0;
+  for (int k = 0; k < g->nnodes; k++) if (g->nodes[k]->id > maxid) maxid = g->nodes[k]->id;
+  int *pos = arena_array(c->arena, (size_t)maxid + 1, sizeof *pos);
+  for (int k = 0; k < g->nnodes; k++) pos[g->nodes[k]->id] = k;
+  for (int i = 0; i < no; i++) {
+    B->of[i] = -1;
+    B->ready[i] = g->outputs[i].v->def ? pos[g->outputs[i].v->def->id] : -1;
+    if (g->outputs[i].kind != OUT_GRAD) continue;
+    int j = n++;   /* insertion sort by the node that makes it (stable) */
+    while (j > 0 && B->ready[order[j - 1]] > B->ready[i]) { order[j] = order[j - 1]; j--; }
+    order[j] = i;
+  }
+  B->n = 0;
+  int64_t have = 0;
+  DType dt = DT_F32;
+  for (int j = 0; j < n; j++) {
+    Value *v = g->outputs[order[j]].v;
+    int64_t ne = 1, bytes;
+    for (int d = 0; d < v->rank && ne >= 0; d++) {
+      int64_t s;
+      ne = expr_is_const(v->sizes[d], &s) ? ne * s : -1;
+    }
+    bytes = ne < 0 ? bucket_bytes : ne * dtype_info(v->dtype)->size;
+    if (!B->n || v->dtype != dt || (have > 0 && have + bytes > bucket_bytes)) { B->left[B->n++] = 0; have = 0; dt = v->dtype; }
+    B->of[order[j]] = B->n - 1;
+    B->left[B->n - 1]++;
+    have += bytes;
+  }
+}
+
+/* Copy out every gradient that is final after node index k (-1: before the first node) and whose value
+ * has its storage; then GG_BUCKET for each bucket this completes. */
+static void copy_final_grads(Em *e, Graph *g, Buckets *B, int k, Value **outs, int *grad_slot) {
+  for (int i = 0; i < g->noutputs; i++) {
+    if (B->of[i] < 0 || B->done[i] || B->ready[i] > k || !e->tv[g->outputs[i].v->id].ok) continue;
+    OutputSpec *o = &g->outputs[i];
+    int sd = new_stor(e, S_OUTPUT, grad_slot[i], o->v->dtype, C(e, 1));
+    TV dst;
+    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+    Node fake = {.name = o->v->name, .target = "output"};
+    copy_kernel(e, &fake, &dst, &e->tv[o->v->id]);
+    outs[grad_slot[i]] = o->v;
+    B->done[i] = true;
+    if (!--B->left[B->of[i]]) fprintf(e->r, "  GG_BUCKET(%d);\n", B->of[i]);
+  }
+}
+
+static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, int64_t bucket_bytes, FILE *out,
+                        Prog *P) {
   Em E = {0}, *e = &E;
   int krec0 = c->nkernels;   /* this program's first kernel record */
   e->c = c;
@@ -324,32 +392,42 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   const char **prof = arena_array(c->arena, (size_t)g->nnodes + 2, sizeof *prof);
   int nprof = 0;
   fputs("  GG_TICK(NULL);\n", e->r);
+  /* outputs in order (user outputs, then saved values or gradients): gradients are copied out early */
+  Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
+  int *slot = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *slot), nouts = 0;
+  for (int i = 0; i < g->noutputs; i++) {
+    int kd = g->outputs[i].kind;
+    slot[i] = kd == OUT_USER || kd == OUT_SAVED || kd == OUT_GRAD ? nouts++ : -1;
+  }
+  Buckets B = {0};
+  plan_buckets(c, g, bucket_bytes, &B);
+  copy_final_grads(e, g, &B, -1, outs, slot);
   for (int k = 0; k < g->nnodes && !rc; k++) {
     Node *n = g->nodes[k];
     fflush(e->r);
     long before = ftell(e->r);
     if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
     else rc = n->op->emit(e, n);
+    if (!rc) copy_final_grads(e, g, &B, k, outs, slot);
     fflush(e->r);
     if (!rc && ftell(e->r) != before) {
       fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
       prof[nprof++] = arena_printf(c->arena, "%s (%s)", n->name, n->op->name);
     }
   }
-  /* outputs (user outputs, then saved values or gradients) are copied out of their views at the end */
-  Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
-  int nouts = 0;
+  if (!rc) copy_final_grads(e, g, &B, g->nnodes, outs, slot);
+  /* the other outputs (user outputs, saved values) are copied out of their views at the end */
   for (int i = 0; !rc && i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];
-    if (o->kind != OUT_USER && o->kind != OUT_SAVED && o->kind != OUT_GRAD) continue;
+    if (slot[i] < 0 || B.done[i]) continue;
     TV *src = &e->tv[o->v->id];
     if (!src->ok) { rc = gg_error(c, "%s: output %s has no storage (internal error)", g->path, gg_quote(c, o->v->name)); break; }
-    int sd = new_stor(e, S_OUTPUT, nouts, o->v->dtype, C(e, 1));
+    int sd = new_stor(e, S_OUTPUT, slot[i], o->v->dtype, C(e, 1));
     TV dst;
     contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
     Node fake = {.name = o->v->name, .target = "output"};
     copy_kernel(e, &fake, &dst, src);
-    outs[nouts++] = o->v;
+    outs[slot[i]] = o->v;
   }
   /* mutated buffers: their new values go back into the model's copies */
   int *mut_of = arena_array(c->arena, (size_t)nweights + 1, sizeof *mut_of);
@@ -414,7 +492,8 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   fputs("};\n", out);
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
-              e->npacks, e->packs};
+              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
+  for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
   int ndup;
   char *kd = dedup_kernels(c, kbuf, &ndup);
   if (ndup) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one: compiled once", ndup);
@@ -490,11 +569,11 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
   Prog F, B = {0};
-  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, ff, &F);
+  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, 0, ff, &F);
   fclose(ff);
   if (!rc && bwd) {
     FILE *bf = open_memstream(&bbuf, &blen);
-    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, bf, &B);
+    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, (int64_t)((tr->bucket_mb > 0 ? tr->bucket_mb : 25) * 1048576.0), bf, &B);
     fclose(bf);
   }
   if (rc) { free(fbuf); free(bbuf); return -1; }
@@ -591,10 +670,13 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   fputs(B.nouts ? "};\n" : "NULL};\n", out);
   dtype_list(out, "gg_grad_dtypes", B.outs, B.nouts);
   ndim_list(out, "gg_grad_ndims", B.outs, B.nouts);
+  fputs("static const int gg_grad_bucket[] = {", out);
+  for (int i = 0; i < B.nouts; i++) fprintf(out, "%s%d", i ? ", " : "", B.bucket[i]);
+  fputs(B.nouts ? "};\n" : "-1};\n", out);
   Value *tan = bwd->inputs[bwd->ninputs - 1];
   fprintf(out, "const gg_train_desc gg__train = {\n  %d, %d, gg_grad_weight, gg_grad_names, gg_grad_dtypes, gg_grad_ndims,\n", F.nouts - nuser_out, B.nouts);
   fprintf(out, "  %s, %d, gg_b_output_shape, gg_b_scratch_bytes, gg_b_run,\n", dl_dtype(tan->dtype), tan->rank);
   fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
-  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n};\n", B.nprof);
+  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n  %d, gg_grad_bucket,\n};\n", B.nprof, B.nbuckets);
   return 0;
 }

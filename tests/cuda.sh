@@ -46,6 +46,35 @@ if ! GCC_GRAPH_NO_CUDNN=1 "$GG" run "$TMP/cbf.so" --inputs tests/extra/conv_bf16
 else
   echo "FAIL: a bfloat16 convolution without cuDNN: $(cat "$TMP/err")"; fail=$((fail + 1))
 fi
+echo "== CUDA data-parallel: NCCL ranks (2 when the host has 2 GPUs, else 1) against one process; the C sample"
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+world=1; [ "$ngpu" -ge 2 ] && world=2
+if "$GG" compile tests/extra/train_tiny_resnet/model.pt2 --train --target cuda --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 0.001 -o "$TMP/dp.so" >"$TMP/err" 2>&1; then
+  for w in 1 $world; do   # (w=1: the NCCL calls captured into the step's graph, on one GPU)
+    if NCCL_NVLS_ENABLE=0 python3 tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 5 $w >"$TMP/dpo" 2>&1 && grep -q "data parallel ok" "$TMP/dpo"; then
+      pass=$((pass + 1)); tail -n 1 "$TMP/dpo"
+    else
+      echo "FAIL: data parallel ($w ranks): $(tail -n 5 "$TMP/dpo")"; fail=$((fail + 1))
+    fi
+  done
+  GCC_GRAPH_DP_OVERLAP=0 NCCL_NVLS_ENABLE=0 python3 tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 3 $world >"$TMP/dpo" 2>&1
+  if grep -q "data parallel ok" "$TMP/dpo"; then pass=$((pass + 1)); else echo "FAIL: data parallel without overlap: $(tail -n 5 "$TMP/dpo")"; fail=$((fail + 1)); fi
+  if ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu samples/train_ddp.c -ldl -o "$TMP/train_ddp" >"$TMP/err" 2>&1; then
+    r=0
+    while [ $r -lt $world ]; do
+      CUDA_VISIBLE_DEVICES=$r NCCL_NVLS_ENABLE=0 "$TMP/train_ddp" "$TMP/dp.so" $r $world "$TMP/nccl.id" 10 >"$TMP/ddp$r" 2>&1 &
+      r=$((r + 1))
+    done
+    wait
+    sums=$(cat "$TMP"/ddp* | sed -n 's/.*checksum //p' | sort -u | wc -l)
+    if [ "$(cat "$TMP"/ddp* | grep -c checksum)" = $world ] && [ "$sums" = 1 ]; then pass=$((pass + 1)); cat "$TMP"/ddp*
+    else echo "FAIL: samples/train_ddp.c: $(cat "$TMP"/ddp*)"; fail=$((fail + 1)); fi
+  else
+    echo "FAIL: cannot build samples/train_ddp.c: $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
+  fi
+else
+  echo "FAIL: cannot compile the data-parallel model: $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
+fi
 echo "== CUDA ABI: guards, graph replay, streams"
 if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so" &&
    ${NVCC:-nvcc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/cuda_abi.cu -o "$TMP/cuda_abi" -ldl; then

@@ -84,6 +84,7 @@ if command -v "${NVCC:-nvcc}" >/dev/null 2>&1; then
   # a CUDA training .so: the training entry points, and the ABI test links against it (make test-cuda runs it)
   expect 0 "" -- "$GG" compile tests/corpus/train/mlp_train/model.pt2 --train --optimizer adamw --target cuda --cuda-arch sm_80 -o "$TMP/train_cuda.so"
   expect 0 "gg_set_grad_accumulation" -- nm -D --defined-only "$TMP/train_cuda.so"
+  expect 0 "gg_set_data_parallel_nccl" -- nm -D --defined-only "$TMP/train_cuda.so"
   expect 0 "optimizer: adamw" -- "$GG" explain "$TMP/train_cuda.so"
   expect 0 "" -- ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/train_abi.c "$TMP/train_cuda.so" -Wl,-rpath,"$TMP" -lm -o "$TMP/train_cuda"
 else
@@ -451,6 +452,15 @@ if "$PY" -c "import numpy" 2>/dev/null; then
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/mlp.so" $M/mlp/io.safetensors
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/dyn.so" $M/mlp_dynamic_batch/io.safetensors
   expect 0 "python training ok" -- "$PY" tests/python_train.py "$TMP/sgd.so" tests/corpus/train/mlp_train/io.safetensors
+  # data-parallel on the CPU: 2 ranks through torch.distributed's gloo against one process (docs/distributed.md)
+  if "$PY" -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null; then
+    expect 0 "" -- "$GG" compile tests/extra/train_tiny_resnet/model.pt2 --train --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 0.001 -o "$TMP/dp.so"
+    expect 0 "data parallel ok: 2 ranks" -- "$PY" tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 5
+    expect 0 "data parallel ok: 3 ranks" -- "$PY" tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 2 3
+    expect 0 "5" -- sh -c "nm -D --defined-only '$TMP/dp.so' | grep -c ' T gg_\\(bucket\\|num_buckets\\|set_data_parallel\\|nccl_unique_id\\|set_data_parallel_nccl\\)\$'"
+  else
+    no "python3 with torch.distributed (gloo) is needed for the data-parallel test (Debian: python3-torch)"
+  fi
 else
   no "python3 with NumPy is needed to test samples/gcc_graph.py"
 fi

@@ -40,6 +40,9 @@ struct gg_model {
   pthread_mutex_t pool_lock;/* scratch buffers kept between runs: fresh pages cost page faults */
   void *pool[8];
   size_t pool_size[8];
+  int dp_world;             /* data-parallel (gg_set_data_parallel): ranks, 0 when off */
+  gg_allreduce_fn dp_sum;
+  void *dp_ctx;
 };
 
 #include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
@@ -256,6 +259,67 @@ static void *rt_alloc(size_t bytes) {
   return posix_memalign(&p, GG_RT_ALIGN, bytes ? bytes : 1) ? NULL : p;
 }
 static void rt_free(void *p) { free(p); }
+static int rt_zero(void *p, size_t bytes) { memset(p, 0, bytes); return 0; }
+
+/* ---------------------------------------------------------------- data-parallel training */
+
+/* The backward being run on this thread (gg_rt_bucket's model and state). */
+static __thread gg_model *dp_model;
+static __thread gg_train_state *dp_state;
+
+/* t /= n, for the float types the gradients have */
+static void dp_scale(DLTensor *t, int n) {
+  int64_t ne = t->shape[0];
+  if (t->dtype.code == kDLFloat && t->dtype.bits == 32) { float *p = (float *)t->data; for (int64_t i = 0; i < ne; i++) p[i] /= (float)n; }
+  else if (t->dtype.code == kDLFloat && t->dtype.bits == 64) { double *p = (double *)t->data; for (int64_t i = 0; i < ne; i++) p[i] /= n; }
+  else if (t->dtype.code == kDLFloat && t->dtype.bits == 16) { uint16_t *p = (uint16_t *)t->data; for (int64_t i = 0; i < ne; i++) p[i] = gg_f2h(gg_h2f(p[i]) / (float)n); }
+  else if (t->dtype.code == kDLBfloat) { uint16_t *p = (uint16_t *)t->data; for (int64_t i = 0; i < ne; i++) p[i] = gg_f2bf(gg_bf2f(p[i]) / (float)n); }
+}
+
+const char *gg_rt_bucket(int b) {
+  gg_model *m = dp_model;
+  if (!m || !m->dp_world) return NULL;
+  static __thread char why[96];
+  DLTensor t;
+  if (bucket_tensor(dp_state, b, &t) || m->dp_sum(m->dp_ctx, b, &t)) {
+    snprintf(why, sizeof why, "the data-parallel all-reduce of gradient bucket %d failed", b);
+    return why;
+  }
+  dp_scale(&t, m->dp_world);
+  return NULL;
+}
+
+/* Rank 0's parameters (the ones the optimizer updates) and mutated buffers on every rank: the other
+ * ranks zero theirs and all take the sum. */
+GG_EXPORT int gg_set_data_parallel(gg_model *m, int world, int rank, gg_allreduce_fn sum, void *ctx, char *err, size_t errlen) {
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+  if (world < 1 || rank < 0 || rank >= world || !sum) return gg_rt_fail(err, errlen, "data-parallel: bad world size %d, rank %d or no all-reduce", world, rank);
+  pthread_mutex_lock(&m->lock);
+  int rc = 0;
+  for (int i = 0; i < gg__desc.nweights && !rc; i++) {
+    bool own = gg__desc.weights[i].mutable_index >= 0;
+    for (int k = 0; k < gg__train.ngrads; k++) own = own || gg__train.grad_weight[k] == i;
+    if (!own || !gg__desc.weights[i].nbytes) continue;
+    int64_t n = gg__desc.weights[i].nbytes;
+    DLTensor t = {m->w[i], {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, &n, NULL, 0};
+    if (rank) memset(m->w[i], 0, (size_t)n);
+    if (sum(ctx, -1, &t)) rc = gg_rt_fail(err, errlen, "data-parallel: the broadcast of '%s' from rank 0 failed", gg__desc.weights[i].fqn);
+  }
+  if (!rc) { m->dp_world = world; m->dp_sum = sum; m->dp_ctx = ctx; }
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+GG_EXPORT int gg_nccl_unique_id(void *id, char *err, size_t errlen) {
+  (void)id;
+  return gg_rt_fail(err, errlen, "NCCL is for CUDA models (--target cuda); a CPU model all-reduces through gg_set_data_parallel");
+}
+
+GG_EXPORT int gg_set_data_parallel_nccl(gg_model *m, int world, int rank, const void *id, char *err, size_t errlen) {
+  (void)m, (void)world, (void)rank, (void)id;
+  return gg_nccl_unique_id(NULL, err, errlen);
+}
 
 GG_EXPORT int gg_forward(gg_model *m, gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, char *err, size_t errlen) {
   if (!m || !st) return gg_rt_fail(err, errlen, "model or training state is missing");
@@ -277,7 +341,9 @@ GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_
   int64_t bytes = gg__train.scratch_bytes(st->sym);
   unsigned char *scratch = scratch_take(m, (size_t)bytes);
   if (!scratch) return gg_rt_fail(err, errlen, "out of memory (%lld bytes of scratch)", (long long)bytes);
+  dp_model = m, dp_state = st;
   const char *why = gg__train.run(m->w, m->mut, in, outs, scratch, st->sym);
+  dp_model = NULL, dp_state = NULL;
   prof_runs[1]++;
   scratch_give(m, scratch, (size_t)bytes);
   if (why) return gg_rt_fail(err, errlen, "%s", why);

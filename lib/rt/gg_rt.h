@@ -109,11 +109,18 @@ typedef struct gg_train_desc {
   int nprof;
   double *prof;
   const char *const *prof_names;
+  int nbuckets;                  /* gradient buckets (data-parallel runs all-reduce one at a time) */
+  const int *grad_bucket;        /* the bucket of each gradient */
 } gg_train_desc;
 
 extern const gg_model_desc gg__desc;
 extern const gg_train_desc gg__train;
 extern const char gg__metadata[];
+
+/* Data-parallel training: the backward's gradient bucket b is final (each runtime all-reduces it when
+ * the model runs data-parallel). A message stops the run. */
+const char *gg_rt_bucket(int b);
+#define GG_BUCKET(b) do { const char *gg_be_ = gg_rt_bucket(b); if (gg_be_) return gg_be_; } while (0)
 
 /* Profiling (GCC_GRAPH_PROFILE=1 in the environment when the model is opened): the run body ticks a
  * clock after each node, adding the time since the last tick to the node's slot. */

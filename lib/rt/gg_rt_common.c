@@ -202,6 +202,7 @@ static int mutated_buffer(void *const *mut, int i, const char **name, DLTensor *
  * each runtime defines them. */
 static void *rt_alloc(size_t bytes);
 static void rt_free(void *p);
+static int rt_zero(void *p, size_t bytes);
 
 struct gg_train_state {
   int64_t sym[64];
@@ -211,9 +212,11 @@ struct gg_train_state {
   void **saved;             /* the values the forward saved, by index */
   size_t *saved_bytes;
   int64_t *saved_shapes;    /* GG_RT_MAX_RANK per saved value */
-  void **grads;             /* gradients of the last backward */
-  size_t *grad_bytes;
+  void **grads;             /* gradients of the last backward: each inside its bucket's buffer */
   int64_t *grad_shapes;
+  void **bucket;            /* per gradient bucket: its gradients, one after another (256-byte aligned) */
+  size_t *bucket_cap;       /* bytes allocated */
+  int64_t *bucket_numel;    /* elements in use, padding (zeros) included */
   void **acc;               /* gradient accumulation: the sums over the micro-batches since the last update */
   size_t *acc_bytes;
   int micro;                /* micro-batches in those sums */
@@ -227,15 +230,17 @@ GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }
 GG_EXPORT void gg_train_state_free(gg_train_state *st) {
   if (!st) return;
   for (int i = 0; st->saved && i < gg__train.nsaved; i++) rt_free(st->saved[i]);
-  for (int i = 0; st->grads && i < gg__train.ngrads; i++) rt_free(st->grads[i]);
+  for (int b = 0; st->bucket && b < gg__train.nbuckets; b++) rt_free(st->bucket[b]);
   for (int i = 0; st->acc && i < gg__train.ngrads; i++) rt_free(st->acc[i]);
   rt_free(st->table);
   free(st->saved);
   free(st->saved_bytes);
   free(st->saved_shapes);
   free(st->grads);
-  free(st->grad_bytes);
   free(st->grad_shapes);
+  free(st->bucket);
+  free(st->bucket_cap);
+  free(st->bucket_numel);
   free(st->acc);
   free(st->acc_bytes);
   free(st);
@@ -246,18 +251,20 @@ GG_EXPORT int gg_train_state_new(const gg_model *m, gg_train_state **out, char *
   if (!m) return gg_rt_fail(err, errlen, "model is not open");
   if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
   gg_train_state *st = (gg_train_state *)calloc(1, sizeof *st);
-  size_t ns = (size_t)gg__train.nsaved + 1, ng = (size_t)gg__train.ngrads + 1;
+  size_t ns = (size_t)gg__train.nsaved + 1, ng = (size_t)gg__train.ngrads + 1, nb = (size_t)gg__train.nbuckets + 1;
   if (st) {
     st->saved = (void **)calloc(ns, sizeof *st->saved);
     st->saved_bytes = (size_t *)calloc(ns, sizeof *st->saved_bytes);
     st->saved_shapes = (int64_t *)calloc(ns * GG_RT_MAX_RANK, sizeof *st->saved_shapes);
     st->grads = (void **)calloc(ng, sizeof *st->grads);
-    st->grad_bytes = (size_t *)calloc(ng, sizeof *st->grad_bytes);
+    st->bucket = (void **)calloc(nb, sizeof *st->bucket);
+    st->bucket_cap = (size_t *)calloc(nb, sizeof *st->bucket_cap);
+    st->bucket_numel = (int64_t *)calloc(nb, sizeof *st->bucket_numel);
     st->grad_shapes = (int64_t *)calloc(ng * GG_RT_MAX_RANK, sizeof *st->grad_shapes);
     st->acc = (void **)calloc(ng, sizeof *st->acc);
     st->acc_bytes = (size_t *)calloc(ng, sizeof *st->acc_bytes);
   }
-  if (!st || !st->saved || !st->saved_bytes || !st->saved_shapes || !st->grads || !st->grad_bytes || !st->grad_shapes || !st->acc || !st->acc_bytes) {
+  if (!st || !st->saved || !st->saved_bytes || !st->saved_shapes || !st->grads || !st->grad_shapes || !st->bucket || !st->bucket_cap || !st->bucket_numel || !st->acc || !st->acc_bytes) {
     gg_train_state_free(st);
     return gg_rt_fail(err, errlen, "out of memory");
   }
@@ -337,15 +344,55 @@ static int train_backward_args(gg_train_state *st, const DLTensor *grad_loss, vo
     bin[ns].dtype = gg__train.loss_dtype;
     bin[ns].shape = one_shape;
   }
-  for (int k = 0; k < gg__train.ngrads; k++) {
-    int64_t *shape = &st->grad_shapes[k * GG_RT_MAX_RANK];
-    gg__train.grad_shape(k, st->sym, shape);
-    if (state_buffer(st, &st->grads[k], &st->grad_bytes[k], shape, gg__train.grad_ndims[k], gg__train.grad_dtypes[k]))
-      return gg_rt_fail(err, errlen, "out of memory for the gradients");
-    gouts[k] = st->grads[k];
+  for (int k = 0; k < gg__train.ngrads; k++) gg__train.grad_shape(k, st->sym, &st->grad_shapes[k * GG_RT_MAX_RANK]);
+  /* each bucket's gradients in one buffer, so that a data-parallel run all-reduces a bucket at once */
+  for (int b = 0; b < gg__train.nbuckets; b++) {
+    size_t at = 0, esize = 1;
+    for (int k = 0; k < gg__train.ngrads; k++) {
+      if (gg__train.grad_bucket[k] != b) continue;
+      esize = gg__train.grad_dtypes[k].bits / 8;
+      at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * esize + 255) & ~(size_t)255;
+    }
+    if (at > st->bucket_cap[b] || !st->bucket[b]) {
+      rt_free(st->bucket[b]);
+      st->bucket_cap[b] = 0;
+      if (!(st->bucket[b] = rt_alloc(at)) || rt_zero(st->bucket[b], at)) return gg_rt_fail(err, errlen, "out of memory for the gradients");
+      st->bucket_cap[b] = at;
+      st->gen++;
+    }
+    st->bucket_numel[b] = (int64_t)(at / esize);
+    at = 0;
+    for (int k = 0; k < gg__train.ngrads; k++) {
+      if (gg__train.grad_bucket[k] != b) continue;
+      st->grads[k] = (unsigned char *)st->bucket[b] + at;
+      at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * esize + 255) & ~(size_t)255;
+    }
   }
+  for (int k = 0; k < gg__train.ngrads; k++) gouts[k] = st->grads[k];
   return 0;
 }
+
+/* ---------------------------------------------------------------- data-parallel training (both runtimes)
+ *
+ * The backward calls GG_BUCKET(b) when the last gradient of bucket b is final; each runtime's
+ * gg_rt_bucket hands the bucket to the all-reduce (docs/distributed.md). */
+
+GG_EXPORT int gg_num_buckets(void) { return gg__train.nbuckets; }
+
+/* Bucket b of st's gradients as one 1-D tensor (its padding between gradients is zeros). */
+static int bucket_tensor(const gg_train_state *st, int b, DLTensor *v) {
+  if (!st || b < 0 || b >= gg__train.nbuckets || !st->bucket[b]) return 1;
+  memset(v, 0, sizeof *v);
+  v->data = st->bucket[b];
+  v->device.device_type = (DLDeviceType)gg__desc.device;
+  v->ndim = 1;
+  for (int k = 0; k < gg__train.ngrads; k++)
+    if (gg__train.grad_bucket[k] == b) v->dtype = gg__train.grad_dtypes[k];
+  v->shape = (int64_t *)&st->bucket_numel[b];
+  return 0;
+}
+
+GG_EXPORT int gg_bucket(const gg_train_state *st, int b, DLTensor *value) { return bucket_tensor(st, b, value); }
 
 /* Before an update: every gradient the optimizer applies is float32, and the state has its
  * accumulation buffers where micro-batches are summed (accum > 1). */

@@ -78,6 +78,16 @@ struct gg_model {
   int64_t step;             /* optimizer steps taken */
   float **opt_m, **opt_v;   /* the optimizer's state per gradient, on the device */
   gg_hyper *hp_dev, *hp_host;   /* the step's hyperparameters, read by the update kernel at replay */
+  size_t wbytes;            /* wdev's size */
+  /* data-parallel (gg_set_data_parallel_nccl) */
+  void *dp_comm;            /* the NCCL communicator (ncclComm_t), NULL when off */
+  int dp_world;
+  bool dp_overlap;          /* all-reduce each bucket when final (GCC_GRAPH_DP_OVERLAP=0: all after the backward) */
+  cudaStream_t dp_stream;   /* where the all-reduces run */
+  cudaEvent_t dp_fork, dp_join;
+  gg_train_state *dp_st;    /* the state of the backward being issued, while its all-reduces may be issued */
+  int dp_issued;            /* all-reduces issued on dp_stream since the backward began */
+  int dp_err;               /* an NCCL call failed (its result), reported after the run */
 };
 
 #include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
@@ -98,7 +108,10 @@ unsigned gg_cu_blocks(int64_t n) {
 
 static void lt_free(gg_model *m);
 static void dnn_free(gg_model *m);
+static void dp_free(gg_model *m);
 static bool dnn_make_handle(gg_model *m);
+
+static int rt_zero(void *p, size_t bytes) { return cudaMemset(p, 0, bytes) != cudaSuccess; }
 
 static void *rt_alloc(size_t bytes) {
   void *p = NULL;
@@ -123,6 +136,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   lt_free(m);
   dnn_free(m);
   if (m->lt) cublasLtDestroy(m->lt);
+  dp_free(m);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
   if (m->hp_host) cudaFreeHost(m->hp_host);
@@ -181,6 +195,7 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
     if (wd->mutable_index >= 0) m->mut[wd->mutable_index] = m->w[i];
     at += ((size_t)wd->nbytes + 255) & ~(size_t)255;
   }
+  m->wbytes = total;
   if (m->map) { munmap(m->map, m->maplen); m->map = NULL; }
   if ((ce = cudaStreamCreateWithFlags(&m->own, cudaStreamNonBlocking)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot create a stream", ce); }
   m->stream = m->own;
@@ -240,9 +255,22 @@ static void launch_update(gg_model *m, gg_train_state *st);
 
 /* The call's kernels, then the copy of the error flag to the host (all captured into the graph).
  * tuning: the run before a capture, which leaves out the update. */
+static void dp_reduce(gg_model *m, int b);
 static void enqueue(gg_model *m, const run_args *a, bool tuning) {
   if (a->what & FWD) gg__desc.run(m->w, m->mut, a->in, a->outs, m->scratch, a->sym);
-  if (a->what & BWD) gg__train.run(m->w, m->mut, a->bin, a->gouts, m->scratch, a->sym);
+  if (a->what & BWD) {
+    /* data-parallel: the bucket all-reduces fork off to dp_stream as the backward finishes each (not
+     * in the tuning run, whose gradients are computed again) and join before what follows */
+    m->dp_st = m->dp_comm && !tuning ? a->st : NULL;
+    m->dp_issued = 0;
+    gg__train.run(m->w, m->mut, a->bin, a->gouts, m->scratch, a->sym);
+    for (int b = 0; m->dp_st && !m->dp_overlap && b < gg__train.nbuckets; b++) dp_reduce(m, b);
+    if (m->dp_issued) {
+      cudaEventRecord(m->dp_join, m->dp_stream);
+      cudaStreamWaitEvent(m->stream, m->dp_join, 0);
+    }
+    m->dp_st = NULL;
+  }
   if ((a->what & UPD) && !tuning) launch_update(m, a->st);
   cudaMemcpyAsync(m->err_host, m->err_flag, sizeof(int), cudaMemcpyDeviceToHost, m->stream);
 }
@@ -360,6 +388,11 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
     cudaError_t ce = cudaStreamSynchronize(m->stream);
     if (ce == cudaSuccess) ce = cudaGetLastError();
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
+  }
+  if (!rc && m->dp_err) {
+    rc = gg_rt_fail(err, errlen, "data-parallel: an NCCL all-reduce failed (ncclResult_t %d)", m->dp_err);
+    m->dp_err = 0;
+    drop_graphs(m);
   }
   if (!rc && m->dnn_missing) {   /* the call was issued without a convolution: not to be replayed */
     rc = gg_rt_fail(err, errlen, "float16 and bfloat16 convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
@@ -573,6 +606,120 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
   return rc;
 }
 
+
+/* ---------------------------------------------------------------- data-parallel training through NCCL */
+
+/* NCCL's entry points, loaded at the first use (libnccl.so.2 of the CUDA installation or of PyTorch's
+ * wheels, found by the dynamic loader), so that a model that never runs data-parallel needs no NCCL.
+ * The types are NCCL's stable C ABI (nccl.h): results and enums are ints, a communicator a pointer. */
+typedef struct { char internal[128]; } gg_nccl_id;
+static struct {
+  bool tried, ok;
+  char why[200];
+  int (*get_unique_id)(gg_nccl_id *);
+  int (*comm_init_rank)(void **, int, gg_nccl_id, int);
+  int (*all_reduce)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+  int (*broadcast)(const void *, void *, size_t, int, int, void *, cudaStream_t);
+  int (*comm_destroy)(void *);
+  const char *(*error_string)(int);
+} nccl;
+static pthread_mutex_t nccl_lock = PTHREAD_MUTEX_INITIALIZER;
+enum { NCCL_UINT8 = 1, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9, NCCL_AVG = 4 };
+
+static bool nccl_load(char *err, size_t errlen) {
+  pthread_mutex_lock(&nccl_lock);
+  if (!nccl.tried) {
+    nccl.tried = true;
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(nccl.why, sizeof nccl.why, "data-parallel training needs NCCL (libnccl.so.2), which could not be loaded: %s", dlerror());
+    else {
+      *(void **)&nccl.get_unique_id = dlsym(h, "ncclGetUniqueId");
+      *(void **)&nccl.comm_init_rank = dlsym(h, "ncclCommInitRank");
+      *(void **)&nccl.all_reduce = dlsym(h, "ncclAllReduce");
+      *(void **)&nccl.broadcast = dlsym(h, "ncclBroadcast");
+      *(void **)&nccl.comm_destroy = dlsym(h, "ncclCommDestroy");
+      *(void **)&nccl.error_string = dlsym(h, "ncclGetErrorString");
+      nccl.ok = nccl.get_unique_id && nccl.comm_init_rank && nccl.all_reduce && nccl.broadcast && nccl.comm_destroy && nccl.error_string;
+      if (!nccl.ok) snprintf(nccl.why, sizeof nccl.why, "libnccl.so.2 lacks an entry point gcc-graph needs (NCCL 2.10 or later)");
+    }
+  }
+  pthread_mutex_unlock(&nccl_lock);
+  if (!nccl.ok) gg_rt_fail(err, errlen, "%s", nccl.why);
+  return nccl.ok;
+}
+
+static void dp_free(gg_model *m) {
+  if (m->dp_comm) nccl.comm_destroy(m->dp_comm);
+  if (m->dp_stream) cudaStreamDestroy(m->dp_stream);
+  if (m->dp_fork) cudaEventDestroy(m->dp_fork);
+  if (m->dp_join) cudaEventDestroy(m->dp_join);
+  m->dp_comm = NULL, m->dp_stream = NULL, m->dp_fork = m->dp_join = NULL;
+}
+
+/* The mean over the ranks of bucket b, in place, on dp_stream after what m->stream has issued so far. */
+static void dp_reduce(gg_model *m, int b) {
+  DLTensor t;
+  if (bucket_tensor(m->dp_st, b, &t)) return;
+  int dt = t.dtype.code == kDLBfloat ? NCCL_BFLOAT16 : t.dtype.bits == 64 ? NCCL_FLOAT64 : t.dtype.bits == 16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
+  cudaEventRecord(m->dp_fork, m->stream);
+  cudaStreamWaitEvent(m->dp_stream, m->dp_fork, 0);
+  int r = nccl.all_reduce(t.data, t.data, (size_t)t.shape[0], dt, NCCL_AVG, m->dp_comm, m->dp_stream);
+  if (r && !m->dp_err) m->dp_err = r;
+  m->dp_issued++;
+}
+
+const char *gg_rt_bucket(int b) {
+  gg_model *m = gg_cur;
+  if (m && m->dp_st && m->dp_overlap) dp_reduce(m, b);
+  return NULL;
+}
+
+GG_EXPORT int gg_nccl_unique_id(void *id, char *err, size_t errlen) {
+  if (!id) return gg_rt_fail(err, errlen, "no buffer for the unique id");
+  if (!nccl_load(err, errlen)) return 1;
+  int r = nccl.get_unique_id((gg_nccl_id *)id);
+  return r ? gg_rt_fail(err, errlen, "ncclGetUniqueId: %s", nccl.error_string(r)) : 0;
+}
+
+/* Join the NCCL clique of world_size ranks, then take rank 0's weights (all of them, one broadcast). */
+GG_EXPORT int gg_set_data_parallel_nccl(gg_model *m, int world, int rank, const void *id, char *err, size_t errlen) {
+  if (!m) return gg_rt_fail(err, errlen, "model is not open");
+  if (!gg__train.ngrads) return gg_rt_fail(err, errlen, "this model was not compiled for training (gcc-graph compile --train)");
+  if (world < 1 || rank < 0 || rank >= world || !id) return gg_rt_fail(err, errlen, "data-parallel: bad world size %d, rank %d or no unique id", world, rank);
+  if (!nccl_load(err, errlen)) return 1;
+  pthread_mutex_lock(&m->lock);
+  cudaStreamSynchronize(m->stream);
+  drop_graphs(m);
+  dp_free(m);
+  int rc = 0, r;
+  gg_nccl_id uid;
+  memcpy(&uid, id, sizeof uid);
+  if ((r = nccl.comm_init_rank(&m->dp_comm, world, uid, rank))) {
+    m->dp_comm = NULL;
+    rc = gg_rt_fail(err, errlen, "ncclCommInitRank (rank %d of %d): %s", rank, world, nccl.error_string(r));
+  } else if (cudaStreamCreateWithFlags(&m->dp_stream, cudaStreamNonBlocking) != cudaSuccess ||
+             cudaEventCreateWithFlags(&m->dp_fork, cudaEventDisableTiming) != cudaSuccess ||
+             cudaEventCreateWithFlags(&m->dp_join, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    rc = gg_rt_fail(err, errlen, "data-parallel: cannot create a stream");
+  } else if ((r = nccl.broadcast(m->wdev, m->wdev, m->wbytes, NCCL_UINT8, 0, m->dp_comm, m->stream)) ||
+             cudaStreamSynchronize(m->stream) != cudaSuccess) {
+    rc = gg_rt_fail(err, errlen, "data-parallel: the broadcast of the weights from rank 0 failed: %s", r ? nccl.error_string(r) : "CUDA error");
+  }
+  if (rc) dp_free(m);
+  else {
+    const char *ov = getenv("GCC_GRAPH_DP_OVERLAP");
+    m->dp_overlap = !(ov && !strcmp(ov, "0"));
+    m->dp_world = world;
+  }
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+GG_EXPORT int gg_set_data_parallel(gg_model *m, int world, int rank, gg_allreduce_fn sum, void *ctx, char *err, size_t errlen) {
+  (void)m, (void)world, (void)rank, (void)sum, (void)ctx;
+  return gg_rt_fail(err, errlen, "a CUDA model all-reduces through NCCL: gg_nccl_unique_id and gg_set_data_parallel_nccl");
+}
 
 /* ---------------------------------------------------------------- matrix products */
 
