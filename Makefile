@@ -53,17 +53,25 @@ sanitize:
 	GENERATE_ONLY=1 $(MAKE) BUILD=build-san CFLAGS="-O1 -g $(SAN_FLAGS)" test
 
 # libFuzzer harnesses (tests/fuzz/) for the model loader (JSON, with a structure-aware mutator), the
-# .pt2 reader and the safetensors reader, built with clang and the sanitizers into build-fuzz;
-# `make fuzz FUZZ_SECONDS=N` runs each for N seconds (corpora and crashes under build-fuzz).
+# .pt2 reader, the safetensors reader and a compiled model's entry points on hostile DLTensors (run),
+# built with clang and the sanitizers into build-fuzz; `make fuzz FUZZ_SECONDS=N` runs each for N
+# seconds (corpora and crashes under build-fuzz).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_NAMES   := model pt2 safetensors
+FUZZ_NAMES   := model pt2 safetensors run
 FUZZ_BINS    := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 fuzz-build: $(FUZZ_BINS)
 fuzz-lib:
 	$(MAKE) BUILD=build-fuzz CC=$(FUZZ_CC) CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(SAN_FLAGS)" build-fuzz/libgg.a
 build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_mutate.h fuzz-lib
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -fsanitize=fuzzer $(SAN_FLAGS) $< build-fuzz/libgg.a $(LDLIBS) -o $@
+# the run harness is built with a compiled model's sources (a symbolic batch) and the runtime
+build-fuzz/run_src/model.c: $(BUILD)/gcc-graph tests/corpus/models/mlp_dynamic_batch/model.pt2
+	rm -rf build-fuzz/run_src
+	$(BUILD)/gcc-graph compile tests/corpus/models/mlp_dynamic_batch/model.pt2 -S -o build-fuzz/run_src
+build-fuzz/fuzz_run: tests/fuzz/fuzz_run.c build-fuzz/run_src/model.c
+	cd build-fuzz/run_src && $(FUZZ_CC) -std=gnu11 -O1 -g -fopenmp -DGG_NO_CLONES -fsanitize=fuzzer $(SAN_FLAGS) -I$(CURDIR)/include \
+	  $(CURDIR)/tests/fuzz/fuzz_run.c model.c gg_rt.c -lopenblas -lm -ldl -o $(CURDIR)/$@
 fuzz: $(FUZZ_BINS)
 	BUILD=build-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 

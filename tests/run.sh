@@ -211,6 +211,13 @@ expect 0 "" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/x.st" -o "$TMP/o.st"
 "$GG" compile $M/mlp_dynamic_batch/model.pt2 -o "$TMP/dyn.so" 2>"$TMP/err" || no "compile mlp_dynamic_batch: $(cat "$TMP/err")"
 expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b3.st" -o "$TMP/o3.st"
 expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b9.st" -o "$TMP/o9.st"
+# hostile DLTensors through the C ABI: each refused with its message (tests/guards.c)
+if ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/guards.c "$TMP/dyn.so" -Wl,-rpath,"$TMP" -o "$TMP/guards" 2>"$TMP/err"; then
+  "$TMP/guards" >"$TMP/guards.out" 2>&1
+  tally "$TMP/guards.out" guards
+else
+  no "cannot build tests/guards.c: $(head -c 300 "$TMP/err")"
+fi
 expect 1 "guard failed: tensor 'x' size mismatch at index 0. expected s77 in [1, 64], actual 65" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b65.st" -o "$TMP/o.st"
 expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs $M/mlp_dynamic_batch/io.safetensors -o "$TMP/od.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/od.st" $M/mlp_dynamic_batch/io.safetensors
@@ -495,11 +502,36 @@ pass=$((pass + $(grep -c '^ok' "$TMP/bad")))
 fail=$((fail + $(grep -c '^FAIL' "$TMP/bad")))
 grep '^FAIL' "$TMP/bad"
 
+echo "== concurrency: compiled models run from 8 threads at once, built with ThreadSanitizer (clang, libomp's archer)"
+# each model's -S sources and tests/concurrency.c built with -fsanitize=thread; OpenMP regions run
+# 2 threads under libomp, whose synchronization TSan learns from archer (OMP_TOOL_LIBRARIES)
+archer=$(${FUZZ_CC:-clang} -print-resource-dir 2>/dev/null)/../../libarcher.so
+if printf '#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n' >"$TMP/o.c" &&
+   ${FUZZ_CC:-clang} -fsanitize=thread -fopenmp "$TMP/o.c" -o "$TMP/o" >/dev/null 2>&1 && [ -f "$archer" ]; then
+  for c in $M/cnn_small $M/bert_tiny tests/corpus/train/mlp_train; do
+    n=$(basename $c) tflag=""
+    case $n in *_train) tflag=--train;; esac
+    rm -rf "$TMP/ts_$n"
+    if "$GG" compile $c/model.pt2 $tflag -S -o "$TMP/ts_$n" >"$TMP/err" 2>&1 &&
+       (cd "$TMP/ts_$n" && ${FUZZ_CC:-clang} -O1 -g -std=gnu11 -fPIC -fopenmp -fsanitize=thread -DGG_NO_CLONES -shared model.c gg_rt.c -lopenblas -lm -o libts.so) >>"$TMP/err" 2>&1 &&
+       ${FUZZ_CC:-clang} -O1 -g -std=c11 -fsanitize=thread -fopenmp -Iinclude tests/concurrency.c "$TMP/ts_$n/libts.so" -Wl,-rpath,"$TMP/ts_$n" -lpthread -o "$TMP/ts_$n/t" >>"$TMP/err" 2>&1; then
+      OMP_NUM_THREADS=2 OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=1" "$TMP/ts_$n/t" $c/io.safetensors 8 3 >"$TMP/tso" 2>&1
+      if [ $? = 0 ] && grep -q "^1 passed, 0 failed" "$TMP/tso" && ! grep -q "ThreadSanitizer" "$TMP/tso"; then ok; else no "concurrent runs of $n: $(grep -m 3 -E 'FAIL|SUMMARY|WARNING' "$TMP/tso")"; fi
+    else
+      no "ThreadSanitizer build of $n: $(head -c 300 "$TMP/err")"
+    fi
+  done
+else
+  echo "(clang with -fsanitize=thread, libomp and its archer library are needed: apt-get install clang libomp-dev; not run)"
+fi
 echo "== fuzzing: each libFuzzer harness (tests/fuzz) for ${FUZZ_TEST_SECONDS:-5} s, where clang has its fuzzer runtime"
 if printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' >"$TMP/f.c" &&
    ${FUZZ_CC:-clang} -fsanitize=fuzzer "$TMP/f.c" -o "$TMP/f" >/dev/null 2>&1; then
-  if make -s fuzz-build >"$TMP/fuzzbuild" 2>&1; then
-    BUILD=build-fuzz sh tests/fuzz/run.sh "${FUZZ_TEST_SECONDS:-5}" >"$TMP/fuzz" 2>&1
+  fz="model pt2 safetensors run"   # the run harness builds a model's OpenMP code: clang needs libomp
+  printf '#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n' >"$TMP/o.c"
+  ${FUZZ_CC:-clang} -fopenmp "$TMP/o.c" -o "$TMP/o" >/dev/null 2>&1 || { fz="model pt2 safetensors"; echo "(clang -fopenmp does not link: fuzz_run is not run; apt-get install libomp-dev)"; }
+  if make -s fuzz-build FUZZ_NAMES="$fz" >"$TMP/fuzzbuild" 2>&1; then
+    BUILD=build-fuzz sh tests/fuzz/run.sh "${FUZZ_TEST_SECONDS:-5}" $fz >"$TMP/fuzz" 2>&1
     tally "$TMP/fuzz" fuzz
     grep '^ok' "$TMP/fuzz"
   else

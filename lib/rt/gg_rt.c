@@ -73,11 +73,32 @@ static int64_t prof_runs[2];
 
 static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
 
+/* Concurrent runs of one model blur the figures (each thread's ticks add up its own time), so the
+ * sums are atomic: a data race would be undefined behaviour, not just a blur. */
+static void prof_add(double *slot, double v) {
+  double cur, next;
+  __atomic_load(slot, &cur, __ATOMIC_RELAXED);
+  do next = cur + v;
+  while (!__atomic_compare_exchange(slot, &cur, &next, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
 void gg_rt_tick(double *slot) {
   double t = now_s();
-  if (slot) *slot += t - prof_last;   /* concurrent runs of one model blur the figures; they never crash */
+  if (slot) prof_add(slot, t - prof_last);
   prof_last = t;
 }
+
+static void prof_count(int which) {
+  if (gg_rt_prof_on) __atomic_fetch_add(&prof_runs[which], 1, __ATOMIC_RELAXED);
+}
+
+/* GCC_GRAPH_PROFILE, read once per process (at the first gg_open), so that opening a second model
+ * never writes the flag that running ones read */
+static void prof_init(void) {
+  const char *pe = getenv("GCC_GRAPH_PROFILE");
+  gg_rt_prof_on = pe && *pe && strcmp(pe, "0");
+}
+static pthread_once_t prof_once = PTHREAD_ONCE_INIT;
 
 /* The profile, on stderr: the nodes that took the most time, over every run since gg_open. */
 static void prof_report(const char *what, int n, const double *prof, const char *const *names, int64_t runs) {
@@ -125,8 +146,7 @@ GG_EXPORT void gg_close(gg_model *m) {
 GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t errlen) {
   const gg_model_desc *d = &gg__desc;
   *out = NULL;
-  const char *pe = getenv("GCC_GRAPH_PROFILE");
-  gg_rt_prof_on = pe && *pe && strcmp(pe, "0");
+  pthread_once(&prof_once, prof_init);
   gg_model *m = calloc(1, sizeof *m);
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
@@ -201,7 +221,7 @@ static int run_checked(gg_model *m, const DLTensor *in, bool saved_given, void *
   if (scratch) {
     if (gg__desc.nmutable) pthread_mutex_lock(&m->lock);
     why = gg__desc.run(m->w, m->mut, in, outs, scratch, sym);
-    prof_runs[0]++;
+    prof_count(0);
     if (gg__desc.nmutable) pthread_mutex_unlock(&m->lock);
     scratch_give(m, scratch, (size_t)bytes);
   }
@@ -344,7 +364,7 @@ GG_EXPORT int gg_backward(gg_model *m, gg_train_state *st, const DLTensor *grad_
   dp_model = m, dp_state = st;
   const char *why = gg__train.run(m->w, m->mut, in, outs, scratch, st->sym);
   dp_model = NULL, dp_state = NULL;
-  prof_runs[1]++;
+  prof_count(1);
   scratch_give(m, scratch, (size_t)bytes);
   if (why) return gg_rt_fail(err, errlen, "%s", why);
   st->has_grads = true;

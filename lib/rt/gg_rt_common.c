@@ -42,20 +42,23 @@ static bool same_dtype(DLDataType a, DLDataType want) {
 }
 
 int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, int device, char *err, size_t errlen) {
-  if (!t || (!t->data && t->ndim >= 0 && 0)) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' is missing", name);
+  if (!t) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' is missing", name);
   if ((int)t->device.device_type != device)
     return gg_rt_fail(err, errlen, "guard failed: tensor '%s' device mismatch. expected %s, actual %s", name, device_name(device),
                       device_name((int)t->device.device_type));
   if (!same_dtype(t->dtype, want))
     return gg_rt_fail(err, errlen, "guard failed: tensor '%s' dtype mismatch. expected %s, actual %s", name, gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype));
   if (t->ndim != ndim) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' rank mismatch. expected %d, actual %d", name, ndim, t->ndim);
+  if (ndim > 0 && !t->shape) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has no shape (a null pointer)", name);
+  for (int d = 0; d < ndim; d++)
+    if (t->shape[d] < 0) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has a negative size %lld at index %d", name, (long long)t->shape[d], d);
   if (t->strides) {
     int64_t s = 1;
     for (int d = ndim - 1; d >= 0; d--) {
       if (t->shape[d] != 1 && t->strides[d] != s)
         return gg_rt_fail(err, errlen, "guard failed: tensor '%s' stride mismatch at index %d. expected %lld (row-major compact), actual %lld", name, d,
                           (long long)s, (long long)t->strides[d]);
-      s *= t->shape[d];
+      if (__builtin_mul_overflow(s, t->shape[d], &s)) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has more elements than 2^63", name);
     }
   }
   return 0;
@@ -126,18 +129,31 @@ static int map_weights(const char *weights, void **map, size_t *len, char *err, 
 
 /* What every run checks first: an open model, the counts of inputs and outputs, the guards (which
  * bind the symbols' values in sym). */
+/* Tensors that have elements must have data (a zero-element one may have none); after the guards,
+ * which checked the ranks and shapes. */
+static int check_data(const DLTensor *t, int n, const char *kind, char *err, size_t errlen) {
+  for (int i = 0; i < n; i++) {
+    bool empty = false;
+    for (int d = 0; d < t[i].ndim; d++) empty = empty || t[i].shape[d] == 0;
+    if (!t[i].data && (!empty || t[i].byte_offset)) return gg_rt_fail(err, errlen, "%s %d has no data (a null pointer)", kind, i);
+  }
+  return 0;
+}
+
 static int check_call(const void *m, const DLTensor *in, int nin, int nout, int64_t *sym, char *err, size_t errlen) {
   if (!m) return gg_rt_fail(err, errlen, "model is not open");
   if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
   if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
   if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
-  return gg__desc.guard(in, sym, err, errlen);
+  if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
+  return gg__desc.guard(in, sym, err, errlen) || check_data(in, nin, "input", err, errlen);
 }
 
 /* Caller-provided outputs: count, dtype, rank, device and the sizes these inputs give. */
 static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
   int64_t shape[GG_RT_MAX_RANK];
   if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
+  if (nout && !out) return gg_rt_fail(err, errlen, "the outputs are missing (a null pointer)");
   for (int i = 0; i < nout; i++) {
     char name[32];
     snprintf(name, sizeof name, "out.%d", i);
@@ -146,7 +162,8 @@ static int check_outputs(const int64_t *sym, DLTensor *out, int nout, void **out
     for (int d = 0; d < out[i].ndim; d++)
       if (out[i].shape[d] != shape[d])
         return gg_rt_fail(err, errlen, "output %d size mismatch at index %d. expected %lld, actual %lld", i, d, (long long)shape[d], (long long)out[i].shape[d]);
-    outs[i] = (char *)out[i].data + out[i].byte_offset;
+    if (check_data(&out[i], 1, "output", err, errlen)) return 1;
+    outs[i] = out[i].data ? (char *)out[i].data + out[i].byte_offset : NULL;
   }
   return 0;
 }
@@ -163,6 +180,7 @@ GG_EXPORT int gg_check(const gg_model *m, const DLTensor *in, int nin, char *err
   (void)m;
   int64_t sym[64];
   if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   return gg__desc.guard(in, sym, err, errlen);
 }
 
@@ -171,6 +189,7 @@ GG_EXPORT int gg_output_shape(const gg_model *m, const DLTensor *in, int nin, in
   int64_t sym[64];
   if (gg_check(m, in, nin, err, errlen)) return 1;
   if (i < 0 || i >= gg__desc.noutputs) return gg_rt_fail(err, errlen, "no output %d: the model has %d", i, gg__desc.noutputs);
+  if (!ndim || !shape || !dtype) return gg_rt_fail(err, errlen, "no place for the shape (a null pointer)");
   *ndim = gg__desc.output_ndims[i];
   *dtype = gg__desc.output_dtypes[i];
   gg__desc.guard(in, sym, err, errlen);
@@ -309,7 +328,8 @@ static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t e
 static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
   st->ready = false;
   if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
-  if (gg__desc.guard(in, st->sym, err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
+  if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
+  if (gg__desc.guard(in, st->sym, err, errlen) || check_data(in, nin, "input", err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
   return train_saved_outs(st, outs, err, errlen);
 }
 
