@@ -521,8 +521,10 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
   return 0;
 }
 
-/* cc or nvcc builds dir/model.so from the sources; it is written to the output with its weights. */
-int build_so(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b) {
-  if (o->cuda ? build_cuda(c, o, b->dir) : build_c(c, o, b->dir)) return -1;
+/* cc or nvcc builds dir/model.so from the sources */
+int build_so(Ctx *c, const CompileOptions *o, const BuildFiles *b) { return o->cuda ? build_cuda(c, o, b->dir) : build_c(c, o, b->dir); }
+
+/* dir/model.so written to the output with its weights */
+int build_output(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b) {
   return copy_with_weights(c, arena_printf(c->arena, "%s/model.so", b->dir), o->output, g, b);
 }

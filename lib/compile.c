@@ -160,7 +160,7 @@ static void progress(Timer *t, const char *what) {
 
 static void stage(Timer *t, const char *name) {
   if (name && !strcmp(name, "emit C")) progress(t, "building the .so with the C compiler");
-  else if (name && strncmp(name, "cc", 2)) progress(t, arena_printf(t->c->arena, "%s done", name));
+  else if (name && strncmp(name, "cc", 2) && strncmp(name, "nvcc", 4)) progress(t, arena_printf(t->c->arena, "%s done", name));
   else if (!name) progress(t, NULL);
   if (!t->on && !t->debug_dir) return;
   double now = seconds();
@@ -172,7 +172,7 @@ static void stage(Timer *t, const char *name) {
   else {
     if (!strcmp(name, "cc (build the .so)")) snprintf(extra, sizeof extra, "   (cc: %.1f MiB)", (double)kids.ru_maxrss / 1024);
     snprintf(line, sizeof line, "gcc-graph: %-22s %9.3f s   peak memory %7.1f MiB%s\n", name, now - t->last, (double)self.ru_maxrss / 1024, extra);
-    if (strncmp(name, "cc", 2) && strncmp(name, "emit", 4)) dump_graph(t, name);
+    if (strncmp(name, "cc", 2) && strncmp(name, "nvcc", 4) && strncmp(name, "emit", 4) && strncmp(name, "write", 5)) dump_graph(t, name);
   }
   if (t->on) fputs(line, stderr);
   if (t->debug_dir) {
@@ -263,8 +263,10 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   if (erc || build_sources(c, o, b.dir, src, len) || write_debug(c, o, src, len)) goto done;
   stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
   if (!o->sources_only) {
-    if (build_so(c, o, g, &b)) goto done;
+    if (build_so(c, o, &b)) goto done;
     stage(&tm, o->cuda ? "nvcc (build the .so)" : "cc (build the .so)");
+    if (build_output(c, o, g, &b)) goto done;
+    stage(&tm, "write .so + weights");
   }
   stage(&tm, NULL);
   rc = 0;

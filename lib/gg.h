@@ -632,7 +632,8 @@ typedef struct BuildFiles {
 } BuildFiles;
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
-int build_so(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b);   /* cc or nvcc, the .so copied to o->output (weights appended) */
+int build_so(Ctx *c, const CompileOptions *o, const BuildFiles *b);   /* cc or nvcc: b->dir/model.so */
+int build_output(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b);   /* that .so written to o->output, weights appended */
 int build_cuda_sm(Ctx *c, const CompileOptions *o);   /* --cuda-arch as a number (90 for sm_90) */
 void build_finish(const CompileOptions *o, const char *dir);     /* the folder removed, unless --keep or -S */
 int build_cache_lookup(Ctx *c, const CompileOptions *o, const char **store);   /* 1: copied from the model cache */

@@ -192,18 +192,46 @@ static const char *alias_of(const Aliases *al, const char *id, size_t len) {
   return NULL;
 }
 
+/* A size in the text at t: "INT64_C(<integer>)"; its length, 0 if t is not one. */
+static size_t size_literal(const char *t, size_t n, int64_t *v) {
+  if (n < 10 || strncmp(t, "INT64_C(", 8)) return 0;
+  size_t i = 8;
+  if (t[i] == '-') i++;
+  size_t d0 = i;
+  while (i < n && t[i] >= '0' && t[i] <= '9') i++;
+  if (i == d0 || i >= n || t[i] != ')') return 0;
+  *v = strtoll(t + 8, NULL, 10);
+  return i + 1;
+}
+
 /* The function's text with its own name SELF, its locals a<N>/r<N> numbered in order of appearance,
- * and the kernels and epilogues it names replaced by what they alias. */
-static char *normalize(const char *t, size_t n, const char *self, size_t selflen, const Aliases *al) {
+ * and the kernels and epilogues it names replaced by what they alias. With lift, sizes other than 0
+ * and 1 (INT64_C(n)) become K and their values are appended to *lifted (malloc'd, *nlifted of them). */
+static char *normalize(const char *t, size_t n, const char *self, size_t selflen, const Aliases *al, int64_t **lifted, int *nlifted) {
   char *buf = NULL;
   size_t blen = 0;
   FILE *f = open_memstream(&buf, &blen);
+  int caplift = 0;
   const char *loc[512];
   size_t loclen[512];
   int nloc = 0;
   for (size_t i = 0; i < n;) {
     char ch = t[i];
     if (!(ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) { fputc(ch, f); i++; continue; }
+    int64_t v;
+    size_t sl = lifted ? size_literal(t + i, n - i, &v) : 0;
+    if (sl && v != 0 && v != 1) {
+      if (*nlifted == caplift) {
+        caplift = caplift ? 2 * caplift : 16;
+        int64_t *nl = realloc(*lifted, sizeof *nl * (size_t)caplift);
+        if (!nl) abort();
+        *lifted = nl;
+      }
+      (*lifted)[(*nlifted)++] = v;
+      fputs("INT64_C(K)", f);
+      i += sl;
+      continue;
+    }
     size_t j = i;
     while (j < n && (t[j] == '_' || (t[j] >= 'a' && t[j] <= 'z') || (t[j] >= 'A' && t[j] <= 'Z') || (t[j] >= '0' && t[j] <= '9'))) j++;
     const char *id = t + i;
@@ -245,7 +273,7 @@ static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
     const char *end = fn_head(l, &name, &nlen) ? strstr(l, "\n}\n") : NULL;
     if (!end) { fwrite(l, 1, ll, f); l += ll; continue; }
     end += 3;
-    char *norm = normalize(l, (size_t)(end - l), name, nlen, &al);
+    char *norm = normalize(l, (size_t)(end - l), name, nlen, &al, NULL, NULL);
     int hit = -1;
     for (int i = 0; i < nseen && hit < 0; i++) if (!strcmp(seen[i].norm, norm)) hit = i;
     char *nm = arena_printf(c->arena, "%.*s", (int)nlen, name);
@@ -275,6 +303,81 @@ static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
     l = end;
   }
   for (int i = 0; i < nseen; i++) free(seen[i].norm);
+  fclose(f);
+  return out;
+}
+
+/* Kernels that are the same code but for their sizes (DenseNet's layers, whose channels grow; a
+ * model's blocks at each resolution): C kernels k<N> whose text differs only in size literals
+ * (INT64_C(n), n other than 0 and 1, which keep unit strides and empty offsets visible to the
+ * vectorizer) become one function that reads them from an array, `k<R>_k(..., gg_kc)`, and each
+ * kernel a macro passing its own sizes: `#define k<N>(...) k<R>_k(__VA_ARGS__, gg_kc_k<N>)`. A
+ * kernel alone in its group keeps its constants. Returns a malloc'd text; *nlifted: kernels merged. */
+static char *lift_sizes(Ctx *c, const char *k, int *nmerged) {
+  typedef struct Item { const char *at; size_t len; char *name; char *norm; int64_t *vals; int nvals; int rep; } Item;
+  Item *it = NULL;
+  int n = 0, cap = 0;
+  Aliases none = {0};
+  *nmerged = 0;
+  for (const char *l = k; *l;) {   /* the text as items: functions k<N>, and everything else line by line */
+    const char *eol = strchr(l, '\n');
+    size_t ll = eol ? (size_t)(eol - l) + 1 : strlen(l);
+    const char *name;
+    size_t nlen;
+    const char *end = fn_head(l, &name, &nlen) && name[0] == 'k' ? strstr(l, "\n}\n") : NULL;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 256;
+      Item *ni = arena_array(c->arena, (size_t)cap, sizeof *ni);
+      if (n) memcpy(ni, it, sizeof *ni * (size_t)n);
+      it = ni;
+    }
+    Item *x = &it[n++];
+    *x = (Item){l, end ? (size_t)(end + 3 - l) : ll, NULL, NULL, NULL, 0, -1};
+    if (end) {
+      x->name = arena_printf(c->arena, "%.*s", (int)nlen, name);
+      x->norm = normalize(l, x->len, name, nlen, &none, &x->vals, &x->nvals);
+      for (int j = 0; j < n - 1 && x->rep < 0; j++)
+        if (it[j].norm && !strcmp(it[j].norm, x->norm)) x->rep = it[j].rep >= 0 ? it[j].rep : j;
+      if (x->rep >= 0) { it[x->rep].rep = it[x->rep].rep < 0 ? -2 : it[x->rep].rep; (*nmerged)++; }   /* -2: a representative */
+    }
+    l += x->len;
+  }
+  char *out = NULL;
+  size_t olen = 0;
+  FILE *f = open_memstream(&out, &olen);
+  for (int i = 0; i < n; i++) {
+    Item *x = &it[i];
+    if (!x->norm) { fwrite(x->at, 1, x->len, f); continue; }
+    const char *ty = strstr(x->at, "void k") && strstr(x->at, "void k") < strchr(x->at, '(') ? strstr(x->at, "void k") : strstr(x->at, "int k");
+    if (x->rep == -1) {   /* kept as it is, never inlined */
+      fwrite(x->at, 1, (size_t)(ty - x->at), f);
+      fputs("GG_NOINLINE ", f);
+      fwrite(ty, 1, x->len - (size_t)(ty - x->at), f);
+      continue;
+    }
+    const char *rep = x->rep == -2 ? x->name : it[x->rep].name;
+    if (x->rep == -2) {   /* the shared function: k<N>_k, its sizes read from gg_kc */
+      const char *head_end = strstr(x->at, ") {\n"), *nm = strstr(x->at, x->name);
+      fwrite(x->at, 1, (size_t)(ty - x->at), f);
+      fputs("GG_NOINLINE ", f);
+      fwrite(ty, 1, (size_t)(nm - ty) + strlen(x->name), f);
+      fputs("_k", f);
+      fwrite(nm + strlen(x->name), 1, (size_t)(head_end - nm) - strlen(x->name), f);
+      fputs(", const int64_t *restrict gg_kc", f);
+      int j = 0;
+      for (const char *p = head_end; p < x->at + x->len;) {
+        int64_t v;
+        size_t sl = size_literal(p, (size_t)(x->at + x->len - p), &v);
+        if (sl && v != 0 && v != 1) { fprintf(f, "gg_kc[%d]", j++); p += sl; }
+        else fputc(*p++, f);
+      }
+    }
+    fprintf(f, "static const int64_t gg_kc_%s[] = {", x->name);
+    for (int j = 0; j < x->nvals; j++) fprintf(f, "%sINT64_C(%lld)", j ? ", " : "", (long long)x->vals[j]);
+    fprintf(f, "%s};\n#define %s(...) %s_k(__VA_ARGS__, gg_kc_%s)%s\n", x->nvals ? "" : "0", x->name, rep, x->name,
+            x->rep == -2 ? "" : "   /* the same code, other sizes */");
+  }
+  for (int i = 0; i < n; i++) { free(it[i].norm); free(it[i].vals); }
   fclose(f);
   return out;
 }
@@ -494,9 +597,15 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
               e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
   for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
-  int ndup;
+  int ndup, nlift = 0;
   char *kd = dedup_kernels(c, kbuf, &ndup);
   if (ndup) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one: compiled once", ndup);
+  if (!c->cuda) {
+    char *kl = lift_sizes(c, kd, &nlift);
+    free(kd);
+    kd = kl;
+    if (nlift) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one but for their sizes: compiled once, sizes passed", nlift);
+  }
   fputs(kd, out);
   free(kd);
   /* guard, shapes, scratch, run */
@@ -527,7 +636,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     fputs("  return at;\n}\n", out);
   }
   fprintf(out, "\nstatic int64_t gg_%s_scratch_bytes(const int64_t *s) { int64_t off[%d]; return gg_%s_scratch_layout(s, off); }\n", p, nscratch + 1, p);
-  fprintf(out, "\nstatic const char *gg_%s_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", p);
+  fprintf(out, "\nGG_RUNFN static const char *gg_%s_run(void *const *w, void *const *mut, const DLTensor *in, void *const *out, unsigned char *scratch, const int64_t *s) {\n", p);
   fputs("  (void)w; (void)mut; (void)in; (void)out; (void)scratch;\n", out);
   fputs(e->t->run_start, out);
   fprintf(out, "  int64_t off[%d];\n  gg_%s_scratch_layout(s, off);\n", nscratch + 1, p);

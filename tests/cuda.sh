@@ -86,6 +86,19 @@ if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so
 else
   echo "FAIL: cannot build the ABI test"; fail=$((fail + 1))
 fi
+echo "== CUDA: one model run from 8 host threads at once (tests/concurrency.c): every output equal to a lone run's"
+for c in tests/corpus/models/bert_tiny tests/corpus/train/mlp_train; do
+  n=$(basename $c) tflag=""
+  case $n in *_train) tflag=--train;; esac
+  if "$GG" compile $c/model.pt2 $tflag --target cuda -o "$TMP/conc_$n.so" >"$TMP/err" 2>&1 &&
+     ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/concurrency.c "$TMP/conc_$n.so" -Wl,-rpath,"$TMP" -lpthread -o "$TMP/conc_$n" >>"$TMP/err" 2>&1; then
+    "$TMP/conc_$n" $c/io.safetensors 8 4 >"$TMP/conc" 2>&1
+    line=$(tail -n 1 "$TMP/conc")
+    case "$line" in "1 passed, 0 failed") pass=$((pass + 1));; *) echo "FAIL: concurrent runs of $n: $(cat "$TMP/conc" | head -5)"; fail=$((fail + 1));; esac
+  else
+    echo "FAIL: cannot build the concurrency test ($n): $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
+  fi
+done
 echo "== CUDA: an index out of range stops the run with a message naming the node"
 python3 - "$TMP/bad.st" <<'PYEOF'
 import json, struct, sys
