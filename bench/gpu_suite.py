@@ -17,7 +17,8 @@ a device copy) give each model's fraction of the GEMM rate (FLOPs of its product
 Environment: GG (the gcc-graph binary, default build/gcc-graph), ROUNDS (5), ITERS (50),
 MAX_AUTOTUNE (0), OUT (a folder for the exports; default a temporary one), AB ("VAR=VALUE ...": gcc-graph
 is also timed with that environment in every round, an A/B of a runtime switch, shown in brackets after
-ours). Prints a Markdown table
+ours), AB_FLAGS ("--no-channels-last ...": likewise a second .so compiled with those options added),
+AB_GG (another gcc-graph binary: likewise the .so it compiles, with AB_FLAGS if given). Prints a Markdown table
 and, last, one JSON line with every figure."""
 import json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
 
@@ -31,6 +32,8 @@ ITERS = int(os.environ.get("ITERS", "50"))
 MAX_AUTOTUNE = os.environ.get("MAX_AUTOTUNE", "0") == "1"
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-suite-")
 AB = os.environ.get("AB", "")   # "VAR=VALUE ...": also time gcc-graph with that environment (an A/B of a runtime switch), in the same rounds
+AB_FLAGS = os.environ.get("AB_FLAGS", "").split()   # compile options: also time a .so compiled with them added (an A/B of a compile-time choice)
+AB_GG = os.environ.get("AB_GG", "")   # another gcc-graph binary: also time the .so it compiles (an A/B of two builds)
 ST = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
       torch.bool: "BOOL"}
 
@@ -113,6 +116,9 @@ MODELS = {
     "resnet50_b32": tv("resnet50", 32, torch.float32),
     "resnet50_b32_bf16": tv("resnet50", 32, torch.bfloat16),
     "mobilenet_v3_large_b32": tv("mobilenet_v3_large", 32, torch.float32),
+    "mobilenet_v3_large_b32_bf16": tv("mobilenet_v3_large", 32, torch.bfloat16),
+    "efficientnet_b0_b32_bf16": tv("efficientnet_b0", 32, torch.bfloat16),
+    "convnext_tiny_b32_bf16": tv("convnext_tiny", 32, torch.bfloat16),
     "vit_b_16_b16": tv("vit_b_16", 16, torch.float32),
     "bert_base_b8_s128": hf("bert", 8, 128, torch.float32, **BERT),
     "bert_base_b8_s128_bf16": hf("bert", 8, 128, torch.bfloat16, **BERT),
@@ -234,6 +240,13 @@ def run_model(name, make, mkin, dtype, prec, ceil):
             row["refused"] = "run: " + o.stderr.strip()[-200:]
         else:
             row["err_ours"] = rel(load_st(os.path.join(d, "out.safetensors"))["out.0"], ref)
+    so_b = os.path.join(d, "model_b.so")
+    if (AB_FLAGS or AB_GG) and "refused" not in row:
+        r = subprocess.run([AB_GG or GG, "compile", pt2, "--target", "cuda", "-o", so_b] + (["--precision", prec] if prec else []) + AB_FLAGS, capture_output=True, text=True)
+        o = r.returncode or subprocess.run([GG, "run", so_b, "--inputs", st, "-o", os.path.join(d, "out_b.safetensors")], capture_output=True, text=True).returncode
+        if r.returncode or o:
+            raise RuntimeError("AB_FLAGS build or run failed: " + r.stderr[-300:])
+        row["err_ours_b"] = rel(load_st(os.path.join(d, "out_b.safetensors"))["out.0"], ref)
     mc = m.cuda()
     if prec in ("bf16", "fp16"):
         mc = Amp(mc, torch.bfloat16 if prec == "bf16" else torch.float16)
@@ -261,6 +274,8 @@ def run_model(name, make, mkin, dtype, prec, ceil):
             rounds["ours"].append(ours_ms(so, st, ITERS))
             if AB:
                 rounds["ours_b"].append(ours_ms(so, st, ITERS, dict(kv.split("=", 1) for kv in AB.split())))
+            elif AB_FLAGS or AB_GG:
+                rounds["ours_b"].append(ours_ms(so_b, st, ITERS))
         rounds["eager"].append(median_ms(mc, xc, ITERS))
         rounds["compile"].append(median_ms(cm, xc, ITERS))
         if am is not None:
@@ -312,7 +327,7 @@ def main():
         f = lambda k, fmt="%.3f": fmt % r[k] if k in r else "-"
         ours = f("ours_ms") if "ours_ms" in r else "refused: " + r.get("refused", r.get("failed", "?"))
         if "ours_b_ms" in r:
-            ours += " (%s: %s)" % (AB, f("ours_b_ms"))
+            ours += " (%s: %s)" % (AB or " ".join(([os.path.basename(os.path.dirname(AB_GG)) or AB_GG] if AB_GG else []) + AB_FLAGS), f("ours_b_ms"))
         tc = f("compile_ms") + (" / %s (max-autotune)" % f("autotune_ms") if "autotune_ms" in r else "")
         print("| %s | %s | %s | %s | %s | %s / %s | %s / %s / %s | %s | %s |" % (
             n, ours, f("eager_ms"), tc, f("vs_best_torch_compile", "%.2fx"), f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"),

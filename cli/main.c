@@ -109,6 +109,9 @@ static const char usage_compile[] =
   "                       bfloat16 or float16 (float32 accumulation, everything else in float32,\n"
   "                       like torch.autocast), or with TF32 tensor cores (--target cuda); default\n"
   "                       fp32 (docs/cuda.md)\n"
+  "  --no-channels-last   keep --target cuda's tensor-core convolutions (float16, bfloat16, TF32)\n"
+  "                       and the nodes after them in NCHW; by default they run channels-last\n"
+  "                       (NHWC), as cuDNN's tensor cores want (docs/cuda.md)\n"
   "With GCC_GRAPH_CACHE_DIR set, an unchanged model with unchanged options is copied from the cache.\n"
   "The compiled runtime is kept per compiler, flags and version in GCC_GRAPH_CACHE_DIR, else in\n"
   "$XDG_CACHE_HOME/gcc-graph or ~/.cache/gcc-graph (GCC_GRAPH_NO_CACHE=1: no cache at all).\n"
@@ -166,7 +169,7 @@ static const char usage_explain[] =
 
 static const char usage_check[] =
   "usage: gcc-graph check MODEL [--inputs IN.safetensors] [--train [--loss N]] [--tol X] [--precision P]\n"
-  "                       [--weights FILE]\n"
+  "                       [--target cpu|cuda [--no-channels-last]] [--weights FILE]\n"
   "\n"
   "Automatic ablation: run MODEL as loaded, then after each stage (functionalized, weights folded\n"
   "(inference), decomposed; with --train the joint graph and the two partitions; compiled), on the\n"
@@ -175,7 +178,8 @@ static const char usage_check[] =
   "default 1e-4, under a floor of 1e-3 per element; integers exactly), with, for an interpreted stage, the first value that departs and\n"
   "its node. Exit status 0 when every stage agrees, 1 when one departs. With --precision bf16|fp16 (as\n"
   "compile takes it) the lowered stage reports its error against the float32 model, the cost of the\n"
-  "lower precision, and the later stages are checked against it.\n";
+  "lower precision, and the later stages are checked against it. With --target cuda the stages are\n"
+  "those compile --target cuda runs (channels-last convolutions) and the compiled code runs on the GPU.\n";
 
 static const char usage_minify[] =
   "usage: gcc-graph minify MODEL -o DIR [--inputs IN.safetensors] [--tol X] [--weights FILE]\n"
@@ -264,7 +268,7 @@ static int report(Ctx *c) {
 
 typedef struct Opts {
   const char *model, *inputs, *output, *weights, *cc, *cflags, *debug_dir, *deps_file, *target, *cuda_arch, *precision;
-  bool interpret, help, sources_only, keep, verbose, time_report, deps;
+  bool interpret, help, sources_only, keep, verbose, time_report, deps, nchw;
   long jobs;
   long iters, warmup;
   double tol;
@@ -329,6 +333,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
     if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
     if (!strcmp(a, "-MD") && usage == usage_compile) { o->deps = true; continue; }
+    if (!strcmp(a, "--no-channels-last") && (usage == usage_compile || usage == usage_check)) { o->nchw = true; continue; }
     if (usage == usage_compile && !strncmp(a, "-j", 2)) {   /* -j N or -jN */
       const char *v = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
       char *end;
@@ -363,7 +368,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
     else if (usage == usage_compile && !strcmp(a, "--debug-dir")) slot = &o->debug_dir;
     else if (usage == usage_compile && !strcmp(a, "-MF")) slot = &o->deps_file;
-    else if (usage == usage_compile && !strcmp(a, "--target")) slot = &o->target;
+    else if ((usage == usage_compile || usage == usage_check) && !strcmp(a, "--target")) slot = &o->target;
     else if (usage == usage_compile && !strcmp(a, "--cuda-arch")) slot = &o->cuda_arch;
     else if ((usage == usage_compile || usage == usage_check) && !strcmp(a, "--precision")) slot = &o->precision;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
@@ -505,7 +510,7 @@ static int cmd_compile(int argc, char **argv) {
   if (o.inputs) return usage_error(usage_compile, "%s", "compile takes no --inputs");
   if (o.tr.weight_decay < 0) o.tr.weight_decay = o.tr.optimizer == 3 ? 1e-2 : 0;   /* torch.optim.AdamW's default is 0.01, the others' 0 */
   CompileOptions co = {o.model, o.output, NULL, false, o.cc, o.cflags, o.sources_only, o.keep, o.verbose, o.time_report, o.debug_dir, o.tr, NULL, 0,
-                       false, o.cuda_arch, getenv("NVCC"), PREC_FP32};
+                       false, o.cuda_arch, getenv("NVCC"), PREC_FP32, o.nchw};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_compile, "unknown target '%s' (cpu or cuda)", o.target);
   co.cuda = o.target && !strcmp(o.target, "cuda");
   if (o.cuda_arch && (!co.cuda || strncmp(o.cuda_arch, "sm_", 3) || strspn(o.cuda_arch + 3, "0123456789") < 2 ||
@@ -722,9 +727,11 @@ static int cmd_check(int argc, char **argv, bool minify) {
   if (minify && !o.output) return usage_error(usage, "%s", "missing -o DIR");
   if (minify && o.tr.on) return usage_error(usage, "%s", "minify works on inference graphs (leave out --train)");
   if (!minify && o.output) return usage_error(usage, "%s", "check writes no files (leave out -o)");
-  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32};
-  if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || co.precision == PREC_TF32))
-    return usage_error(usage, "bad precision '%s' (check takes fp32, bf16 or fp16: it compiles for the CPU)", o.precision);
+  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32, false, o.nchw};
+  if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage, "unknown target '%s' (cpu or cuda)", o.target);
+  co.cuda = o.target && !strcmp(o.target, "cuda");
+  if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || (co.precision == PREC_TF32 && !co.cuda)))
+    return usage_error(usage, "bad precision '%s' (check takes fp32, bf16 or fp16; tf32 with --target cuda)", o.precision);
   Ctx *c = ctx_new();
   c->file = o.model;
   int r = minify ? minify_model(c, &co, o.output, stdout) : check_model(c, &co, stdout);

@@ -200,10 +200,10 @@ static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
   Sha256 h;
   sha256_init(&h);
   char opts[2048];
-  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g bucket %.17g|cuda %d %s %s|precision %d",
+  snprintf(opts, sizeof opts, "gcc-graph %s|cc %s|cflags %s|external %d|train %d loss %d all %d opt %d %.17g %.17g %.17g %.17g %.17g %.17g bucket %.17g|cuda %d %s %s|precision %d|nchw %d",
            GG_VERSION, compiler_id(c, o->cc ? o->cc : "cc"), o->cflags ? o->cflags : DEFAULT_CFLAGS, o->external_weights, o->tr.on, o->tr.loss,
            o->tr.save_all, o->tr.optimizer, o->tr.lr, o->tr.momentum, o->tr.weight_decay, o->tr.beta1, o->tr.beta2, o->tr.eps, o->tr.bucket_mb, o->cuda,
-           o->cuda_arch ? o->cuda_arch : "-", o->nvcc ? o->nvcc : "-", o->precision);
+           o->cuda_arch ? o->cuda_arch : "-", o->nvcc ? o->nvcc : "-", o->precision, o->nchw);
   sha256_update(&h, opts, strlen(opts) + 1);
   const char *bug = getenv("GCC_GRAPH_TEST_MISCOMPILE");   /* a test-only switch that changes the code */
   if (bug) sha256_update(&h, bug, strlen(bug) + 1);

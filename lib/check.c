@@ -134,7 +134,8 @@ static const char *stage_name(int s) { return gg_stages[s].rewrites ? gg_stages[
 /* the graph after stage s (loaded fresh) */
 static Graph *graph_at(Ctx *c, const CheckOptions *o, int s, Graph **bwd) {
   Graph *g = graph_load(c, o->model, o->weights);
-  Pipeline p = {.g = g, .tr = &o->tr, .fold = true, .precision = o->precision};
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = true, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
+  if (g) c->cuda = o->cuda, c->precision = o->precision;   /* as compile_model sets them: the stages read them */
   if (!g || pipeline_run(&p, 0, s + 1, NULL, NULL)) return NULL;
   if (bwd) *bwd = p.bwd;
   return g;
@@ -178,7 +179,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
   fprintf(out, "check %s: %d results, tolerance %.3g (relative L2; integers exact)\n", gg_quote(c, o->model), nref, o->tol);
   fprintf(out, "  %-38s reference\n", stage_name(ST_LOADED));
   const int ST_AUTOGRAD = stage_index("autograd"), ST_COMPILED = stage_index("schedule"), ST_PRECISION = stage_index("precision");
-  const Pipeline which = {.tr = &o->tr, .fold = true, .precision = o->precision};
+  const Pipeline which = {.tr = &o->tr, .fold = true, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
   Iref0 = I0;   /* the loaded graph's, or with --precision the lowered graph's */
   for (int s = ST_LOADED + 1; s <= ST_COMPILED && !verdict; s++) {
     if (s < ST_COMPILED && (!gg_stages[s].rewrites || !stage_applies(&gg_stages[s], &which))) continue;
@@ -187,7 +188,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     Interp *I = NULL, *Jb = NULL;   /* Jb: the partitioned stage's backward run */
     Graph *g = NULL, *b = NULL;
     if (s == ST_COMPILED) {
-      CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2, .precision = o->precision};
+      CompileOptions co = {.model = o->model, .output = so, .weights_file = o->weights, .tr = o->tr, .jobs = 2, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
       if (compile_model(c, &co)) { fprintf(out, "  %-38s FAILS to compile: %s\n", stage_name(s), c->err); verdict = s; break; }
       fflush(NULL);
       pid_t pid = fork();   /* a crash in the compiled code must not take gcc-graph with it */

@@ -242,7 +242,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   if (o->precision == PREC_TF32 && !o->cuda) return gg_error(c, "--precision tf32 goes with --target cuda (CPUs have no TF32 arithmetic)");
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
-  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .precision = o->precision};
+  Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
   tm.p = &p;
   stage(&tm, "load");
   c->cuda = o->cuda;

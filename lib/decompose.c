@@ -85,10 +85,27 @@ static Value *empty_stat(Rw *r, Value *into, DType dt) {
 
 int decomp_batch_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
-  if (is_half(rw_targ(n, "input"))) return gg_error(c, "%s: node %s: half-precision batch norm is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
   Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *rm = rw_targ(n, "running_mean"), *rv = rw_targ(n, "running_var");
   const Arg *tr = rw_arg(n, "training");
-  bool training = !strcmp(n->op->name, "_native_batch_norm_legit.no_stats") || (tr && tr->u.b);
+  bool training = !strcmp(n->op->name, "_native_batch_norm_legit.no_stats") || (tr && tr->u.b), half = is_half(x);
+  if (half && training) return gg_error(c, "%s: node %s: half-precision batch norm in training mode is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
+  /* float16/bfloat16 in evaluation: computed in float32 and rounded once, as PyTorch's kernels do;
+   * with constant parameters, x * scale + shift with both computed now (a pass over x and no kernel
+   * per parameter; a float32 rounding apart from PyTorch's order, far below the result's) */
+  if (half && !training) {
+    Value *sc = NULL, *sh = NULL;
+    if (r->fold && fold_bn_affine(r->g, w, b, rm, rv, rw_farg(n, "eps", 1e-5), &sc, &sh)) return -1;
+    if (sc) {
+      Value *xs = CALL(r, NULL, "mul.Tensor", "self", T(up(r, x)), "other", T(per_channel(r, sc, x->rank, 1)));
+      Value *y = xs ? CALL(r, NULL, "add.Tensor", "self", T(xs), "other", T(per_channel(r, sh, x->rank, 1))) : NULL;
+      if (!land(r, y, n->outs[0], true)) return -1;
+      for (int i = 1; i < n->nouts && i < 3; i++)
+        if (!empty_stat(r, n->outs[i], n->outs[i]->dtype)) return -1;
+      if (n->nouts == 5 && (!CALL(r, n->outs[3], "clone", "self", T(rm)) || !CALL(r, n->outs[4], "clone", "self", T(rv)))) return -1;
+      return 0;
+    }
+  }
+  if (half) x = up(r, x), w = up(r, w), b = up(r, b), rm = up(r, rm), rv = up(r, rv);
   double eps = rw_farg(n, "eps", 1e-5), mom = rw_farg(n, "momentum", 0.1);
   Value *wc = per_channel(r, w, x->rank, 1), *bc = per_channel(r, b, x->rank, 1);
   if (!training) {
@@ -98,8 +115,8 @@ int decomp_batch_norm(Rw *r, Node *n) {
     Value *inv = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
     Value *xc = inv ? CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(m)) : NULL;
     Value *y = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(inv)) : NULL;
-    if (!affine(r, y, wc, bc, n->outs[0])) return -1;
-    if (n->nouts >= 3 && (!empty_stat(r, n->outs[1], x->dtype) || !empty_stat(r, n->outs[2], x->dtype))) return -1;
+    if (!land(r, affine(r, y, wc, bc, direct(n->outs[0], half)), n->outs[0], half)) return -1;
+    if (n->nouts >= 3 && (!empty_stat(r, n->outs[1], n->outs[1]->dtype) || !empty_stat(r, n->outs[2], n->outs[2]->dtype))) return -1;
     if (n->nouts == 5 && (!CALL(r, n->outs[3], "clone", "self", T(rm)) || !CALL(r, n->outs[4], "clone", "self", T(rv)))) return -1;
     return 0;
   }
@@ -613,8 +630,10 @@ static int bias_apart(Rw *r, Node *n) {
   return bv && CALL(r, n->outs[0], "add.Tensor", "self", T(y), "other", T(bv)) ? 0 : -1;
 }
 
-int decompose(Graph *g, bool training) {
-  Rw r = {.g = g};
+int decompose(Graph *g, bool training, bool fold) {
+  Rw r = {.g = g, .fold = fold};
+  Value **before = g->inputs;
+  int nbefore = g->ninputs;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     DecompFn rule = n->op && (decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training) ? n->op->decomp : NULL;
@@ -633,5 +652,6 @@ int decompose(Graph *g, bool training) {
   g->nnodes = r.n;
   g->cap_nodes = r.cap;
   for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  if (g->ninputs != nbefore) fold_drop_unused(g, before, nbefore);   /* weights converted now (up_weight) */
   return 0;
 }

@@ -492,6 +492,19 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   return arena_printf(e->a, "r%d", id);
 }
 
+/* How many consecutive elements a GPU thread of a pointwise kernel computes (0: one, the plain
+ * loops): 16 bytes of output, where the target has vector loops and the output is scratch (64-byte
+ * aligned), contiguous, of static shape, its offset and last size multiples of V. */
+static int vector_width(Em *e, const TV *out) {
+  int64_t sz = dtype_info(out->dt) ? dtype_info(out->dt)->size : 0, V = sz == 2 || sz == 4 ? 16 / sz : 0, last, off;
+  if (!V || !e->d->vloops || out->rank == 0 || e->st[out->stor].kind != S_SCRATCH || !is_contiguous(e, out) || !expr_is_const(out->offset, &off) ||
+      off % V || !expr_is_const(out->sizes[out->rank - 1], &last) || last % V)
+    return 0;
+  for (int d = 0; d < out->rank; d++)
+    if (!expr_is_const(out->sizes[d], &last)) return 0;
+  return (int)V;
+}
+
 int emit_pointwise(Em *e, Node *n) {
   if (e->s->role[n->id] == SN_EPILOGUE) {   /* applied in a product's or convolution's epilogue: the result is in its output */
     TV *src = tv_of(e, n, e->s->into[n->id]->outs[0]);
@@ -537,12 +550,24 @@ int emit_pointwise(Em *e, Node *n) {
     fprintf(f, e->st[out->stor].inplace ? "%s *y" : "%s *restrict y", ctype(out->dt));
     for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
     ksyms(e);
-    int cl = open_loops(e, out->rank, out->sizes, true);
-    fputs(body, f);
+    int V = vector_width(e, out);
+    if (V) {   /* a thread per V elements, one 16-byte store; scratch operands are 64-byte aligned, which
+                * lets the compiler load a task's V elements of one as a vector where the index allows */
+      for (int j = 0; j < P.n; j++)
+        if (e->st[P.tv[j].stor].kind == S_SCRATCH) fprintf(f, "  x%d = (const %s *)__builtin_assume_aligned(x%d, 16);\n", j, ctype(P.tv[j].dt), j);
+      e->d->vloops(e, out->rank, out->sizes, V, ctype(out->dt));
+      fputs(body, f);
+      fputs("    ", f);
+      store(f, out->dt, fl, "yv", "v", v);
+      e->d->vstore(e, V, ctype(out->dt), arena_printf(e->a, "%s + (int64_t)gi * %d", cx(e, out->offset), V));
+    } else {
+      int cl = open_loops(e, out->rank, out->sizes, true);
+      fputs(body, f);
+      fputs("    ", f);
+      store(f, out->dt, fl, "y", index_of(e, out, out->rank), v);
+      close_loops(e, cl);
+    }
     free(body);
-    fputs("    ", f);
-    store(f, out->dt, fl, "y", index_of(e, out, out->rank), v);
-    close_loops(e, cl);
     fputs("}\n", f);
     kcall(e, id);
     fprintf(e->r, "%s", sname(e, out->stor));

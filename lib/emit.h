@@ -61,6 +61,11 @@ typedef struct Dialect {
   /* loops over a shape (parallel when asked and worth it): returns the braces to close */
   int (*loops)(Em *e, int rank, const Expr *const *sizes, bool parallel, const Expr *inner);
   int (*rows)(Em *e, int rank, const Expr *const *sizes, const Expr *len);   /* a row per task */
+  /* loops whose tasks are V consecutive elements of a static shape whose last size V divides: the
+   * body computes element v of the task (at i<last> = i<last>b + v) into yv[v] of type T, then vstore
+   * closes the loops, writing the task's V results at y + lin with one 16-byte store (NULL: none) */
+  void (*vloops)(Em *e, int rank, const Expr *const *sizes, int V, const char *T);
+  void (*vstore)(Em *e, int V, const char *T, const char *lin);
 } Dialect;
 extern const Dialect gg_dialect_c, gg_dialect_cuda;
 
@@ -84,6 +89,7 @@ typedef struct Conv {
   bool batched, tr;         /* a batch dim; transposed */
   const Expr *in[3], *k[3], *os[3], *st[3], *pd[3], *dl[3];
   const Expr *groups, *cin, *cout, *ksp, *cg, *sp;   /* kernel elements, channels per group, positions */
+  bool nhwc;                /* _conv_nhwc: x, out and w channels-last ([N, H, W, C], [K, R, S, C/g]) */
 } Conv;
 
 /* An epilogue (schedule.c's chain after a product or convolution) as its kernel passes it on. */

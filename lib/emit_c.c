@@ -46,7 +46,7 @@ static int c_loops(Em *e, int rank, const Expr *const *sizes, bool parallel, con
 
 static int c_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) { return c_loops(e, rank, sizes, true, len); }
 
-const Dialect gg_dialect_c = {c_head, c_syms, c_call, c_call_end, c_return_bad, c_call_checked, c_call_checked_end, c_loops, c_rows};
+const Dialect gg_dialect_c = {c_head, c_syms, c_call, c_call_end, c_return_bad, c_call_checked, c_call_checked_end, c_loops, c_rows, NULL, NULL};
 
 /* ---------------------------------------------------------------- packed weights and epilogues */
 

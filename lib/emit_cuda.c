@@ -67,7 +67,30 @@ static int cu_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) {
   return 1;
 }
 
-const Dialect gg_dialect_cuda = {cu_head, cu_syms, cu_call, cu_call_end, cu_return_bad, cu_call_checked, cu_call_checked_end, cu_loops, cu_rows};
+/* a thread per V consecutive elements (vloops): the index arithmetic once per task, V independent
+ * loads in flight per thread, one 16-byte store */
+static void cu_vloops(Em *e, int rank, const Expr *const *sizes, int V, const char *T) {
+  FILE *f = e->k;
+  const Expr *n = C(e, 1);
+  for (int d = 0; d < rank; d++) n = MUL(e, n, sizes[d]);
+  int64_t nv = 0;
+  expr_is_const(n, &nv);
+  const char *I = nv < INT32_MAX ? "uint32_t" : "int64_t";
+  e->launch = arena_printf(e->a, "INT64_C(%lld)", (long long)(nv / V));
+  fprintf(f, "  for (%s gi = blockIdx.x * (%s)blockDim.x + threadIdx.x; gi < (%s)%s; gi += gridDim.x * (%s)blockDim.x) {\n    %s gr = gi * %d;\n", I, I, I,
+          e->launch, I, I, V);
+  for (int d = rank - 1; d > 0; d--)
+    fprintf(f, "    const int64_t i%d%s = (int64_t)(gr %% (%s)(%s)); gr /= (%s)(%s);\n", d, d == rank - 1 ? "b" : "", I, cx(e, sizes[d]), I, cx(e, sizes[d]));
+  fprintf(f, "    const int64_t i0%s = (int64_t)gr;\n", rank == 1 ? "b" : "");
+  fprintf(f, "    __align__(16) %s yv[%d];\n    _Pragma(\"unroll\") for (int v = 0; v < %d; v++) {\n      const int64_t i%d = i%db + v;\n", T, V, V, rank - 1, rank - 1);
+}
+
+static void cu_vstore(Em *e, int V, const char *T, const char *lin) {
+  (void)V, (void)T;
+  fprintf(e->k, "    }\n    *(uint4 *)(y + %s) = *(const uint4 *)yv;\n  }\n", lin);
+}
+
+const Dialect gg_dialect_cuda = {cu_head, cu_syms, cu_call, cu_call_end, cu_return_bad, cu_call_checked, cu_call_checked_end, cu_loops, cu_rows, cu_vloops, cu_vstore};
 
 /* ---------------------------------------------------------------- products, convolutions, pooling */
 

@@ -630,10 +630,12 @@ int emit_conv(Em *e, Node *n) {
   bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;
   if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
     return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
+  bool nhwc = !strcmp(n->op->name, "_conv_nhwc");   /* channels-last: input [N, H, W, C], weight [K, R, S, C/g] */
+  if (nhwc && !e->t->half_convs) return efail(e, n, "%s", "channels-last convolutions run on the GPU only (internal error: the stage is --target cuda's)");
   TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
   if (!x || !w || (bv && !b)) return -1;
   TV *out = alloc_value(e, y);
-  int nsp = w->rank - 2;
+  int nsp = w->rank - 2, sp0 = nhwc ? 1 : 2;   /* where the spatial dims start in x and w */
   bool batched = x->rank == nsp + 2;
   bool tr = (ops_arg_index(n->op, "transposed") >= 0 && n->args[ops_arg_index(n->op, "transposed")].u.b) || !strncmp(n->op->name, "conv_transpose", 14);
   const Arg *sa = &n->args[ops_arg_index(n->op, "stride")], *pa = &n->args[ops_arg_index(n->op, "padding")], *da = &n->args[ops_arg_index(n->op, "dilation")];
@@ -641,20 +643,20 @@ int emit_conv(Em *e, Node *n) {
   const Expr *in[3] = {one, one, one}, *k[3] = {one, one, one}, *os[3] = {one, one, one}, *st[3] = {one, one, one}, *pd[3] = {zero, zero, zero}, *dl[3] = {one, one, one};
   for (int i = 0; i < nsp; i++) {
     int j = 3 - nsp + i;
-    in[j] = x->sizes[x->rank - nsp + i];
-    k[j] = w->sizes[2 + i];
-    os[j] = out->sizes[out->rank - nsp + i];
+    in[j] = x->sizes[nhwc ? sp0 + i : x->rank - nsp + i];
+    k[j] = w->sizes[sp0 + i];
+    os[j] = out->sizes[nhwc ? sp0 + i : out->rank - nsp + i];
     st[j] = list_at(sa, i);
     pd[j] = list_at(pa, i);
     dl[j] = list_at(da, i);
   }
   const Expr *groups = n->args[ops_arg_index(n->op, "groups")].u.i;
-  const Expr *cin = x->sizes[batched ? 1 : 0], *cout = out->sizes[batched ? 1 : 0];
+  const Expr *cin = x->sizes[nhwc ? 3 : batched ? 1 : 0], *cout = out->sizes[nhwc ? 3 : batched ? 1 : 0];
   const Expr *ksp = MUL(e, MUL(e, k[0], k[1]), k[2]);
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
   const Conv cv = {n, x, w, b, out, batched, tr, {in[0], in[1], in[2]}, {k[0], k[1], k[2]}, {os[0], os[1], os[2]}, {st[0], st[1], st[2]},
-                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp};
+                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp, nhwc};
   return e->t->conv(e, &cv);
 }
 
@@ -674,10 +676,10 @@ int conv_kernel(Em *e, const Conv *cv, const char *what, const Expr *scratch, co
   ksyms(e);
   epi_decl(e, ep);
   const Expr *const *in = cv->in, *const *k = cv->k, *const *os = cv->os, *const *st = cv->st, *const *pd = cv->pd, *const *dl = cv->dl;
-  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s};\n",
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s, %s};\n",
           cv->batched ? cx(e, cv->x->sizes[0]) : "1", cx(e, cv->cin), cx(e, cv->cout), cx(e, cv->groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
-          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false");
+          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false", cv->nhwc ? "true" : "false");
   fputs(body, f);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, cv->out->stor), sname(e, cv->x->stor), sname(e, cv->w->stor), cv->b ? sname(e, cv->b->stor) : "NULL", sname(e, col));
@@ -724,7 +726,7 @@ int emit_conv_backward(Em *e, Node *n) {
   kopen(e, id, false, true);
   fprintf(f, "%s *dw, %s *db, const %s *x, const %s *dy, %s *col, %s *tmp", T, T, T, T, T, T);
   ksyms(e);
-  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, false};\n",
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, false, false};\n",
           cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, w->sizes[0]), cx(e, groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
           cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]));

@@ -44,7 +44,7 @@ double node_matrix_flops(const Graph *g, const Node *n) {
     for (int d = 1; d < w->rank; d++) k *= (double)expr_hint(g, w->sizes[d]);
     return 2 * dy * k * (mask->u.bs[0] + mask->u.bs[1]);
   }
-  if (!strncmp(name, "conv", 4)) {
+  if (!strncmp(name, "conv", 4) || !strcmp(name, "_conv_nhwc")) {
     const Value *x = n->args[0].u.t, *w = n->args[1].u.t;
     double k = 1;
     for (int d = 1; d < w->rank; d++) k *= (double)expr_hint(g, w->sizes[d]);   /* Cin/groups * kernel */

@@ -562,6 +562,7 @@ typedef struct CompileOptions {
   const char *cuda_arch;     /* --cuda-arch sm_XY (default: the installed GPU's, else sm_90) */
   const char *nvcc;          /* NVCC from the environment, else nvcc */
   int precision;             /* --precision (PREC_*) */
+  bool nchw;                 /* --no-channels-last: convolutions stay NCHW on the GPU */
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
@@ -572,13 +573,20 @@ int fold_weights(Graph *g);
  * (else NULL: the caller converts it at run time); fold_drop_unused drops the weights of before[]
  * that no node reads any more */
 Value *fold_weight_cast(Graph *g, Value *v, DType dt);
+/* v with its dims reordered (the result's dim d is v's dim perm[d]) now, as a new weight, likewise */
+Value *fold_weight_permute(Graph *g, Value *v, int rank, const int *perm);
+/* An evaluation-mode batch norm's per-channel float32 scale w / sqrt(var + eps) and shift b - mean *
+ * scale, now, as new weights (*scale NULL when its parameters are not all constant); -1 on error */
+int fold_bn_affine(Graph *g, Value *w, Value *b, Value *mean, Value *var, double eps, Value **scale, Value **shift);
 void fold_drop_unused(Graph *g, Value **before, int nbefore);
 /* --precision bf16|fp16: products, convolutions and attention of float32 in the lower type (precision.c) */
 int precision_lower(Graph *g, int precision, bool fold);
+/* --target cuda: tensor-core convolutions and the nodes after them channels-last (layout.c) */
+int channels_last(Graph *g, bool fold);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
-int decompose(Graph *g, bool training);
+int decompose(Graph *g, bool training, bool fold);   /* fold: constant weights may become new ones (fold.c) */
 bool decompose_has_rule(const OpDef *op);   /* rewritten into the core set before code generation */
 bool decompose_has_training_rule(const OpDef *op); /* rewritten further with --train (into differentiable ops) */
 /* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters
@@ -603,11 +611,12 @@ typedef struct Pipeline {
   const TrainOptions *tr;    /* --train when tr && tr->on */
   bool fold;                 /* fold weights into new ones (inference, weights inside the .so) */
   int precision;             /* --precision (PREC_*): bf16 and fp16 rewrite the graph */
+  bool cuda, nchw;           /* --target cuda; --no-channels-last */
   Graph *bwd;                /* training: the backward, after partition */
   PartitionStats ps;
   Schedule *sf, *sb;         /* the forward's (or the model's) schedule; the backward's */
 } Pipeline;
-typedef enum { STAGE_ALWAYS, STAGE_FOLD, STAGE_TRAINING, STAGE_PRECISION } StageWhen;
+typedef enum { STAGE_ALWAYS, STAGE_FOLD, STAGE_TRAINING, STAGE_PRECISION, STAGE_CHANNELS_LAST } StageWhen;
 typedef struct Stage {
   const char *name;          /* as --time-report and --debug-dir call it */
   const char *after;         /* the graph it leaves, as check calls it */
@@ -691,6 +700,7 @@ typedef struct CheckOptions {
   double tol;                             /* relative L2 error allowed (integers: exact) */
   TrainOptions tr;
   int precision;                          /* --precision (PREC_*) */
+  bool cuda, nchw;                        /* --target cuda (the stages it adds; the compiled code runs on the GPU), --no-channels-last */
 } CheckOptions;
 /* 0: every stage agrees; 1: a stage departs (reported on out); -1: error */
 int check_model(Ctx *c, const CheckOptions *o, FILE *out);

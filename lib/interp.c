@@ -820,6 +820,22 @@ int eval_conv(E *e) {
   return 0;
 }
 
+/* _conv_nhwc: the convolution it is, evaluated on NCHW views of its input, weight and result */
+int eval_conv_nhwc(E *e) {
+  static const int to_cf[4] = {0, 3, 1, 2};
+  RArg *xa = A(e, "input"), *wa = A(e, "weight");
+  Tensor *x = xa->t, *w = wa->t, *y = e->outs[0], xv = *x, wv = *w, yv = *y;
+  for (int d = 0; d < 4; d++) {
+    xv.sizes[d] = x->sizes[to_cf[d]], xv.strides[d] = x->strides[to_cf[d]];
+    wv.sizes[d] = w->sizes[to_cf[d]], wv.strides[d] = w->strides[to_cf[d]];
+    yv.sizes[d] = y->sizes[to_cf[d]], yv.strides[d] = y->strides[to_cf[d]];
+  }
+  xa->t = &xv, wa->t = &wv, e->outs[0] = &yv;
+  int rc = eval_conv(e);
+  xa->t = x, wa->t = w, e->outs[0] = y;
+  return rc;
+}
+
 /* ---------------------------------------------------------------- pooling and resampling */
 
 int eval_pool(E *e) {

@@ -13,7 +13,8 @@ static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
   return precision_lower(p->g, p->precision, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0;
 }
-static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on) || verify_graph(p->g) ? -1 : 0; }
+static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0; }
+static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
 static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || verify_graph(p->g) ? -1 : 0; }
 
 static int st_partition(Pipeline *p) {
@@ -33,6 +34,7 @@ const Stage gg_stages[] = {
   {"fold weights", "weights folded", STAGE_FOLD, true, st_fold},
   {"precision", "lower precision (--precision)", STAGE_PRECISION, true, st_precision},
   {"decompose", "decomposed", STAGE_ALWAYS, true, st_decompose},
+  {"channels last", "channels-last convolutions (--target cuda)", STAGE_CHANNELS_LAST, true, st_channels_last},
   {"autograd", "autograd (joint graph)", STAGE_TRAINING, true, st_autograd},
   {"backward (partition)", "partitioned (forward, then backward)", STAGE_TRAINING, true, st_partition},
   {"schedule", "scheduled", STAGE_ALWAYS, false, st_schedule},
@@ -45,6 +47,7 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
   case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16;
+  case STAGE_CHANNELS_LAST: return !train && p->cuda && !p->nchw;
   default: return true;
   }
 }

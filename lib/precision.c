@@ -88,26 +88,7 @@ static Value *exact_low(Rw *r, Value **low, int nv, Value *v, DType dt) {
 }
 
 /* Casts and views that nothing reads any more (the float32 side of a round trip) are dropped. */
-static void drop_dead(Graph *g) {
-  Arena *a = g->ctx->arena;
-  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
-  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id]++;
-  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
-  bool *dead = arena_array(a, (size_t)g->nnodes + 1, sizeof *dead);
-  for (int k = g->nnodes - 1; k >= 0; k--) {
-    Node *n = g->nodes[k];
-    if (!n->op || !(dtype_free_view(n) || !strcmp(n->op->name, "_to_copy"))) continue;
-    bool used = false;
-    for (int i = 0; i < n->nouts; i++) used |= uses[n->outs[i]->id] > 0;
-    if (used) continue;
-    dead[k] = true;
-    FOR_TENSOR_ARGS(n, v, { uses[v->id]--; })
-  }
-  int m = 0;
-  for (int k = 0; k < g->nnodes; k++)
-    if (!dead[k]) { g->nodes[k]->id = m; g->nodes[m++] = g->nodes[k]; }
-  g->nnodes = m;
-}
+static bool droppable(const Node *n) { return n->op && (dtype_free_view(n) || !strcmp(n->op->name, "_to_copy")); }
 
 int precision_lower(Graph *g, int precision, bool fold) {
   if (precision != PREC_BF16 && precision != PREC_FP16) return 0;
@@ -151,7 +132,7 @@ int precision_lower(Graph *g, int precision, bool fold) {
   g->nnodes = r.n;
   g->cap_nodes = r.cap;
   for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
-  drop_dead(g);
+  graph_drop_dead(g, droppable);
   fold_drop_unused(g, before, nbefore);
   return 0;
 }

@@ -97,3 +97,24 @@ double rw_farg(const Node *n, const char *name, double dflt) {
   if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return (double)v;
   return dflt;
 }
+
+void graph_drop_dead(Graph *g, bool (*droppable)(const Node *)) {
+  Arena *a = g->ctx->arena;
+  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id]++;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
+  bool *dead = arena_array(a, (size_t)g->nnodes + 1, sizeof *dead);
+  for (int k = g->nnodes - 1; k >= 0; k--) {
+    Node *n = g->nodes[k];
+    if (!droppable(n)) continue;
+    bool used = false;
+    for (int i = 0; i < n->nouts; i++) used |= uses[n->outs[i]->id] > 0;
+    if (used) continue;
+    dead[k] = true;
+    FOR_TENSOR_ARGS(n, v, { uses[v->id]--; })
+  }
+  int m = 0;
+  for (int k = 0; k < g->nnodes; k++)
+    if (!dead[k]) { g->nodes[k]->id = m; g->nodes[m++] = g->nodes[k]; }
+  g->nnodes = m;
+}

@@ -12,6 +12,7 @@ typedef struct Rw {
   Node **nodes; int n, cap; /* the new node list */
   int k;                    /* nodes made for orig so far */
   const char *tag;          /* names are orig.<tag>k ("grad"), or orig.k when NULL */
+  bool fold;                /* constant weights may be replaced by new ones computed now (fold.c's rule) */
 } Rw;
 
 static inline Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }
@@ -31,5 +32,7 @@ Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args);
 const Arg *rw_arg(const Node *n, const char *name);
 Value *rw_targ(const Node *n, const char *name);
 double rw_farg(const Node *n, const char *name, double dflt);
+/* Drop the nodes `droppable` accepts (pure: views, casts) whose results nothing reads, last first. */
+void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
 #define CALL(r, into, op, ...) rw_call(r, into, op, __VA_ARGS__, (const char *)NULL)
 #endif

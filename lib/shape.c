@@ -429,6 +429,28 @@ int shape_conv(S *s) {
   return 0;
 }
 
+/* _conv_nhwc: the rule of the convolution it is, on NCHW views of its input [N, H, W, C] and weight
+ * [K, R, S, C/groups], the result [N, OH, OW, K] */
+int shape_conv_nhwc(S *s) {
+  Value *x = tensor(s, "input"), *w = tensor(s, "weight");
+  if (x->rank != 4 || w->rank != 4) return fail(s, "%s", "input and weight must have rank 4 (a batched 2-d convolution in channels-last layout)");
+  static const int to_cf[4] = {0, 3, 1, 2};
+  Value xs = *x, ws = *w;
+  const Expr *xsz[4], *wsz[4];
+  for (int d = 0; d < 4; d++) xsz[d] = x->sizes[to_cf[d]], wsz[d] = w->sizes[to_cf[d]];
+  xs.sizes = xsz;
+  ws.sizes = wsz;
+  Arg *xa = &s->n->args[ops_arg_index(s->n->op, "input")], *wa = &s->n->args[ops_arg_index(s->n->op, "weight")];
+  xa->u.t = &xs, wa->u.t = &ws;
+  int rc = shape_conv(s);
+  xa->u.t = x, wa->u.t = w;
+  if (rc) return rc;
+  const Expr *o[4];
+  for (int d = 0; d < 4; d++) o[d] = s->out[0].sizes[d];
+  for (int d = 0; d < 4; d++) s->out[0].sizes[d] = o[(int[]){0, 2, 3, 1}[d]];
+  return 0;
+}
+
 /* the gradients of a plain convolution: the input's, the weight's and the bias's shapes */
 int shape_conv_backward(S *s) {
   Value *gy = tensor(s, "grad_output"), *x = tensor(s, "input"), *w = tensor(s, "weight");

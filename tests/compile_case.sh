@@ -4,7 +4,7 @@
 # gradient and every updated buffer.
 # Prints "ok CASE" or "FAIL CASE: why". Cases listed in tests/compile_refused.txt (and, on the CPU,
 # tests/compile_refused_cpu.txt) must instead be refused with exit status 1 and the message given there. TARGET=cuda compiles with --target cuda
-# (make test-cuda, on a machine with a GPU), training cases too.
+# (make test-cuda, on a machine with a GPU), training cases too; GG_FLAGS adds compile options.
 case=$1 work=$2
 BUILD=${BUILD:-build}
 name=$(echo "$case" | tr / _)
@@ -20,7 +20,7 @@ factor=
 [ -n "$prec" ] && factor="--factor 3"
 target=
 [ "$TARGET" = cuda ] && target="--target cuda"
-"$BUILD/gcc-graph" compile "$case/model.pt2" $train $target ${prec:+--precision $prec} -o "$work/$name.so" >"$work/$name.err" 2>&1
+"$BUILD/gcc-graph" compile "$case/model.pt2" $train $target ${prec:+--precision $prec} $GG_FLAGS -o "$work/$name.so" >"$work/$name.err" 2>&1
 rc=$?
 if [ -n "$expect" ]; then
   if [ $rc = 1 ] && grep -qF -- "$expect" "$work/$name.err"; then echo "ok $case (refused as expected)"; else echo "FAIL $case: expected refusal '$expect', got exit $rc: $(head -c 300 "$work/$name.err")"; fi

@@ -35,6 +35,11 @@ for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/co
   r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
   case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (no cuDNN): $r"; fail=$((fail + 1));; esac
 done
+echo "== CUDA: --no-channels-last (tensor-core convolutions left NCHW, as before the channels-last stage)"
+for c in tests/extra/layout_cnn_bf16 tests/extra/precision_layout_cnn_tf32 tests/extra/precision_cnn_bf16; do
+  r=$(GG_FLAGS=--no-channels-last TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
+  case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (--no-channels-last): $r"; fail=$((fail + 1));; esac
+done
 echo "== CUDA: convolutions with no cuDNN workspace (GCC_GRAPH_CUDNN_WORKSPACE_MB=0: algorithms that need none)"
 for c in tests/corpus/models/cnn_small tests/extra/conv_bf16 tests/extra/conv_strides tests/extra/train_tiny_resnet; do
   r=$(GCC_GRAPH_CUDNN_WORKSPACE_MB=0 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")

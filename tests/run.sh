@@ -420,6 +420,22 @@ env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights externa
 if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
 expect 1 "compiled                               DEPARTS: out.0" -- env GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" check $M/cnn_small/model.pt2
+# --target cuda's channels-last stage (tests/channels_last.txt): its convolutions and its copies, the
+# stage agreeing with the graph before it under check (the compiled stage needs a GPU: not asserted here)
+grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy chk; do
+  rm -rf "$TMP/cl"
+  if ! "$GG" compile $c/model.pt2 --target cuda $fl -S -o "$TMP/cl.cu" --debug-dir "$TMP/cl" >"$TMP/err" 2>&1; then echo "FAIL channels-last $c: $(head -c 300 "$TMP/err")"; continue; fi
+  got="$(grep -c '= _conv_nhwc(' "$TMP"/cl/*-channels.txt)|$(grep -c '^  k[0-9]* *copy ' "$TMP/cl/schedule.txt")"
+  [ "$got" = "$nconv|$ncopy" ] || echo "FAIL channels-last $c: $got convolutions|copies, expected $nconv|$ncopy"
+  if [ "$chk" = check ]; then
+    "$GG" check $c/model.pt2 --target cuda $fl --tol 3e-2 >"$TMP/out" 2>&1
+    grep -q "channels-last convolutions (--target cuda) agrees" "$TMP/out" || echo "FAIL channels-last $c: check: $(tail -n 3 "$TMP/out")"
+  fi
+  rm -rf "$TMP/cl"
+  "$GG" compile $c/model.pt2 --target cuda $fl --no-channels-last -S -o "$TMP/cl.cu" --debug-dir "$TMP/cl" >"$TMP/err" 2>&1
+  [ ! -e "$TMP"/cl/*-channels.txt ] && ! grep -q _conv_nhwc "$TMP/cl.cu/model.cu" || echo "FAIL channels-last $c: --no-channels-last still converts"
+done >"$TMP/cl.log"
+if [ -s "$TMP/cl.log" ]; then no "$(cat "$TMP/cl.log")"; else ok; fi
 # --precision: the lowered stage reports what bf16 costs, the later ones are held to it (a training
 # step too: its half-type products with a bias once rounded twice on the CPU); tf32 is the GPU's only
 expect 0 "relative error" -- "$GG" check $M/bert_tiny/model.pt2 --inputs $M/bert_tiny/io.safetensors --precision bf16

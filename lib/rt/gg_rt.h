@@ -225,11 +225,12 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
                        const float *col_bias, const gg_epi *ep);
 
-/* Convolution of contiguous NC[D]HW input with contiguous weight, as 3-d with unit dims. */
+/* Convolution of contiguous NC[D]HW input with contiguous weight, as 3-d with unit dims; with nhwc
+ * (the GPU's cuDNN path only) input, output and weight are channels-last: NHWC and KRSC. */
 typedef struct gg_conv {
   int64_t N, Cin, Cout, groups;
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
-  bool transposed;
+  bool transposed, nhwc;
 } gg_conv;
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, const gg_epi *ep);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, const gg_epi *ep);

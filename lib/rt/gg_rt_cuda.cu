@@ -395,7 +395,7 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
     drop_graphs(m);
   }
   if (!rc && m->dnn_missing) {   /* the call was issued without a convolution: not to be replayed */
-    rc = gg_rt_fail(err, errlen, "float16 and bfloat16 convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
+    rc = gg_rt_fail(err, errlen, "float16, bfloat16 and channels-last convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
     m->dnn_missing = false;
     drop_graphs(m);
   }
@@ -1004,7 +1004,7 @@ static void dnn_load(void) {
 /* A convolution's descriptors and, per direction (0 forward, 1 backward data, 2 backward filter), the
  * algorithm chosen at its first use (state 1; -1: none fits). */
 struct dnn_plan {
-  int64_t key[20];
+  int64_t key[21];
   cudnnTensorDescriptor_t x, y, b;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t c;
@@ -1057,8 +1057,9 @@ static bool dnn_begin(gg_model *m) {
 /* The descriptors of convolution c (not transposed) in dtype code dt (0 float32, 1 float64, 2 float16,
  * 3 bfloat16, 4 float32 with TF32 arithmetic: cuDNN's default math, which allows it), or NULL. */
 static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
-  int64_t key[20] = {dt, c->N, c->Cin, c->Cout, c->groups};
+  int64_t key[21] = {dt, c->N, c->Cin, c->Cout, c->groups};
   for (int d = 0; d < 3; d++) key[5 + d] = c->in[d], key[8 + d] = c->k[d], key[11 + d] = c->stride[d], key[14 + d] = c->pad[d], key[17 + d] = c->dil[d];
+  key[20] = c->nhwc;
   for (int i = 0; i < m->ndnn; i++)
     if (!memcmp(m->dnn_plans[i].key, key, sizeof key)) return &m->dnn_plans[i];
   /* 2-d (and 1-d) convolutions as 4-d tensors, 3-d ones as 5-d */
@@ -1075,6 +1076,12 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
   int xs[5], ys[5], bs[5];
   xs[nd - 1] = ys[nd - 1] = bs[nd - 1] = 1;
   for (int d = nd - 2; d >= 0; d--) xs[d] = xs[d + 1] * xd[d + 1], ys[d] = ys[d + 1] * yd[d + 1], bs[d] = bs[d + 1] * bd[d + 1];
+  if (c->nhwc) {   /* channels-last: the channel stride 1, the spatial dims' strides multiples of the channels */
+    xs[1] = ys[1] = 1;
+    xs[nd - 1] = xd[1], ys[nd - 1] = yd[1];
+    for (int d = nd - 2; d >= 2; d--) xs[d] = xs[d + 1] * xd[d + 1], ys[d] = ys[d + 1] * yd[d + 1];
+    xs[0] = xs[2] * xd[2], ys[0] = ys[2] * yd[2];
+  }
   struct dnn_plan p;
   memset(&p, 0, sizeof p);
   memcpy(p.key, key, sizeof key);
@@ -1083,7 +1090,7 @@ static struct dnn_plan *dnn_plan_for(gg_model *m, int dt, const gg_conv *c) {
             dnn.cudnnCreateConvolutionDescriptor(&p.c) == CUDNN_STATUS_SUCCESS;
   ok = ok && dnn.cudnnSetTensorNdDescriptor(p.x, t, nd, xd, xs) == CUDNN_STATUS_SUCCESS && dnn.cudnnSetTensorNdDescriptor(p.y, t, nd, yd, ys) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetTensorNdDescriptor(p.b, t, nd, bd, bs) == CUDNN_STATUS_SUCCESS &&
-       dnn.cudnnSetFilterNdDescriptor(p.w, t, CUDNN_TENSOR_NCHW, nd, wd) == CUDNN_STATUS_SUCCESS &&
+       dnn.cudnnSetFilterNdDescriptor(p.w, t, c->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd, wd) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetConvolutionNdDescriptor(p.c, sp, pad, str, dil, CUDNN_CROSS_CORRELATION, comp) == CUDNN_STATUS_SUCCESS &&
        dnn.cudnnSetConvolutionGroupCount(p.c, (int)c->groups) == CUDNN_STATUS_SUCCESS;
   if (!ok) { dnn_plan_destroy(&p); return NULL; }
@@ -1237,6 +1244,40 @@ template <int DT> __global__ void chan_add(int64_t n, int64_t C, int64_t sp, con
   }
 }
 
+/* A depthwise 2-d convolution in channels-last (groups == channels, one filter each): a thread per
+ * output, the channels fastest so that a warp's loads of each tap are contiguous, the taps summed in
+ * float in the filter's order and rounded once (as PyTorch's own depthwise kernel and cuDNN's). cuDNN's
+ * grouped kernels took 4-5x the time of the rest of MobileNetV3 and ConvNeXt in NHWC
+ * (docs/BENCHMARKS.md). Indices in 32 bits where the tensors allow (I). */
+template <int DT, typename I> __global__ void dw_nhwc(gg_conv c, const void *x, const void *w, const void *bias, void *y) {
+  const I C = (I)c.Cout, OH = (I)c.out[1], OW = (I)c.out[2], H = (I)c.in[1], W = (I)c.in[2], R = (I)c.k[1], S = (I)c.k[2];
+  const I sh = (I)c.stride[1], sw = (I)c.stride[2], ph = (I)c.pad[1], pw = (I)c.pad[2], dh = (I)c.dil[1], dw = (I)c.dil[2];
+  const I n_out = (I)c.N * OH * OW * C;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n_out; i += (I)gridDim.x * blockDim.x) {
+    I ch = i % C, p = i / C, ow = p % OW;
+    p /= OW;
+    I oh = p % OH, n = p / OH;
+    float acc = 0;
+    for (I r = 0; r < R; r++) {
+      I ih = oh * sh - ph + r * dh;
+      if (ih < 0 || ih >= H) continue;
+      for (I t = 0; t < S; t++) {
+        I iw = ow * sw - pw + t * dw;
+        if (iw < 0 || iw >= W) continue;
+        acc += dt_ld(DT, x, ((n * H + ih) * W + iw) * C + ch) * dt_ld(DT, w, (ch * R + r) * S + t);
+      }
+    }
+    if (bias) acc += dt_ld(DT, bias, ch);
+    dt_st(DT, y, i, acc);
+  }
+}
+
+template <int DT> static void dw_nhwc_launch(const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
+  int64_t n = c->N * c->out[1] * c->out[2] * c->Cout, in = c->N * c->in[1] * c->in[2] * c->Cin;
+  if (n < INT32_MAX && in < INT32_MAX) dw_nhwc<DT, int32_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
+  else dw_nhwc<DT, int64_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
+}
+
 /* db[c] = the sum of dy[n, c, .] over the batch and the sp positions: a block per channel, summed in
  * double, rounded once */
 template <int DT> __global__ void chan_sum(int64_t N, int64_t C, int64_t sp, const void *dy, void *db) {
@@ -1298,7 +1339,13 @@ template <typename T> static void conv(int dt, const gg_conv *c, const T *x, con
 }
 
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col) {
-  if (dt == 2 || dt == 3) {   /* float16 / bfloat16: cuDNN only */
+  if (c->nhwc && !c->transposed && c->groups == c->Cin && c->Cout == c->Cin && c->in[0] == 1 && c->k[0] == 1 && dt != 1) {   /* depthwise */
+    if (dt == 2) dw_nhwc_launch<2>(c, x, w, bias, y);
+    else if (dt == 3) dw_nhwc_launch<3>(c, x, w, bias, y);
+    else dw_nhwc_launch<0>(c, x, w, bias, y);
+    return;
+  }
+  if (dt == 2 || dt == 3 || c->nhwc) {   /* float16 / bfloat16 and channels-last: cuDNN only */
     if (!dnn_conv(dt, c, x, w, bias, y)) gg_cur->dnn_missing = true;
     return;
   }

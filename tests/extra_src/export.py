@@ -263,6 +263,27 @@ pcase("precision_block_bf16", "bf16", TinyBlock(), r(4, 64, 128))
 pcase("precision_block_f16", "fp16", TinyBlock(), r(4, 64, 128))
 pcase("precision_cnn_bf16", "bf16", _cnn(), r(4, 3, 32, 32))
 pcase("precision_block_tf32", "tf32", TinyBlock(), r(4, 64, 128))
+class LayoutCNN(nn.Module):   # every rule of the channels-last stage (layout.c) and the places it stops
+    def __init__(s, c=16):
+        super().__init__()
+        s.stem, s.bn = nn.Conv2d(3, c, 3, padding=1), _bn(c)
+        s.a, s.b = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1, groups=c)   # residual; depthwise
+        s.se1, s.se2 = nn.Conv2d(c, 4, 1), nn.Conv2d(4, c, 1)   # squeeze-excite on [N, C, 1, 1]
+        s.dw, s.ln, s.pw = nn.Conv2d(2 * c, 2 * c, 7, padding=3, groups=2 * c), nn.LayerNorm(2 * c), nn.Linear(2 * c, 2 * c)   # ConvNeXt-style
+        s.down, s.head = nn.Conv2d(2 * c, 2 * c, 2, stride=2), nn.Linear(2 * c, 10)
+    def forward(s, x):
+        x = F.relu(s.bn(s.stem(x)))
+        x = F.max_pool2d(x, 3, 2, 1)
+        x = x + F.hardswish(s.b(F.relu(s.a(x))))
+        x = x * torch.sigmoid(s.se2(F.relu(s.se1(F.adaptive_avg_pool2d(x, 1)))))
+        y = torch.cat([x, x.mean((2, 3), keepdim=True) - x], 1)   # channels concatenated, a plane mean
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)   # channel shuffle
+        z = s.pw(s.ln(s.dw(y).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        z = F.gelu(s.down(y + z))
+        return s.head(z.amax((2, 3))), z.sum(1)
+pcase("precision_layout_cnn_tf32", "tf32", LayoutCNN(), r(4, 3, 32, 32))
+case("layout_cnn_bf16", LayoutCNN().to(torch.bfloat16), r(4, 3, 32, 32).to(torch.bfloat16))
 
 # training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
 TRAIN = []

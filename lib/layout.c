@@ -1,0 +1,209 @@
+/* layout.c: channels-last convolutions on the GPU, as PyTorch's channels_last memory format and
+ * Inductor's layout optimization give them. cuDNN's tensor-core kernels work on NHWC: handed NCHW
+ * tensors it transposes them around each convolution, or picks slower kernels.
+ * Requires: a decomposed inference graph for --target cuda. Guarantees: the same values, each
+ * 2-d convolution that runs on tensor cores (float16, bfloat16, float32 under --precision tf32) made
+ * a _conv_nhwc of its input and weight permuted to [N, H, W, C] and [K, R, S, C/g] (a constant
+ * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
+ * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
+ * reduction over the channels or the plane with keepdim, adaptive average pooling to 1x1 (a mean over
+ * the plane), concatenation, permutes (composed with the layout's). Each original value becomes a
+ * permute view of its channels-last version under its own name, so the nodes that need NCHW read it
+ * there (their kernels copy it contiguous) and `check` compares every value by name; views nothing
+ * reads are dropped. */
+#include "gg.h"
+#include "rewrite.h"
+
+#include <string.h>
+
+int emit_view(struct Em *, struct Node *);
+int shape_pointwise(struct ShapeCtx *);
+
+static const int64_t TO_CL[4] = {0, 2, 3, 1}, TO_CF[4] = {0, 3, 1, 2};   /* NCHW -> NHWC and back */
+static const int CL_PERM[4] = {0, 2, 3, 1};
+
+/* A convolution cuDNN runs on tensor cores: 2-d, batched, not transposed, operands of one type. */
+static bool tensor_core_conv(const Graph *g, const Node *n) {
+  if (!n->op || n->nouts != 1 || (strcmp(n->op->name, "convolution") && strcmp(n->op->name, "conv2d"))) return false;
+  const Arg *t = rw_arg(n, "transposed");
+  if (t && t->k == AK_BOOL && t->u.b) return false;
+  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *y = n->outs[0];
+  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype) return false;
+  return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
+}
+
+typedef struct L {
+  Rw r;
+  Value **cl;    /* by value id (of the graph before the pass): its channels-last version, or NULL */
+  int nv;
+  bool fold;     /* constant weights may be permuted now */
+} L;
+
+static Value *cl_of(L *l, const Value *v) { return v->id < l->nv ? l->cl[v->id] : NULL; }
+
+/* v in channels-last order: its tracked version, else a view (a lower-rank operand first given the
+ * leading 1s broadcasting gives it) */
+static Value *to_cl(L *l, Value *v) {
+  Value *c = cl_of(l, v);
+  if (c) return c;
+  Value *x = v;
+  if (v->rank < 4) {
+    const Expr *sz[4];
+    for (int d = 0; d < 4; d++) sz[d] = d < 4 - v->rank ? expr_const(l->r.g->ctx->arena, 1) : v->sizes[d - (4 - v->rank)];
+    if (!(x = CALL(&l->r, NULL, "reshape", "self", T(v), "shape", EXPRS(&l->r, 4, sz)))) return NULL;
+  }
+  c = CALL(&l->r, NULL, "permute", "self", T(x), "dims", INTS(&l->r, 4, TO_CL));
+  if (c && v->id < l->nv) l->cl[v->id] = c;
+  return c;
+}
+
+/* y, an output of the node being replaced, as the permute view of its channels-last version c */
+static int track(L *l, Value *y, Value *c) {
+  if (!c || !CALL(&l->r, y, "permute", "self", T(c), "dims", INTS(&l->r, 4, TO_CF))) return -1;
+  if (y->id < l->nv) l->cl[y->id] = c;
+  return 0;
+}
+
+static bool same_shape(const Graph *g, const Value *a, const Value *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (!expr_same(g, a->sizes[d], b->sizes[d])) return false;
+  return true;
+}
+
+static int conv(L *l, Node *n) {
+  Graph *g = l->r.g;
+  Value *x = to_cl(l, rw_targ(n, "input")), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
+  Value *wp = l->fold ? fold_weight_permute(g, w, 4, CL_PERM) : NULL;
+  if (!wp && g->ctx->has_err) return -1;
+  if (!wp) wp = CALL(&l->r, NULL, "permute", "self", T(w), "dims", INTS(&l->r, 4, TO_CL));
+  if (!x || !wp) return -1;
+  Value *y = CALL(&l->r, NULL, "_conv_nhwc", "input", T(x), "weight", T(wp), "bias", T(b), "stride", *rw_arg(n, "stride"), "padding",
+                  *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "groups", *rw_arg(n, "groups"));
+  return track(l, n->outs[0], y);
+}
+
+/* a pointwise op or cast of rank-4 result, one of whose operands of its shape is channels-last */
+static bool carries(L *l, const Node *n) {
+  if (!n->op || n->nouts != 1 || n->outs[0]->rank != 4) return false;
+  if (n->op->shape != shape_pointwise && strcmp(n->op->name, "_to_copy")) return false;
+  bool any = false;
+  for (int a = 0; a < n->op->nargs; a++) {
+    if (n->op->args[a].mutated || n->args[a].k == AK_TENSORS) return false;
+    if (n->args[a].k != AK_TENSOR) continue;
+    const Value *v = n->args[a].u.t;
+    if (v->rank > 4) return false;
+    any |= cl_of(l, v) && same_shape(l->r.g, v, n->outs[0]);
+  }
+  return any;
+}
+
+static int pointwise(L *l, Node *n) {
+  Arg *args = arena_array(l->r.g->ctx->arena, (size_t)n->op->nargs + 1, sizeof *args);
+  memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+  for (int a = 0; a < n->op->nargs; a++)
+    if (args[a].k == AK_TENSOR && args[a].u.t->rank > 0 && !(args[a] = T(to_cl(l, args[a].u.t))).u.t) return -1;
+  return track(l, n->outs[0], rw_node(&l->r, NULL, n->op, args));
+}
+
+/* adaptive average pooling to 1x1: a mean over the plane, which channels-last keeps contiguous per
+ * channel */
+static bool pool_1x1(L *l, const Node *n) {
+  if (!n->op || (strcmp(n->op->name, "adaptive_avg_pool2d") && strcmp(n->op->name, "_adaptive_avg_pool2d"))) return false;
+  const Value *x = rw_targ(n, "self");
+  const Arg *os = rw_arg(n, "output_size");
+  int64_t a, b;
+  return x->rank == 4 && cl_of(l, x) && os->k == AK_INTS && expr_is_const(os->u.is[0], &a) && expr_is_const(os->u.is[os->n - 1], &b) && a == 1 && b == 1;
+}
+
+static int pool(L *l, Node *n) {
+  int64_t dims[2] = {1, 2};
+  return track(l, n->outs[0], CALL(&l->r, NULL, "mean.dim", "self", T(cl_of(l, rw_targ(n, "self"))), "dim", INTS(&l->r, 2, dims), "keepdim", BO(true)));
+}
+
+/* a reduction with keepdim over given dims, a concatenation or a permute of a channels-last value */
+static bool remaps(L *l, const Node *n) {
+  if (!n->op || n->nouts != 1 || n->args[0].k == AK_NONE) return false;
+  const char *o = n->op->name;
+  if (!strcmp(o, "cat")) {
+    const Arg *ts = &n->args[0];
+    bool any = false;
+    for (int i = 0; i < ts->n; i++) {
+      if (!ts->u.ts[i] || ts->u.ts[i]->rank != 4) return false;
+      any |= cl_of(l, ts->u.ts[i]) != NULL;
+    }
+    return any && rw_arg(n, "dim")->k == AK_INT;
+  }
+  if (n->args[0].k != AK_TENSOR || !cl_of(l, n->args[0].u.t)) return false;
+  if (!strcmp(o, "permute")) return rw_arg(n, "dims")->n == 4;
+  if (n->op->red == R_NONE || n->outs[0]->rank != 4) return false;   /* keepdim */
+  const Arg *d = rw_arg(n, "dim");
+  return d && d->k == AK_INTS && d->n > 0 && n->outs[0]->dtype == n->args[0].u.t->dtype;
+}
+
+static int remap(L *l, Node *n) {
+  Arena *a = l->r.g->ctx->arena;
+  Arg *args = arena_array(a, (size_t)n->op->nargs + 1, sizeof *args);
+  memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+  const char *o = n->op->name;
+  int64_t v;
+  if (!strcmp(o, "cat")) {
+    Arg *ts = &args[0], *dim = &args[ops_arg_index(n->op, "dim")];
+    Value **vs = arena_array(a, (size_t)ts->n + 1, sizeof *vs);
+    for (int i = 0; i < ts->n; i++)
+      if (!(vs[i] = to_cl(l, ts->u.ts[i]))) return -1;
+    ts->u.ts = vs;
+    if (!expr_is_const(dim->u.i, &v)) return -1;
+    *dim = INT(&l->r, TO_CF[(v % 4 + 4) % 4]);
+  } else if (!strcmp(o, "permute")) {   /* x = x'.permute(TO_CF): x.permute(p) = x'.permute(TO_CF[p[d]]) */
+    int64_t p[4];
+    for (int d = 0; d < 4; d++) {
+      if (!expr_is_const(args[1].u.is[d], &v)) return -1;
+      p[d] = TO_CF[(v % 4 + 4) % 4];
+    }
+    args[0] = T(cl_of(l, n->args[0].u.t));
+    args[1] = INTS(&l->r, 4, p);
+    return rw_node(&l->r, n->outs[0], n->op, args) ? 0 : -1;   /* its result is not channels-last */
+  } else {
+    Arg *d = &args[ops_arg_index(n->op, "dim")];
+    int64_t dims[4];
+    for (int i = 0; i < d->n && i < 4; i++) {
+      if (!expr_is_const(d->u.is[i], &v)) return -1;
+      dims[i] = TO_CF[(v % 4 + 4) % 4];
+    }
+    args[0] = T(cl_of(l, n->args[0].u.t));
+    *d = INTS(&l->r, d->n < 4 ? d->n : 4, dims);
+  }
+  return track(l, n->outs[0], rw_node(&l->r, NULL, n->op, args));
+}
+
+static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view || !strcmp(n->op->name, "_to_copy")); }
+
+int channels_last(Graph *g, bool fold) {
+  Ctx *c = g->ctx;
+  L l = {.r = {.g = g, .tag = "cl"}, .nv = g->nvalues, .fold = fold};
+  l.cl = arena_array(c->arena, (size_t)l.nv + 1, sizeof *l.cl);
+  Value **before = g->inputs;
+  int nbefore = g->ninputs, changed = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : NULL;
+    if (!rule) { rw_push(&l.r, n); continue; }
+    l.r.orig = n;
+    l.r.k = 0;
+    if (rule(&l, n)) {
+      if (!c->has_err) GG_INTERNAL(c);
+      return -1;
+    }
+    gg_log(c, LOG_DECOMP, "node %s: %s channels-last", gg_quote(c, n->name), n->op->name);
+    changed++;
+  }
+  if (!changed) return 0;
+  g->nodes = l.r.nodes;
+  g->nnodes = l.r.n;
+  g->cap_nodes = l.r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  graph_drop_dead(g, droppable);
+  fold_drop_unused(g, before, nbefore);
+  return 0;
+}
