@@ -288,9 +288,15 @@ int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
   }
   /* the costly functions have float32 versions (scalar.h) that compiled CPU code uses on float32 */
   static const char *const f32[][2] = {{"f_exp", "f32_exp"}, {"f_sigmoid", "f32_sigmoid"}, {"f_silu", "f32_silu"},
-                                       {"f_erf", "f32_erf"}, {"f_gelu_erf", "f32_gelu_erf"}};
+                                       {"f_erf", "f32_erf"}, {"f_gelu_erf", "f32_gelu_erf"}, {"f_tanh", "f32_tanh"},
+                                       {"f_gelu_tanh", "f32_gelu_tanh"}};
   for (size_t k = 0; p->use_float && p->comp == DT_F32 && p->fname && k < sizeof f32 / sizeof *f32; k++)
     if (!strcmp(p->fname, f32[k][0])) p->f32name = f32[k][1];
+  i = ops_arg_index(op, "exponent");
+  double e = i >= 0 && n->args[i].k == AK_FLOAT ? n->args[i].u.f : 0;
+  int64_t ei;
+  if (i >= 0 && n->args[i].k == AK_INT && expr_is_const(n->args[i].u.i, &ei)) e = (double)ei;
+  if (p->use_float && p->comp == DT_F32 && !strcmp(op->name, "pow.Tensor_Scalar") && (e == 2 || e == 3)) p->f32name = e == 2 ? "f32_pow2" : "f32_pow3";
   if (p->use_float && !p->f) return gg_error(c, "node %s (%s): not defined for %s", gg_quote(c, n->name), gg_quote(c, n->target), dtype_name(p->comp));
   return 0;
 }

@@ -241,11 +241,27 @@ static inline float gg_erff(float x) {
   float l = copysignf(1.0f - q * gg_expf(-z), x);
   return a < 0.5f ? s : l;
 }
+/* gg_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above (its sign restored),
+ * 1 past 9.02 (within 3 ulp) */
+static inline float gg_tanhf(float x) {
+  float a = fabsf(x), z = x * x;
+  float p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  float l = copysignf(1.0f - 2.0f / (gg_expf(2.0f * (a < 9.02f ? a : 9.02f)) + 1.0f), x);
+  return x != x ? x : a < 0.625f ? p : a >= 9.02f ? copysignf(1.0f, x) : l;
+}
 static inline double f32_exp(const double *x) { return gg_expf((float)x[0]); }
 static inline double f32_sigmoid(const double *x) { return 1.0f / (1.0f + gg_expf(-(float)x[0])); }
 static inline double f32_silu(const double *x) { return (float)x[0] / (1.0f + gg_expf(-(float)x[0])); }
 static inline double f32_erf(const double *x) { return gg_erff((float)x[0]); }
 static inline double f32_gelu_erf(const double *x) { float v = (float)x[0]; return 0.5f * v * (1.0f + gg_erff(v * 0.70710678118654752440f)); }
+static inline double f32_tanh(const double *x) { return gg_tanhf((float)x[0]); }
+static inline double f32_gelu_tanh(const double *x) {
+  float v = (float)x[0];
+  return 0.5f * v * (1.0f + gg_tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
+}
+/* pow with a constant exponent of 2 or 3 (GPT-2's GELU): products, as PyTorch's pow kernel computes them */
+static inline double f32_pow2(const double *x) { float v = (float)x[0]; return v * v; }
+static inline double f32_pow3(const double *x) { float v = (float)x[0]; return v * v * v; }
 #endif
 GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }

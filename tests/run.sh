@@ -416,6 +416,8 @@ if "$GG" compile $M/squeezenet1_1/model.pt2 -S -o "$TMP/sq_src" 2>"$TMP/err" && 
 if "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/bt_src" 2>"$TMP/err" && grep -q "node layer_norm" "$TMP/bt_src/model.c" && ! grep -q "node dropout" "$TMP/bt_src/model.c"; then ok; else no "dropout in eval mode has a kernel of its own (or compile -S failed: $(cat "$TMP/err"))"; fi
 # float32 gelu and softmax compute with scalar.h's float32 functions, in kernels built for AVX-512 too
 if grep -q "f32_gelu_erf(a" "$TMP/bt_src/model.c" && grep -q "ex\[j\] = gg_expf(x\[" "$TMP/bt_src/model.c" && grep -q "^GG_VEC static \(GG_NOINLINE \)\?void" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's gelu or softmax not on the float32 functions"; fi
+# GPT-2's tanh GELU written out (pow(x, 3), tanh) on the float32 functions too: x*x*x and gg_tanhf, not libm in double
+if "$GG" compile $M/gpt2_tiny/model.pt2 -S -o "$TMP/g2_src" 2>"$TMP/err" && grep -q "f32_pow3(a" "$TMP/g2_src/model.c" && grep -q "f32_tanh(a" "$TMP/g2_src/model.c"; then ok; else no "gpt2_tiny's pow and tanh not on the float32 functions ($(cat "$TMP/err"))"; fi
 env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"
 if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors

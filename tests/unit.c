@@ -334,6 +334,16 @@ static void test_float32_functions(void) {
     worst_erf = fmax(worst_erf, d);
     if (fabs(f) < 0.5f && f != 0) worst_erf_rel = fmax(worst_erf_rel, d / fabs(r));
   }
+  double worst_tanh = 0;
+  for (double x = -12; x < 12; x += 1e-5) {
+    float f = (float)x;
+    double r = tanh((double)f);
+    if (r != 0) worst_tanh = fmax(worst_tanh, fabs(gg_tanhf(f) - r) / fabs(r));
+  }
+  CHECK(worst_tanh < 2.4e-7);       /* four float32 ulps at most */
+  CHECK(gg_tanhf(0) == 0 && gg_tanhf(INFINITY) == 1 && gg_tanhf(-INFINITY) == -1 && isnan(gg_tanhf(NAN)) && gg_tanhf(20) == 1);
+  double c3[] = {-3, 1.5};
+  CHECK(f32_pow3(&c3[0]) == -27 && f32_pow2(&c3[1]) == 2.25);
   CHECK(worst_exp < 1.2e-7);        /* two float32 ulps */
   CHECK(worst_erf < 4e-7);          /* Abramowitz-Stegun 7.1.26 and rounding */
   CHECK(worst_erf_rel < 2.4e-7);    /* the series keeps small values' relative accuracy */
