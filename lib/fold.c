@@ -60,9 +60,11 @@ static int uses(const Graph *g, const Value *v) {
   return u;
 }
 
-/* A new constant input of the graph (zeroed; the caller fills it), named after `like`. */
+/* A new constant input of the graph (zeroed; the caller fills it), named `name`, or name.2, name.3, ...
+ * where a weight shared by several nodes was made once already under it. */
 static Value *new_weight(Graph *g, const char *name, DType dt, int rank, const int64_t *sizes) {
   Arena *a = g->ctx->arena;
+  for (int k = 2; graph_find_value(g, name); k++) name = arena_printf(a, "%s.%d", name, k);
   Value *v = graph_new_value(g, name);
   if (!v) return NULL;
   Weight *w = arena_alloc(a, sizeof *w);

@@ -17,7 +17,8 @@
 #include <string.h>
 
 int emit_view(struct Em *, struct Node *);
-int shape_pointwise(struct ShapeCtx *);
+int emit_pointwise(struct Em *, struct Node *);
+int emit_gelu(struct Em *, struct Node *);
 
 static const int64_t TO_CL[4] = {0, 2, 3, 1}, TO_CF[4] = {0, 3, 1, 2};   /* NCHW -> NHWC and back */
 static const int CL_PERM[4] = {0, 2, 3, 1};
@@ -74,7 +75,8 @@ static bool same_shape(const Graph *g, const Value *a, const Value *b) {
 static int conv(L *l, Node *n) {
   Graph *g = l->r.g;
   Value *x = to_cl(l, rw_targ(n, "input")), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
-  Value *wp = l->fold ? fold_weight_permute(g, w, 4, CL_PERM) : NULL;
+  Value *wp = cl_of(l, w);   /* a weight two convolutions share is permuted once */
+  if (!wp && l->fold && (wp = fold_weight_permute(g, w, 4, CL_PERM)) && w->id < l->nv) l->cl[w->id] = wp;
   if (!wp && g->ctx->has_err) return -1;
   if (!wp) wp = CALL(&l->r, NULL, "permute", "self", T(w), "dims", INTS(&l->r, 4, TO_CL));
   if (!x || !wp) return -1;
@@ -86,7 +88,8 @@ static int conv(L *l, Node *n) {
 /* a pointwise op or cast of rank-4 result, one of whose operands of its shape is channels-last */
 static bool carries(L *l, const Node *n) {
   if (!n->op || n->nouts != 1 || n->outs[0]->rank != 4) return false;
-  if (n->op->shape != shape_pointwise && strcmp(n->op->name, "_to_copy")) return false;
+  /* elementwise only: tril, triu, flip and roll share the pointwise shape rule but read positions */
+  if (n->op->emit != emit_pointwise && n->op->emit != emit_gelu && strcmp(n->op->name, "_to_copy")) return false;
   bool any = false;
   for (int a = 0; a < n->op->nargs; a++) {
     if (n->op->args[a].mutated || n->args[a].k == AK_TENSORS) return false;
@@ -177,6 +180,14 @@ static int remap(L *l, Node *n) {
   return track(l, n->outs[0], rw_node(&l->r, NULL, n->op, args));
 }
 
+/* a view of a value now held as a permute view: a reshape, which copies where strides do not allow
+ * a view (what the code generator does for either; the interpreter's view keeps PyTorch's rule) */
+static bool strict_view(L *l, const Node *n) {
+  return n->op && (!strcmp(n->op->name, "view") || !strcmp(n->op->name, "_unsafe_view")) && n->args[0].k == AK_TENSOR && cl_of(l, n->args[0].u.t);
+}
+
+static int view(L *l, Node *n) { return CALL(&l->r, n->outs[0], "reshape", "self", T(n->args[0].u.t), "shape", n->args[1]) ? 0 : -1; }
+
 static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view || !strcmp(n->op->name, "_to_copy")); }
 
 int channels_last(Graph *g, bool fold) {
@@ -187,7 +198,7 @@ int channels_last(Graph *g, bool fold) {
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : NULL;
+    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

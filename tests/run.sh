@@ -438,6 +438,13 @@ grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy ch
   [ ! -e "$TMP"/cl/*-channels.txt ] && ! grep -q _conv_nhwc "$TMP/cl.cu/model.cu" || echo "FAIL channels-last $c: --no-channels-last still converts"
 done >"$TMP/cl.log"
 if [ -s "$TMP/cl.log" ]; then no "$(cat "$TMP/cl.log")"; else ok; fi
+# the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
+# weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
+for m in tests/layout/*.json; do
+  w=${m%.json}.safetensors
+  [ -f "$w" ] && echo "$m --weights $w" || echo "$m"
+done | xargs -P 2 -I ARGS sh -c '"$0" check ARGS --target cuda --tol 3e-2 2>&1 | grep -q "channels-last convolutions (--target cuda) agrees" || echo "FAIL channels-last edge ARGS"' "$GG" >"$TMP/cle.log" 2>&1
+if [ -s "$TMP/cle.log" ]; then no "$(cat "$TMP/cle.log")"; else ok; fi
 # --precision: the lowered stage reports what bf16 costs, the later ones are held to it (a training
 # step too: its half-type products with a bias once rounded twice on the CPU); tf32 is the GPU's only
 expect 0 "relative error" -- "$GG" check $M/bert_tiny/model.pt2 --inputs $M/bert_tiny/io.safetensors --precision bf16

@@ -395,7 +395,7 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
     drop_graphs(m);
   }
   if (!rc && m->dnn_missing) {   /* the call was issued without a convolution: not to be replayed */
-    rc = gg_rt_fail(err, errlen, "float16, bfloat16 and channels-last convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded");
+    rc = gg_rt_fail(err, errlen, "float16, bfloat16 and channels-last convolutions need cuDNN (libcudnn.so.9 next to the CUDA toolkit's libraries), which could not be loaded (--no-channels-last runs --precision tf32 convolutions without it)");
     m->dnn_missing = false;
     drop_graphs(m);
   }
@@ -1248,7 +1248,8 @@ template <int DT> __global__ void chan_add(int64_t n, int64_t C, int64_t sp, con
  * output, the channels fastest so that a warp's loads of each tap are contiguous, the taps summed in
  * float in the filter's order and rounded once (as PyTorch's own depthwise kernel and cuDNN's). cuDNN's
  * grouped kernels took 4-5x the time of the rest of MobileNetV3 and ConvNeXt in NHWC
- * (docs/BENCHMARKS.md). Indices in 32 bits where the tensors allow (I). */
+ * (docs/BENCHMARKS.md). Indices in 32 bits where the tensors allow (I; the grid-stride step, up to 2^28,
+ * added to an index below 2^30, stays in range). */
 template <int DT, typename I> __global__ void dw_nhwc(gg_conv c, const void *x, const void *w, const void *bias, void *y) {
   const I C = (I)c.Cout, OH = (I)c.out[1], OW = (I)c.out[2], H = (I)c.in[1], W = (I)c.in[2], R = (I)c.k[1], S = (I)c.k[2];
   const I sh = (I)c.stride[1], sw = (I)c.stride[2], ph = (I)c.pad[1], pw = (I)c.pad[2], dh = (I)c.dil[1], dw = (I)c.dil[2];
@@ -1274,7 +1275,7 @@ template <int DT, typename I> __global__ void dw_nhwc(gg_conv c, const void *x, 
 
 template <int DT> static void dw_nhwc_launch(const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
   int64_t n = c->N * c->out[1] * c->out[2] * c->Cout, in = c->N * c->in[1] * c->in[2] * c->Cin;
-  if (n < INT32_MAX && in < INT32_MAX) dw_nhwc<DT, int32_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
+  if (n < (INT32_MAX >> 1) && in < INT32_MAX) dw_nhwc<DT, int32_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
   else dw_nhwc<DT, int64_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
 }
 
