@@ -652,6 +652,6 @@ int decompose(Graph *g, bool training, bool fold) {
   g->nnodes = r.n;
   g->cap_nodes = r.cap;
   for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
-  if (g->ninputs != nbefore) fold_drop_unused(g, before, nbefore);   /* weights converted now (up_weight) */
+  if (g->ninputs != nbefore) fold_drop_unused(g, before, nbefore);   /* parameters replaced by ones computed now (fold_bn_affine) */
   return 0;
 }
