@@ -731,6 +731,49 @@ int grad_var(Ad *a, Node *n) {
   return 0;
 }
 
+/* Training-mode batch norm kept whole (_batch_norm_train, decompose.c): with m elements per channel,
+ * xh = (x - mean) invstd and gy the output's gradient, PyTorch's native_batch_norm_backward:
+ *   dbias = sum(gy), dweight = sum(gy xh), dx = weight invstd (gy - dbias / m - xh dweight / m)
+ * over every dim but the channels: two sums and one pass for dx, where the primitives' own rules
+ * would make a dozen passes. xh is built once per reader, so that each fuses into the kernel that
+ * reads it. Gradients reaching the statistics themselves (a model that reads save_mean) add the
+ * mean's 1/m and the biased variance's 2 (x - mean) / m. */
+int grad_bn_train(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *mean = n->outs[1], *inv = n->outs[2];
+  Value *gy = G(a, n, 0), *gm = G(a, n, 1), *gi = G(a, n, 2), *gv = G(a, n, 3);
+  int rk = x->rank;
+  int64_t dims[GG_MAX_RANK], nd = 0, m = 1, v;
+  const Expr *cs[GG_MAX_RANK];
+  for (int d = 0; d < rk; d++) {
+    cs[d] = d == 1 ? x->sizes[1] : expr_const(a->g->ctx->arena, 1);
+    if (d == 1) continue;
+    if (!expr_is_const(x->sizes[d], &v)) return gg_error(a->g->ctx, "%s: node %s: training-mode batch norm needs static sizes", a->g->path, gg_quote(a->g->ctx, n->name));
+    m *= v;
+    dims[nd++] = d;
+  }
+  Value *mc = reshape(a, mean, rk, cs), *ic = reshape(a, inv, rk, cs);
+  if (!mc || !ic) return -1;
+  if (gy) {
+    Value *sg = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(gy), "dim", INTS(&a->r, (int)nd, dims));
+    Value *sgx = CALL(&a->r, NULL, "sum.dim_IntList", "self", T(mul(a, gy, mul(a, binop(a, "sub.Tensor", x, mc), ic))), "dim", INTS(&a->r, (int)nd, dims));
+    if (!sg || !sgx || acc(a, b, sg) || acc(a, w, sgx)) return -1;
+    if (a->diff[x->id]) {
+      Value *scale = w ? mul(a, inv, w) : inv;
+      Value *xh = mul(a, binop(a, "sub.Tensor", x, mc), ic);
+      Value *t = binop(a, "sub.Tensor", binop(a, "sub.Tensor", gy, reshape(a, mulf(a, sg, 1.0 / (double)m), rk, cs)), mul(a, xh, reshape(a, mulf(a, sgx, 1.0 / (double)m), rk, cs)));
+      if (acc(a, x, mul(a, t, reshape(a, scale, rk, cs)))) return -1;
+    }
+  }
+  if (gi) {   /* invstd = (var + eps)^-1/2: dvar = -1/2 invstd^3 dinvstd */
+    Value *d = mul(a, gi, mulf(a, mul(a, inv, mul(a, inv, inv)), -0.5));
+    gv = gv ? binop(a, "add.Tensor", gv, d) : d;
+    if (!gv) return -1;
+  }
+  if (gm && acc(a, x, CALL(&a->r, NULL, "expand", "self", T(reshape(a, mulf(a, gm, 1.0 / (double)m), rk, cs)), "size", EXPRS(&a->r, rk, x->sizes)))) return -1;
+  if (gv && acc(a, x, mul(a, binop(a, "sub.Tensor", x, mc), reshape(a, mulf(a, gv, 2.0 / (double)m), rk, cs)))) return -1;
+  return 0;
+}
+
 /* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
 int grad_pad(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);

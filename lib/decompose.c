@@ -83,6 +83,42 @@ static Value *empty_stat(Rw *r, Value *into, DType dt) {
   return CALL(r, into, "zeros", "size", INTS(r, 1, zero), "dtype", DT(dt));
 }
 
+/* Training-mode batch norm's element count per channel (every dim but 1), which must be static. */
+static int bn_count(Rw *r, Node *n, const Value *x, int64_t *cnt) {
+  *cnt = 1;
+  for (int d = 0; d < x->rank; d++) {
+    int64_t s;
+    if (d == 1) continue;
+    if (!expr_is_const(x->sizes[d], &s)) return gg_error(r->g->ctx, "%s: node %s: training-mode batch norm needs static sizes", r->g->path, gg_quote(r->g->ctx, n->name));
+    *cnt *= s;
+  }
+  return 0;
+}
+
+/* Training-mode batch norm's forward over every dim but the channels: the batch mean, the biased
+ * variance as the mean of squared deviations (two passes, as PyTorch's CPU kernel), 1/std and
+ * (x - mean) / std * weight + bias. x - mean is written once per reader, so that each fuses into
+ * the kernel that reads it (stored, it would be a tensor written and read back). The into_ values
+ * receive the results (NULL: fresh values); *mean_out and *var_out are the [C] statistics. */
+static Value *bn_train_forward(Rw *r, Value *x, Value *w, Value *b, double eps, Value *into_y, Value *into_mean, Value *into_invstd, Value *into_var,
+                               Value **mean_out, Value **var_out) {
+  int64_t dims[GG_MAX_RANK], nd = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (d != 1) dims[nd++] = d;
+  Value *mean = CALL(r, into_mean, "mean.dim", "self", T(x), "dim", INTS(r, (int)nd, dims));
+  Value *mc = per_channel(r, mean, x->rank, 1);
+  Value *xc = mc ? CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mc)) : NULL;
+  Value *sq = xc ? CALL(r, NULL, "pow.Tensor_Scalar", "self", T(xc), "exponent", FL(2)) : NULL;   /* xc read once: it fuses */
+  Value *var = sq ? CALL(r, into_var, "mean.dim", "self", T(sq), "dim", INTS(r, (int)nd, dims)) : NULL;
+  Value *ve = var ? CALL(r, NULL, "add.Tensor", "self", T(var), "other", FL(eps)) : NULL;
+  Value *inv = ve ? CALL(r, into_invstd, "rsqrt", "self", T(ve)) : NULL;
+  Value *xc2 = inv ? CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mc)) : NULL;
+  Value *y = xc2 ? CALL(r, NULL, "mul.Tensor", "self", T(xc2), "other", T(per_channel(r, inv, x->rank, 1))) : NULL;
+  *mean_out = mean;
+  *var_out = var;
+  return affine(r, y, per_channel(r, w, x->rank, 1), per_channel(r, b, x->rank, 1), into_y);
+}
+
 int decomp_batch_norm(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *rm = rw_targ(n, "running_mean"), *rv = rw_targ(n, "running_var");
@@ -107,8 +143,8 @@ int decomp_batch_norm(Rw *r, Node *n) {
   }
   if (half) x = up(r, x), w = up(r, w), b = up(r, b), rm = up(r, rm), rv = up(r, rv);
   double eps = rw_farg(n, "eps", 1e-5), mom = rw_farg(n, "momentum", 0.1);
-  Value *wc = per_channel(r, w, x->rank, 1), *bc = per_channel(r, b, x->rank, 1);
   if (!training) {
+    Value *wc = per_channel(r, w, x->rank, 1), *bc = per_channel(r, b, x->rank, 1);
     if (!rm || !rv) return gg_error(c, "%s: node %s: evaluation-mode batch norm needs running statistics", r->g->path, gg_quote(c, n->name));
     Value *m = per_channel(r, rm, x->rank, 1), *v = per_channel(r, rv, x->rank, 1);
     Value *ve = CALL(r, NULL, "add.Tensor", "self", T(v), "other", FL(eps));
@@ -120,24 +156,18 @@ int decomp_batch_norm(Rw *r, Node *n) {
     if (n->nouts == 5 && (!CALL(r, n->outs[3], "clone", "self", T(rm)) || !CALL(r, n->outs[4], "clone", "self", T(rv)))) return -1;
     return 0;
   }
-  int64_t dims[GG_MAX_RANK], nd = 0, cnt = 1;
-  for (int d = 0; d < x->rank; d++) {
-    if (d == 1) continue;
-    dims[nd++] = d;
-    int64_t s;
-    if (!expr_is_const(x->sizes[d], &s)) return gg_error(c, "%s: node %s: training-mode batch norm needs static sizes", r->g->path, gg_quote(c, n->name));
-    cnt *= s;
-  }
-  Value *mean = CALL(r, n->nouts >= 3 ? n->outs[1] : NULL, "mean.dim", "self", T(x), "dim", INTS(r, (int)nd, dims));
-  if (!mean) return -1;
-  Value *mc = per_channel(r, mean, x->rank, 1);
-  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mc));
-  Value *sq = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(xc)) : NULL;
-  Value *var = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, (int)nd, dims)) : NULL;
-  Value *ve = var ? CALL(r, NULL, "add.Tensor", "self", T(var), "other", FL(eps)) : NULL;
-  Value *inv = ve ? CALL(r, n->nouts >= 3 ? n->outs[2] : NULL, "rsqrt", "self", T(ve)) : NULL;
-  Value *y = inv ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(per_channel(r, inv, x->rank, 1))) : NULL;
-  if (!affine(r, y, wc, bc, n->outs[0])) return -1;
+  int64_t cnt;
+  if (bn_count(r, n, x, &cnt)) return -1;
+  Value *mean, *var;
+  if (r->training) {   /* whole, for autograd's two-sum backward (grad_bn_train); expanded after it */
+    Value *y = CALL(r, n->outs[0], "_batch_norm_train", "input", T(x), "weight", T(w), "bias", T(b), "eps", FL(eps));
+    if (!y) return -1;
+    Node *bn = y->def;
+    mean = bn->outs[1];
+    var = bn->outs[3];
+    if (n->nouts >= 3 && (!CALL(r, n->outs[1], "alias", "self", T(mean)) || !CALL(r, n->outs[2], "alias", "self", T(bn->outs[2])))) return -1;
+  } else if (!bn_train_forward(r, x, w, b, eps, n->outs[0], n->nouts >= 3 ? n->outs[1] : NULL, n->nouts >= 3 ? n->outs[2] : NULL, NULL, &mean, &var))
+    return -1;
   if (n->nouts == 5) {
     /* running statistics: (1 - momentum) * old + momentum * new, the variance unbiased */
     Value *vu = CALL(r, NULL, "mul.Tensor", "self", T(var), "other", FL(cnt > 1 ? (double)cnt / (double)(cnt - 1) : 1.0));
@@ -146,6 +176,14 @@ int decomp_batch_norm(Rw *r, Node *n) {
     if (!a || !bm || !a2 || !bv || !CALL(r, n->outs[3], "add.Tensor", "self", T(a), "other", T(bm)) || !CALL(r, n->outs[4], "add.Tensor", "self", T(a2), "other", T(bv))) return -1;
   }
   return 0;
+}
+
+/* _batch_norm_train after autograd: its forward as primitives */
+int decomp_bn_train(Rw *r, Node *n) {
+  Value *mean, *var;
+  int64_t cnt;
+  if (bn_count(r, n, rw_targ(n, "input"), &cnt)) return -1;
+  return bn_train_forward(r, rw_targ(n, "input"), rw_targ(n, "weight"), rw_targ(n, "bias"), rw_farg(n, "eps", 1e-5), n->outs[0], n->outs[1], n->outs[2], n->outs[3], &mean, &var) ? 0 : -1;
 }
 
 int decomp_sdpa(Rw *r, Node *n) {
@@ -630,14 +668,28 @@ static int bias_apart(Rw *r, Node *n) {
   return bv && CALL(r, n->outs[0], "add.Tensor", "self", T(y), "other", T(bv)) ? 0 : -1;
 }
 
-int decompose(Graph *g, bool training, bool fold) {
-  Rw r = {.g = g, .fold = fold};
+/* Ops kept whole through autograd under --train, whose derivative rule is a better backward than the
+ * one their primitives would get; decompose_after_autograd expands them. */
+static bool kept_for_autograd(const OpDef *op) { return op->decomp == decomp_bn_train; }
+
+enum { D_INFERENCE, D_TRAINING, D_AFTER_AUTOGRAD };
+
+static DecompFn rule_for(Graph *g, Node *n, int mode) {
+  if (!n->op) return NULL;
+  if (mode == D_AFTER_AUTOGRAD) return kept_for_autograd(n->op) ? n->op->decomp : NULL;
+  bool training = mode == D_TRAINING;
+  if (training && kept_for_autograd(n->op)) return NULL;
+  if ((decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training)) return n->op->decomp;
+  return conv_bias_apart(g, n) ? bias_apart : NULL;
+}
+
+static int run_rules(Graph *g, int mode, bool fold) {
+  Rw r = {.g = g, .fold = fold, .training = mode == D_TRAINING};
   Value **before = g->inputs;
   int nbefore = g->ninputs;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    DecompFn rule = n->op && (decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training) ? n->op->decomp : NULL;
-    if (!rule && conv_bias_apart(g, n)) rule = bias_apart;
+    DecompFn rule = rule_for(g, n, mode);
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;
@@ -655,3 +707,6 @@ int decompose(Graph *g, bool training, bool fold) {
   if (g->ninputs != nbefore) fold_drop_unused(g, before, nbefore);   /* parameters replaced by ones computed now (fold_bn_affine) */
   return 0;
 }
+
+int decompose(Graph *g, bool training, bool fold) { return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold); }
+int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false); }

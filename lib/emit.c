@@ -137,7 +137,7 @@ int new_stor(Em *e, int kind, int index, DType dt, const Expr *nelem) {
     if (e->nst) memcpy(n, e->st, sizeof *n * (size_t)e->nst);
     e->st = n;
   }
-  e->st[e->nst] = (Stor){kind, index, dt, nelem, e->nk, e->nk, 0, 0};
+  e->st[e->nst] = (Stor){kind, index, dt, nelem, e->nk, e->nk, 0, 0, false};
   return e->nst++;
 }
 
@@ -179,7 +179,9 @@ TV *alloc_value(Em *e, Value *v) {
   TV *t = &e->tv[v->id];
   const Expr *n = C(e, 1);
   for (int d = 0; d < v->rank; d++) n = MUL(e, n, v->sizes[d]);
-  int s = new_stor(e, S_SCRATCH, 0, v->dtype, n);
+  int slot = e->saved_slot ? e->saved_slot[v->id] : -1;
+  int s = slot >= 0 ? new_stor(e, S_OUTPUT, slot, v->dtype, n) : new_stor(e, S_SCRATCH, 0, v->dtype, n);
+  if (slot >= 0) e->st[s].aligned = true;
   contiguous_tv(e, t, s, v->dtype, v->rank, v->sizes);
   return t;
 }
@@ -460,7 +462,8 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
     char *buf = NULL;
     size_t len = 0;
     FILE *bf = open_memstream(&buf, &len);
-    const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
+    const char *ptr = arena_printf(e->a, "x%d", p);
+    const char *ix = e->lin_index && layout_same(e->g, &b.l, e->lin_layout) ? e->lin_index : index_of(e, &b, rank);
     if (!P->seen[p]) P->at[p] = b.l;
     else if (!layout_same(e->g, &P->at[p], &b.l)) P->several[p] = true;
     P->seen[p] = true;
@@ -497,7 +500,8 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
  * aligned), contiguous, of static shape, its offset and last size multiples of V. */
 static int vector_width(Em *e, const TV *out) {
   int64_t sz = dtype_info(out->dt) ? dtype_info(out->dt)->size : 0, V = sz == 2 || sz == 4 ? 16 / sz : 0, last, off;
-  if (!V || !e->d->vloops || out->rank == 0 || e->st[out->stor].kind != S_SCRATCH || !is_contiguous(e, out) || !expr_is_const(out->offset, &off) ||
+  bool aligned = e->st[out->stor].kind == S_SCRATCH || e->st[out->stor].aligned;
+  if (!V || !e->d->vloops || out->rank == 0 || !aligned || !is_contiguous(e, out) || !expr_is_const(out->offset, &off) ||
       off % V || !expr_is_const(out->sizes[out->rank - 1], &last) || last % V)
     return 0;
   for (int d = 0; d < out->rank; d++)
@@ -537,7 +541,7 @@ int emit_pointwise(Em *e, Node *n) {
      * the same) */
     for (int j = 0; j < P.n; j++) {
       Stor *ps = &e->st[P.tv[j].stor];
-      if (ps->kind == S_SCRATCH && P.tv[j].dt == out->dt && P.seen[j] && !P.several[j] && layout_same(e->g, &P.at[j], &out->l) &&
+      if (ps->kind == S_SCRATCH && e->st[out->stor].kind == S_SCRATCH && P.tv[j].dt == out->dt && P.seen[j] && !P.several[j] && layout_same(e->g, &P.at[j], &out->l) &&
           expr_same(e->g, ps->nelem, e->st[out->stor].nelem)) {
         e->st[out->stor].inplace = P.tv[j].stor + 1;
         break;

@@ -28,6 +28,7 @@ typedef struct Stor {
   int64_t offset;           /* scratch: its place in the arena (planned when sizes are static) */
   int inplace;              /* scratch: 1 + the storage its first kernel reads only at the index it writes
                              * (it may take that one's memory if this kernel is its last reader), or 0 */
+  bool aligned;             /* output: a saved value's buffer, which the runtime allocates aligned */
 } Stor;
 
 typedef struct TV {          /* a value as the generated code sees it: storage + strides */
@@ -149,6 +150,11 @@ struct Em {
   bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
   int npacks;
   PackDesc *packs;          /* the weights packed at gg_open, in the order of w[nweights + j] */
+  const char *lin_index;    /* fused_value inside a reduction: the element's linear index (a C variable), */
+  const Layout *lin_layout; /* which loads of operands laid out as lin_layout use instead of their strides */
+  int *saved_slot;          /* by value id: the output slot of a value the forward saves for the backward
+                             * (-1: none), which alloc_value gives that slot's memory instead of scratch: the
+                             * runtime's own aligned buffer, so no copy at the end */
 };
 
 typedef struct Operand { bool is_tensor; TV t; double f; int64_t i; bool none; } Operand;

@@ -42,7 +42,7 @@ static void add_address(FILE *f, const char *T, const char *idx, const char *at,
  * contiguous (rows: lanes along them) or a thread per chunk when the outputs are (columns: a warp
  * reads 32 neighbouring columns), and a second kernel adds each output's P partial sums in a fixed
  * order (deterministic, no atomics). Static sizes only. Returns 1 when the shape is not one of these. */
-static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *kept, int nkept, const int *red, int nred, bool mean) {
+static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *kept, int nkept, const int *red, int nred, bool mean, Node *fused) {
   int64_t ks[R], kst[R], rs[R], rst[R], off;
   int nk = merged_dims(x, kept, nkept, ks, kst), nr = merged_dims(x, red, nred, rs, rst);
   if (nk < 0 || nr < 1 || !expr_is_const(x->offset, &off)) return 1;
@@ -55,18 +55,52 @@ static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *k
   int64_t P = rows ? (8192 + O - 1) / O : (131072 + O - 1) / O, most = rows ? L / 1024 : L / 16;
   if (P > most) P = most;
   if (P < 1) P = 1;
-  if (rows && P < 2) return 1;   /* the warp-per-output kernel below */
+  if (rows && P < 2 && !fused) return 1;   /* the warp-per-output kernel below */
   int64_t CH = (L + P - 1) / P;
   P = (L + CH - 1) / CH;
   const char *T = span < INT32_MAX && L < INT32_MAX && O * P * 32 < INT32_MAX ? "uint32_t" : "int64_t";
   const char *rt = real_type(e, x->dt);
   DType pdt = strcmp(rt, "float") ? DT_F64 : DT_F32;
   int part = P > 1 ? new_stor(e, S_SCRATCH, 0, pdt, C(e, O * P)) : -1;
+  /* a fused input (sched_takes_prologue): x is its logical, contiguous layout; each element's indices
+   * come from its position `at`, and the pointwise nodes compute it there from their own operands */
+  Params FP = {0};
+  char *body = NULL, *kdecl = NULL;
+  size_t blen = 0, klen = 0;
+  const char *fv = NULL;
+  if (fused) {   /* the kept dims' indices from o (once per output), the reduced ones' from j */
+    FILE *kf = open_memstream(&kdecl, &klen), *bf = open_memstream(&body, &blen);
+    const int *dl[2] = {kept, red};
+    const int nl[2] = {nkept, nred};
+    const char *from[2] = {"o", "j"};
+    for (int k = 0; k < 2; k++) {
+      FILE *df = k ? bf : kf;
+      fprintf(df, "      { %s q = %s;", T, from[k]);
+      for (int i = nl[k] - 1; i >= 0; i--) {
+        int64_t sz;
+        expr_is_const(x->sizes[dl[k][i]], &sz);
+        fprintf(df, " i%d = (int64_t)(q %% (%s)%" PRId64 "); q /= (%s)%" PRId64 ";", dl[k][i], T, sz, T, sz);
+      }
+      fputs(" (void)q; }\n", df);
+    }
+    fclose(kf);
+    e->lin_index = "at";   /* operands laid out as the reduced value itself: loaded at its position */
+    e->lin_layout = &x->l;
+    bool fl;
+    fv = fused_value(e, bf, fused, x->rank, x->sizes, &FP, &fl);
+    e->lin_index = NULL;
+    e->lin_layout = NULL;
+    fclose(bf);
+    if (!fv) { free(body); free(kdecl); return -1; }
+  }
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, rows ? "split row reduction" : "column reduction");
   kopen(e, id, false, false);
-  fprintf(f, "%s *restrict y, const %s *x", P > 1 ? rt : ctype(out->dt), ctype(x->dt));
+  fprintf(f, "%s *restrict y", P > 1 ? rt : ctype(out->dt));
+  if (fused)
+    for (int j = 0; j < FP.n; j++) fprintf(f, ", const %s *x%d", ctype(FP.tv[j].dt), j);
+  else fprintf(f, ", const %s *x", ctype(x->dt));
   ksyms(e);
   fprintf(f, "  const %s O = %" PRId64 ", P = %" PRId64 ", CH = %" PRId64 ", L = %" PRId64 ";\n", T, O, P, CH, L);
   if (rows) fprintf(f, "  const %s lane = threadIdx.x & 31;\n  for (%s w = (blockIdx.x * (%s)blockDim.x + threadIdx.x) >> 5; w < O * P; w += (gridDim.x * (%s)blockDim.x) >> 5) {\n"
@@ -75,18 +109,36 @@ static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *k
   fprintf(f, "    %s base = (%s)%" PRId64 ";\n", T, T, off);
   add_address(f, T, "o", "base", ks, kst, nk);
   fprintf(f, "    const %s j1 = (p + 1) * CH < L ? (p + 1) * CH : L;\n    %s acc = 0;\n", T, rt);
+  if (fused) {
+    fputs("    int64_t", f);
+    for (int d = 0; d < x->rank; d++) fprintf(f, "%s i%d", d ? "," : "", d);
+    fputs(";\n", f);
+    fputs(kdecl, f);
+    free(kdecl);
+  }
   fprintf(f, "    _Pragma(\"unroll 4\") for (%s j = p * CH%s; j < j1; j += %s) {\n      %s at = base;\n", T, rows ? " + lane" : "", rows ? "32" : "1", T);
   add_address(f, T, "j", "at", rs, rst, nr);
-  fputs("      acc += ", f);
-  load_r(f, x->dt, "x", "at", rt);
-  fputs(";\n    }\n", f);
-  if (rows) fputs("    acc = gg_wsum(acc);\n    if (lane == 0) y[w] = acc;\n", f);
-  else if (P > 1) fputs("    y[w] = acc;\n", f);
-  else { fputs("    ", f); store(f, out->dt, true, "y", "o", mean ? arena_printf(e->a, "acc / (%s)L", rt) : "acc"); }
+  if (fused) {
+    fputs(body, f);
+    fprintf(f, "      acc += (%s)%s;\n    }\n", rt, fv);
+  } else {
+    fputs("      acc += ", f);
+    load_r(f, x->dt, "x", "at", rt);
+    fputs(";\n    }\n", f);
+  }
+  free(body);
+  const char *res = mean ? arena_printf(e->a, "acc / (%s)L", rt) : "acc";
+  if (rows) fputs("    acc = gg_wsum(acc);\n    if (lane == 0) ", f);
+  else fputs("    ", f);
+  if (P > 1) fputs("y[w] = acc;\n", f);
+  else store(f, out->dt, true, "y", "o", res);
   fputs("  }\n}\n", f);
   e->launch = arena_printf(e->a, "%" PRId64, O * P * (rows ? 32 : 1));
   kcall(e, id);
-  fprintf(e->r, "%s, %s", P > 1 ? sname(e, part) : sname(e, out->stor), sname(e, x->stor));
+  fprintf(e->r, "%s", P > 1 ? sname(e, part) : sname(e, out->stor));
+  if (fused)
+    for (int j = 0; j < FP.n; j++) fprintf(e->r, ", %s", sname(e, FP.tv[j].stor));
+  else fprintf(e->r, ", %s", sname(e, x->stor));
   kcall_end(e);
   if (P == 1) return 0;
   id = e->nk++;
@@ -123,6 +175,12 @@ int emit_reduce(Em *e, Node *n) {
   int kept[R], red[R], nkept = 0, nred = 0;
   for (int d = 0; d < x->rank; d++) { if (mask[d]) red[nred++] = d; else kept[nkept++] = d; }
   TV *out = alloc_value(e, n->outs[0]);
+  if (x->deferred) {   /* its input computed in its loop (sched_takes_prologue): the split kernels */
+    TV lx;
+    contiguous_tv(e, &lx, 0, xv->dtype, xv->rank, xv->sizes);
+    int r = split_reduce(e, n, &lx, out, kept, nkept, red, nred, n->op->red == R_MEAN, x->deferred);
+    return r > 0 ? efail(e, n, "a reduction of a fused value has no kernel (internal error)") : r;
+  }
   TV *out2 = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
   const int rk = n->op->red;
   bool is_arg = rk == R_ARGMAX || rk == R_ARGMIN;
@@ -141,7 +199,7 @@ int emit_reduce(Em *e, Node *n) {
   int64_t one;
   bool plain = (rk == R_SUM || rk == R_MEAN) && dtype_is_float(out->dt) && !out2;
   if (plain && e->cuda && nred >= 1) {   /* before this kernel's id: it writes kernels of its own */
-    int r = split_reduce(e, n, x, out, kept, nkept, red, nred, rk == R_MEAN);
+    int r = split_reduce(e, n, x, out, kept, nkept, red, nred, rk == R_MEAN, NULL);
     if (r <= 0) return r;
   }
   FILE *f = e->k;
@@ -1356,4 +1414,5 @@ DECOMPOSED(emit_masked_scatter)
 DECOMPOSED(emit_embedding_backward)
 DECOMPOSED(emit_max_pool_backward)
 DECOMPOSED(emit_layer_norm_backward)
+DECOMPOSED(emit_bn_train)
 

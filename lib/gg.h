@@ -318,7 +318,9 @@ typedef struct Schedule {
   Refusal *refused; int nrefused, cap_refused;   /* fusions refused, with why */
   int nfused;               /* SN_FUSED nodes */
 } Schedule;
-Schedule *schedule_graph(struct Graph *g);   /* the same for every target; NULL with a message */
+Schedule *schedule_graph(struct Graph *g);   /* NULL with a message */
+/* On the GPU, reduction u computes its input v (pointwise, read only by u) in its own loop */
+bool sched_takes_prologue(const struct Graph *g, const struct Node *u, const struct Value *v);
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
@@ -587,6 +589,7 @@ int channels_last(Graph *g, bool fold);
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
 int decompose(Graph *g, bool training, bool fold);   /* fold: constant weights may become new ones (fold.c) */
+int decompose_after_autograd(Graph *g);   /* --train: the ops decompose kept whole for their derivative rules */
 bool decompose_has_rule(const OpDef *op);   /* rewritten into the core set before code generation */
 bool decompose_has_training_rule(const OpDef *op); /* rewritten further with --train (into differentiable ops) */
 /* Append the backward of output `loss` (every float user output when -1) w.r.t. the parameters

@@ -1050,10 +1050,12 @@ int eval_norm(E *e) {
   }
   /* batch norm: per channel over (N, spatial) */
   Tensor *rm = T(e, "running_mean"), *rv = T(e, "running_var");
-  bool training = !strcmp(name, "_native_batch_norm_legit.no_stats") || B(e, "training");
+  bool whole = !strcmp(name, "_batch_norm_train");   /* --train's own: statistics only, and the biased variance */
+  bool training = whole || !strcmp(name, "_native_batch_norm_legit.no_stats") || B(e, "training");
   if (!training && (!rm || !rv)) return fail(e, "evaluation mode needs running_mean and running_var");
   double mom = F64(e, "momentum", 0.1);
   double *mean = arena_array(I->c->arena, (size_t)C + 1, sizeof *mean), *invstd = arena_array(I->c->arena, (size_t)C + 1, sizeof *invstd);
+  double *bvar = arena_array(I->c->arena, (size_t)C + 1, sizeof *bvar);
   double *rmv = rm ? read_f64(I, rm) : NULL, *rvv = rv ? read_f64(I, rv) : NULL;
   int64_t cnt = N * HW;
   for (int64_t c = 0; c < C; c++) {
@@ -1067,6 +1069,7 @@ int eval_norm(E *e) {
       if (rvv) rvv[c] = (1 - mom) * rvv[c] + mom * (cnt > 1 ? v / (double)(cnt - 1) : biased);
       v = biased;
     } else { m = rmv[c]; v = rvv[c]; }
+    bvar[c] = v;
     mean[c] = m;
     invstd[c] = 1.0 / sqrt(v + eps);
     for (int64_t n = 0; n < N; n++)
@@ -1082,6 +1085,7 @@ int eval_norm(E *e) {
     return 0;
   }
   if (training) { write_f64(e->outs[1], mean); write_f64(e->outs[2], invstd); }
+  if (whole) write_f64(e->outs[3], bvar);
   if (e->n->nouts == 5) {
     write_f64(e->outs[3], rmv);
     write_f64(e->outs[4], rvv);

@@ -502,6 +502,12 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     int kd = g->outputs[i].kind;
     slot[i] = kd == OUT_USER || kd == OUT_SAVED || kd == OUT_GRAD ? nouts++ : -1;
   }
+  /* a saved value is computed straight into its slot (the state's buffer), where no other output
+   * took that value first */
+  e->saved_slot = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->saved_slot);
+  for (int i = 0; i <= g->nvalues; i++) e->saved_slot[i] = -1;
+  for (int i = g->noutputs - 1; i >= 0; i--)
+    if (slot[i] >= 0) e->saved_slot[g->outputs[i].v->id] = g->outputs[i].kind == OUT_SAVED ? slot[i] : -1;
   Buckets B = {0};
   plan_buckets(c, g, bucket_bytes, &B);
   copy_final_grads(e, g, &B, -1, outs, slot);
@@ -525,6 +531,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     if (slot[i] < 0 || B.done[i]) continue;
     TV *src = &e->tv[o->v->id];
     if (!src->ok) { rc = gg_error(c, "%s: output %s has no storage (internal error)", g->path, gg_quote(c, o->v->name)); break; }
+    if (!src->deferred && e->st[src->stor].kind == S_OUTPUT && e->st[src->stor].index == slot[i]) { outs[slot[i]] = o->v; continue; }   /* computed there */
     int sd = new_stor(e, S_OUTPUT, slot[i], o->v->dtype, C(e, 1));
     TV dst;
     contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);

@@ -15,7 +15,7 @@ static int st_precision(Pipeline *p) {   /* weights rounded at compile time only
 }
 static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0; }
 static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
-static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || verify_graph(p->g) ? -1 : 0; }
+static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || decompose_after_autograd(p->g) || verify_graph(p->g) ? -1 : 0; }
 
 static int st_partition(Pipeline *p) {
   return partition(p->g, p->tr->save_all, &p->bwd, &p->ps) || verify_graph(p->g) || verify_graph(p->bwd) ? -1 : 0;

@@ -13,6 +13,7 @@ typedef struct Rw {
   int k;                    /* nodes made for orig so far */
   const char *tag;          /* names are orig.<tag>k ("grad"), or orig.k when NULL */
   bool fold;                /* constant weights may be replaced by new ones computed now (fold.c's rule) */
+  bool training;            /* --train: ops with a derivative rule of their own stay whole for autograd */
 } Rw;
 
 static inline Arg T(Value *v) { return (Arg){.k = v ? AK_TENSOR : AK_NONE, .u.t = v}; }

@@ -18,6 +18,7 @@ int emit_matmul(struct Em *, struct Node *);
 int emit_linear(struct Em *, struct Node *);
 int emit_addmm(struct Em *, struct Node *);
 int emit_conv(struct Em *, struct Node *);
+int emit_reduce(struct Em *, struct Node *);
 
 bool op_is_pointwise(const OpDef *op) { return op->emit == emit_pointwise || op->emit == emit_gelu || op->emit == emit_div_mode; }
 
@@ -37,6 +38,20 @@ bool sched_is_pointwise(const Node *n) { return n && n->op && n->nouts == 1 && (
 static bool takes_epilogue(const Node *n) {
   EmitFn f = n->op ? n->op->emit : NULL;
   return f == emit_matmul || f == emit_linear || f == emit_addmm || f == emit_conv;
+}
+
+/* On the GPU a sum or mean of a float value over at least one dim, with static sizes, computes the
+ * value it reduces inside its own loop when that value is pointwise and read by nothing else (batch
+ * norm's squared deviations, the products its gradients sum): the reduction kernels read each
+ * element once (emit_ops.c's split_reduce), so nothing is computed twice and the tensor between the
+ * two is never written. */
+bool sched_takes_prologue(const Graph *g, const Node *u, const Value *v) {
+  if (!g->ctx->cuda || !u || !u->op || u->op->emit != emit_reduce || (u->op->red != R_SUM && u->op->red != R_MEAN) || u->nouts != 1) return false;
+  if (u->args[0].k != AK_TENSOR || u->args[0].u.t != v || v->rank < 1 || !dtype_is_float(v->dtype) || !dtype_is_float(u->outs[0]->dtype)) return false;
+  int64_t k;
+  for (int d = 0; d < v->rank; d++)
+    if (!expr_is_const(v->sizes[d], &k)) return false;
+  return true;
 }
 
 bool sched_test_miscompiled(const Node *n) {
@@ -77,7 +92,7 @@ static bool fusible(Schedule *s, const Node *n) {
   if (!sched_is_pointwise(n)) return false;
   Value *v = n->outs[0];
   Node *u = s->reader[v->id];
-  return s->uses[v->id] == 1 && sched_is_pointwise(u) && same_shape(s->g, v, u->outs[0]);
+  return s->uses[v->id] == 1 && ((sched_is_pointwise(u) && same_shape(s->g, v, u->outs[0])) || sched_takes_prologue(s->g, u, v));
 }
 
 /* Why u (v's last reader) cannot join the epilogue after value v, or NULL when it can: then the

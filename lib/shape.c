@@ -555,7 +555,8 @@ int shape_norm(S *s) {
       if (!ok) return fail(s, "%s has a shape other than normalized_shape", wb[j]);
     }
   }
-  if (!strncmp(name, "batch_norm", 10) || !strncmp(name, "_native_batch_norm", 18) || !strcmp(name, "group_norm") || !strcmp(name, "native_group_norm")) {
+  if (!strncmp(name, "batch_norm", 10) || !strncmp(name, "_native_batch_norm", 18) || !strcmp(name, "_batch_norm_train") || !strcmp(name, "group_norm") ||
+      !strcmp(name, "native_group_norm")) {
     /* per-channel parameters and statistics: 1-d of the channel count; the statistics both or neither */
     if (x->rank < 2) return fail(s, "%s", "normalization needs a rank >= 2 input");
     const char *per[] = {"weight", "bias", "running_mean", "running_var"};
@@ -583,6 +584,9 @@ int shape_norm(S *s) {
     st[1] = C(s, g);
     set_out(s, 1, x->dtype, 2, st);
     set_out(s, 2, x->dtype, 2, st);
+  } else if (!strcmp(name, "_batch_norm_train")) {   /* mean, 1/std and the biased variance per channel */
+    st[0] = x->sizes[1];
+    for (int i = 1; i < 4; i++) set_out(s, i, x->dtype, 1, st);
   } else if (!strncmp(name, "_native_batch_norm", 18)) {
     if (x->rank < 2) return fail(s, "%s", "batch norm needs a rank >= 2 input");
     bool stats = strcmp(name, "_native_batch_norm_legit_no_training") && (bool_arg(s, "training") || !arg(s, "training") || !strcmp(name, "_native_batch_norm_legit.no_stats"));

@@ -124,8 +124,8 @@ C=tests/corpus/train/cnn_train
 expect 0 "" -- "$GG" compile $C/model.pt2 --train --partition default -o "$TMP/cnn_default.so"
 expect 0 "" -- "$GG" run "$TMP/cnn_default.so" --inputs $C/io.safetensors -o "$TMP/cnn_default.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cnn_default.st" $C/io.safetensors
-expect 0 "saved for the backward: min-cut 6 tensors" -- "$GG" explain $C/model.pt2 --train
-expect 0 "partition default: saves 10 tensors" -- "$GG" explain "$TMP/cnn_default.so"
+expect 0 "saved for the backward: min-cut 7 tensors" -- "$GG" explain $C/model.pt2 --train
+expect 0 "partition default: saves 8 tensors" -- "$GG" explain "$TMP/cnn_default.so"
 # run --train under the interpreter writes the gradients
 expect 0 "" -- "$GG" run $C/model.pt2 --train --inputs $C/io.safetensors -o "$TMP/cnn_interp.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cnn_interp.st" $C/io.safetensors
