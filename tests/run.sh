@@ -438,6 +438,13 @@ grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy ch
   [ ! -e "$TMP"/cl/*-channels.txt ] && ! grep -q _conv_nhwc "$TMP/cl.cu/model.cu" || echo "FAIL channels-last $c: --no-channels-last still converts"
 done >"$TMP/cl.log"
 if [ -s "$TMP/cl.log" ]; then no "$(cat "$TMP/cl.log")"; else ok; fi
+# --train --target cuda: batch norm's variance and its two gradient sums compute their pointwise inputs
+# in their own loops (3 split reductions with fused nodes), and the values the forward saves (the
+# convolution's output, the batch mean and variance) are computed in their slots, not copied there
+rm -rf "$TMP/trs"
+"$GG" compile tests/corpus/train/cnn_train/model.pt2 --train --target cuda -S -o "$TMP/trs.cu" --debug-dir "$TMP/trs" >"$TMP/err" 2>&1
+got="$(grep -c "split row reduction .* + " "$TMP/trs/schedule.txt")|$(grep -c "^  k[0-9]* *copy  *'\(conv2d\|batch_norm\.0\.[13]\)'" "$TMP/trs/schedule.txt")"
+if [ "$got" = "3|0" ]; then ok; else no "training schedule on the GPU: $got fused reductions|copies of saved values, expected 3|0: $(head -c 300 "$TMP/err")"; fi
 # the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
 # weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
 for m in tests/layout/*.json; do

@@ -22,18 +22,18 @@ def save_st(path, tensors):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h))); f.write(h); [f.write(b) for b in blobs]
 
-def model(name, target, shape, args, outs, first="self"):
-    """x of `shape` -> target(x, *args) -> outputs `outs` (name, sizes, dtype); one user input."""
+def model(name, target, shape, args, outs, first="self", ret=0):
+    """x of `shape` -> target(x, *args) -> outputs `outs` (name, sizes, dtype), the model returning outs[ret]; one user input."""
     inputs = [{"name": first, "arg": {"as_tensor": {"name": "x"}}, "kind": 1}] + [{"name": k, "arg": v, "kind": 1} for k, v in args]
     outputs = [{"as_tensor": {"name": o[0]}} for o in outs]
     tv = {"x": tm(shape)}
     for o in outs: tv[o[0]] = tm(o[1], o[2] if len(o) > 2 else 7)
     node = {"target": "torch.ops.aten." + target, "inputs": inputs, "outputs": outputs, "metadata": {}, "is_hop_single_tensor_return": None, "name": "op"}
-    m = {"graph_module": {"graph": {"inputs": [{"as_tensor": {"name": "x"}}], "outputs": [{"as_tensor": {"name": outs[0][0]}}], "nodes": [node],
+    m = {"graph_module": {"graph": {"inputs": [{"as_tensor": {"name": "x"}}], "outputs": [{"as_tensor": {"name": outs[ret][0]}}], "nodes": [node],
                                     "tensor_values": tv, "sym_int_values": {}, "sym_bool_values": {}, "is_single_tensor_return": True,
                                     "custom_obj_values": {}, "sym_float_values": {}},
                           "signature": {"input_specs": [{"user_input": {"arg": {"as_tensor": {"name": "x"}}}}],
-                                        "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": outs[0][0]}}}}]},
+                                        "output_specs": [{"user_output": {"arg": {"as_tensor": {"name": outs[ret][0]}}}}]},
                           "module_call_graph": [], "metadata": {}, "treespec_namedtuple_fields": {}},
          "opset_version": {"aten": 10}, "range_constraints": {}, "schema_version": {"major": 8, "minor": 17},
          "verifiers": ["ATEN"], "torch_version": "2.11.0", "guards_code": []}
@@ -49,3 +49,9 @@ model("std.dim", "std.dim", [3, 5], [("dim", {"as_ints": [1]}), ("unbiased", {"a
 model("std.correction", "std.correction", [3, 5], [("dim", {"as_ints": [0]}), ("correction", {"as_float": 0.0})], [("y", [5])])
 model("upsample_nearest2d", "upsample_nearest2d.default", [1, 2, 3, 4], [("output_size", {"as_ints": [6, 12]})], [("y", [1, 2, 6, 12])])
 model("_unsafe_view", "_unsafe_view.default", [3, 4], [("size", {"as_ints": [2, 6]})], [("y", [2, 6])])
+# training-mode batch norm's statistics as the model's result: the gradients that reach save_mean and
+# save_invstd themselves (grad_bn_train's terms beyond the output's)
+bn = [("weight", {"as_none": True}), ("bias", {"as_none": True}), ("training", {"as_bool": True}), ("momentum", {"as_float": 0.1}), ("eps", {"as_float": 1e-5})]
+bn_outs = [("y", [2, 3, 4]), ("save_mean", [3]), ("save_invstd", [3])]
+model("batch_norm_save_mean", "_native_batch_norm_legit.no_stats", [2, 3, 4], bn, bn_outs, first="input", ret=1)
+model("batch_norm_save_invstd", "_native_batch_norm_legit.no_stats", [2, 3, 4], bn, bn_outs, first="input", ret=2)
