@@ -774,6 +774,36 @@ int grad_bn_train(Ad *a, Node *n) {
   return 0;
 }
 
+/* Layer norm kept whole under --train (native_layer_norm, one row kernel): its gradients are
+ * native_layer_norm_backward's, which decompose expands after autograd (decomp_layer_norm_backward);
+ * gradients reaching the mean and rstd outputs themselves add their own terms. */
+int grad_layer_norm(Ad *a, Node *n) {
+  Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *g = G(a, n, 0), *gm = G(a, n, 1), *gr = G(a, n, 2);
+  if (gm || gr) {   /* the statistics' own: mean over the L normalized elements, rstd = (biased var + eps)^-1/2 */
+    const Arg *ns = rw_arg(n, "normalized_shape");
+    int64_t L = 1, v;
+    for (int i = 0; i < ns->n; i++) {
+      if (!expr_is_const(ns->u.is[i], &v)) return gg_error(a->g->ctx, "%s: node %s: the gradient of layer norm's statistics over symbolic sizes is not supported", a->g->path, gg_quote(a->g->ctx, n->name));
+      L *= v;
+    }
+    Value *rs = n->outs[2];
+    if (gm && acc(a, x, CALL(&a->r, NULL, "expand", "self", T(mulf(a, gm, 1.0 / (double)L)), "size", EXPRS(&a->r, x->rank, x->sizes)))) return -1;
+    Value *gv = gr ? mul(a, gr, mulf(a, mul(a, rs, mul(a, rs, rs)), -1.0 / (double)L)) : NULL;   /* dvar 2 / L */
+    if (gr && acc(a, x, mul(a, binop(a, "sub.Tensor", x, n->outs[1]), gv))) return -1;
+  }
+  if (!g) return 0;
+  Arg mask = {.k = AK_BOOLS, .n = 3};
+  mask.u.bs = arena_array(a->g->ctx->arena, 4, sizeof *mask.u.bs);
+  mask.u.bs[0] = a->diff[x->id];
+  mask.u.bs[1] = w && a->diff[w->id];
+  mask.u.bs[2] = b && a->diff[b->id];
+  Value *o = CALL(&a->r, NULL, "native_layer_norm_backward", "grad_out", T(g), "input", T(x), "normalized_shape", *rw_arg(n, "normalized_shape"), "mean",
+                  T(n->outs[1]), "rstd", T(n->outs[2]), "weight", T(w), "bias", T(b), "output_mask", mask);
+  if (!o) return -1;
+  Node *bw = o->def;
+  return acc(a, x, bw->outs[0]) || acc(a, w, bw->outs[1]) || acc(a, b, bw->outs[2]) ? -1 : 0;
+}
+
 /* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
 int grad_pad(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);

@@ -552,24 +552,29 @@ int decomp_max_pool_backward(Rw *r, Node *n) {
 }
 
 /* native_layer_norm_backward, with xh = (x - mean) rstd over the last k dims and gh = g * weight:
- * dx = rstd (gh - mean(gh) - xh mean(gh xh)), dweight = sum over the batch dims of g xh, dbias = sum of g */
+ * dx = rstd (gh - mean(gh) - xh mean(gh xh)), dweight = sum over the batch dims of g xh, dbias = sum of g.
+ * xh and gh are built once per reader, so that each is computed inside the kernel that reads it (the
+ * sums' own loops on the GPU, sched_takes_prologue) and no tensor but dx and the sums is written. */
+static Value *ln_xh(Rw *r, Value *x, Value *m, Value *rs) {
+  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(m));
+  return xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(rs)) : NULL;
+}
+static Value *ln_gh(Rw *r, Value *g, Value *w) { return w ? CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(w)) : g; }
+
 int decomp_layer_norm_backward(Rw *r, Node *n) {
   Value *g = rw_targ(n, "grad_out"), *x = rw_targ(n, "input"), *m = rw_targ(n, "mean"), *rs = rw_targ(n, "rstd"), *w = rw_targ(n, "weight");
   int k = rw_arg(n, "normalized_shape")->n, nb = x->rank - k;
   int64_t nd[GG_MAX_RANK], bd[GG_MAX_RANK];
   for (int i = 0; i < k; i++) nd[i] = nb + i;
   for (int i = 0; i < nb; i++) bd[i] = i;
-  Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(m));
-  Value *xh = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(rs)) : NULL;
-  Value *gh = w ? CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(w)) : g;
-  Value *a = gh ? CALL(r, NULL, "mean.dim", "self", T(gh), "dim", INTS(r, k, nd), "keepdim", BO(true)) : NULL;
-  Value *ghx = a && xh ? CALL(r, NULL, "mul.Tensor", "self", T(gh), "other", T(xh)) : NULL;
+  Value *a = CALL(r, NULL, "mean.dim", "self", T(ln_gh(r, g, w)), "dim", INTS(r, k, nd), "keepdim", BO(true));
+  Value *ghx = a ? CALL(r, NULL, "mul.Tensor", "self", T(ln_gh(r, g, w)), "other", T(ln_xh(r, x, m, rs))) : NULL;
   Value *b = ghx ? CALL(r, NULL, "mean.dim", "self", T(ghx), "dim", INTS(r, k, nd), "keepdim", BO(true)) : NULL;
-  Value *t1 = b ? CALL(r, NULL, "sub.Tensor", "self", T(gh), "other", T(a)) : NULL;
-  Value *t2 = t1 ? CALL(r, NULL, "mul.Tensor", "self", T(xh), "other", T(b)) : NULL;
+  Value *t1 = b ? CALL(r, NULL, "sub.Tensor", "self", T(ln_gh(r, g, w)), "other", T(a)) : NULL;
+  Value *t2 = t1 ? CALL(r, NULL, "mul.Tensor", "self", T(ln_xh(r, x, m, rs)), "other", T(b)) : NULL;
   Value *t3 = t2 ? CALL(r, NULL, "sub.Tensor", "self", T(t1), "other", T(t2)) : NULL;
   if (!t3 || !CALL(r, n->outs[0], "mul.Tensor", "self", T(t3), "other", T(rs))) return -1;
-  Value *gx = CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(xh));
+  Value *gx = CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(ln_xh(r, x, m, rs)));
   if (!gx) return -1;
   if (nb == 0) return CALL(r, n->outs[1], "clone", "self", T(gx)) && CALL(r, n->outs[2], "clone", "self", T(g)) ? 0 : -1;
   return CALL(r, n->outs[1], "sum.dim_IntList", "self", T(gx), "dim", INTS(r, nb, bd)) && CALL(r, n->outs[2], "sum.dim_IntList", "self", T(g), "dim", INTS(r, nb, bd)) ? 0 : -1;
@@ -582,8 +587,9 @@ int decomp_fill_tensor(Rw *r, Node *n) {
 
 /* ---- rules used only when training (--train): the backward is built from primitives */
 
-/* layer_norm / rms_norm as pointwise ops and means over the normalized dims (their inference form
- * is one row kernel, which has no derivative rule of its own). */
+/* --train: layer norm becomes native_layer_norm, its row kernel, whose derivative rule is
+ * native_layer_norm_backward (expanded after autograd); rms_norm becomes pointwise ops and a mean over
+ * the normalized dims, which have rules. */
 int decomp_norm_primitives(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "input");
@@ -592,7 +598,11 @@ int decomp_norm_primitives(Rw *r, Node *n) {
   int64_t dims[GG_MAX_RANK];
   for (int i = 0; i < ns->n; i++) dims[i] = x->rank - ns->n + i;
   Value *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
-  if (!strcmp(n->op->name, "rms_norm")) {
+  if (strcmp(n->op->name, "rms_norm")) {   /* layer norm: its row kernel, kept whole with its own derivative rule (grad_layer_norm) */
+    if (n->nouts == 3) { rw_push(r, n); return 0; }
+    return CALL(r, n->outs[0], "native_layer_norm", "input", T(x), "normalized_shape", *ns, "weight", T(w), "bias", T(b), "eps", FL(rw_farg(n, "eps", 1e-5))) ? 0 : -1;
+  }
+  {
     const Arg *ea = rw_arg(n, "eps");
     double eps = ea->k == AK_FLOAT ? ea->u.f : x->dtype == DT_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
     Value *sq = CALL(r, NULL, "mul.Tensor", "self", T(x), "other", T(x));
@@ -602,9 +612,6 @@ int decomp_norm_primitives(Rw *r, Node *n) {
     Value *y = rs ? CALL(r, w ? NULL : n->outs[0], "mul.Tensor", "self", T(x), "other", T(rs)) : NULL;
     return y && (!w || affine(r, y, w, NULL, n->outs[0])) ? 0 : -1;
   }
-  bool native = n->nouts == 3;
-  Value *y = normalize(r, x, ns->n, dims, rw_farg(n, "eps", 1e-5), NULL, NULL, native ? n->outs[1] : NULL, native ? n->outs[2] : NULL);
-  return affine(r, y, w, b, n->outs[0]) ? 0 : -1;
 }
 
 /* max pooling through its indices, whose derivative rule scatters the gradient back */
@@ -669,14 +676,15 @@ static int bias_apart(Rw *r, Node *n) {
 }
 
 /* Ops kept whole through autograd under --train, whose derivative rule is a better backward than the
- * one their primitives would get; decompose_after_autograd expands them. */
+ * one their primitives would get; decompose_after_autograd expands them, and the backward ops that
+ * derivative rules write (native_layer_norm_backward). */
 static bool kept_for_autograd(const OpDef *op) { return op->decomp == decomp_bn_train; }
 
 enum { D_INFERENCE, D_TRAINING, D_AFTER_AUTOGRAD };
 
 static DecompFn rule_for(Graph *g, Node *n, int mode) {
   if (!n->op) return NULL;
-  if (mode == D_AFTER_AUTOGRAD) return kept_for_autograd(n->op) ? n->op->decomp : NULL;
+  if (mode == D_AFTER_AUTOGRAD) return decompose_has_rule(n->op) ? n->op->decomp : NULL;   /* kept ones, and the backward ops of derivative rules */
   bool training = mode == D_TRAINING;
   if (training && kept_for_autograd(n->op)) return NULL;
   if ((decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training)) return n->op->decomp;
