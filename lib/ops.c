@@ -296,7 +296,11 @@ int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
   double e = i >= 0 && n->args[i].k == AK_FLOAT ? n->args[i].u.f : 0;
   int64_t ei;
   if (i >= 0 && n->args[i].k == AK_INT && expr_is_const(n->args[i].u.i, &ei)) e = (double)ei;
-  if (p->use_float && p->comp == DT_F32 && !strcmp(op->name, "pow.Tensor_Scalar") && (e == 2 || e == 3)) p->f32name = e == 2 ? "f32_pow2" : "f32_pow3";
+  if (p->use_float && !strcmp(op->name, "pow.Tensor_Scalar") && (e == 2 || e == 3)) {   /* products, as PyTorch's pow kernels (not powf) */
+    p->f = e == 2 ? f_pow2 : f_pow3;
+    p->fname = e == 2 ? "f_pow2" : "f_pow3";
+    if (p->comp == DT_F32) p->f32name = e == 2 ? "f32_pow2" : "f32_pow3";
+  }
   if (p->use_float && !p->f) return gg_error(c, "node %s (%s): not defined for %s", gg_quote(c, n->name), gg_quote(c, n->target), dtype_name(p->comp));
   return 0;
 }

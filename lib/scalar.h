@@ -130,6 +130,8 @@ GG_FN(f_remainder) {
 }
 GG_FN(f_fmod) { return fmod(x[0], x[1]); }
 GG_FN(f_pow) { return pow(x[0], x[1]); }
+GG_FN(f_pow2) { return x[0] * x[0]; }   /* pow by a constant 2 or 3 (ops.c's pw_plan): products in the compute type */
+GG_FN(f_pow3) { return x[0] * x[0] * x[0]; }
 GG_FN(f_maximum) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] > x[1] ? x[0] : x[1]; }
 GG_FN(f_minimum) { return isnan(x[0]) || isnan(x[1]) ? NAN : x[0] < x[1] ? x[0] : x[1]; }
 GG_FN(f_eq) { return x[0] == x[1]; }
