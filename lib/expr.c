@@ -94,6 +94,13 @@ int64_t expr_hint(const Graph *g, const Expr *e) {
   return eval_quiet(e, env, &v) ? v : 0;
 }
 
+bool value_same_shape(const Graph *g, const Value *a, const Value *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (!expr_same(g, a->sizes[d], b->sizes[d])) return false;
+  return true;
+}
+
 bool expr_same(const Graph *g, const Expr *x, const Expr *y) {
   if (x == y) return true;
   int64_t vx = 0, vy = 0;

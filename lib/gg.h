@@ -420,6 +420,7 @@ Graph *graph_load(Ctx *c, const char *path, const char *weights);
 void graph_release(Graph *g);       /* unmaps files; the arena frees the rest */
 Value *graph_find_value(const Graph *g, const char *name);
 Value *graph_new_value(Graph *g, const char *name);   /* NULL (with a message) if defined twice */
+bool value_same_shape(const Graph *g, const Value *a, const Value *b);   /* the same rank and sizes */
 int graph_bind_name(Graph *g, const char *name, Value *v); /* another name for v */
 int graph_user_inputs(const Graph *g, Value ***out); /* user input values in order */
 int verify_graph(Graph *g);

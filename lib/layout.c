@@ -65,13 +65,6 @@ static int track(L *l, Value *y, Value *c) {
   return 0;
 }
 
-static bool same_shape(const Graph *g, const Value *a, const Value *b) {
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++)
-    if (!expr_same(g, a->sizes[d], b->sizes[d])) return false;
-  return true;
-}
-
 static int conv(L *l, Node *n) {
   Graph *g = l->r.g;
   Value *x = to_cl(l, rw_targ(n, "input")), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
@@ -96,7 +89,7 @@ static bool carries(L *l, const Node *n) {
     if (n->args[a].k != AK_TENSOR) continue;
     const Value *v = n->args[a].u.t;
     if (v->rank > 4) return false;
-    any |= cl_of(l, v) && same_shape(l->r.g, v, n->outs[0]);
+    any |= cl_of(l, v) && value_same_shape(l->r.g, v, n->outs[0]);
   }
   return any;
 }

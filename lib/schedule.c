@@ -59,12 +59,6 @@ bool sched_test_miscompiled(const Node *n) {
   return bug && n->op && !strcmp(bug, n->op->name);
 }
 
-static bool same_shape(const Graph *g, const Value *a, const Value *b) {
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++) if (!expr_same(g, a->sizes[d], b->sizes[d])) return false;
-  return true;
-}
-
 static void refuse(Schedule *s, const Node *n, const Node *reader, const char *why) {
   Ctx *c = s->g->ctx;
   gg_log(c, LOG_FUSION, "node %s not fused%s%s: %s", gg_quote(c, n->name), reader ? " with " : "", reader ? gg_quote(c, reader->name) : "", why);
@@ -92,7 +86,7 @@ static bool fusible(Schedule *s, const Node *n) {
   if (!sched_is_pointwise(n)) return false;
   Value *v = n->outs[0];
   Node *u = s->reader[v->id];
-  return s->uses[v->id] == 1 && ((sched_is_pointwise(u) && same_shape(s->g, v, u->outs[0])) || sched_takes_prologue(s->g, u, v));
+  return s->uses[v->id] == 1 && ((sched_is_pointwise(u) && value_same_shape(s->g, v, u->outs[0])) || sched_takes_prologue(s->g, u, v));
 }
 
 /* Why u (v's last reader) cannot join the epilogue after value v, or NULL when it can: then the
@@ -106,7 +100,7 @@ static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int 
   if (!sched_is_pointwise(u)) return "its reader is not pointwise";
   if (sched_test_miscompiled(u)) return "GCC_GRAPH_TEST_MISCOMPILE names its reader's op";
   if (u->outs[0]->dtype != v->dtype) return "its reader changes the dtype";
-  if (!same_shape(s->g, v, u->outs[0])) return "its reader's output has another shape";
+  if (!value_same_shape(s->g, v, u->outs[0])) return "its reader's output has another shape";
   if (pw_plan(c, u, &plan) || !plan.use_float) return "its reader computes in integers";
   int q[SCHED_EPI_MAX + 1], nq = *nroots, nt = 0;
   memcpy(q, roots, sizeof *q * (size_t)nq);
@@ -115,7 +109,7 @@ static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int 
     if (a == v) continue;
     if (!s->has_layout[a->id]) return arena_printf(c->arena, "operand %s is computed after the product", gg_quote(c, a->name));
     if (a->def && s->role[a->def->id] == SN_FUSED) return arena_printf(c->arena, "operand %s is computed inside its reader's loop", gg_quote(c, a->name));
-    if (!(const_numel(a) == 1 || (same_shape(s->g, a, v) && layout_is_contiguous(s->g, c->arena, &s->layout[a->id]))))
+    if (!(const_numel(a) == 1 || (value_same_shape(s->g, a, v) && layout_is_contiguous(s->g, c->arena, &s->layout[a->id]))))
       return arena_printf(c->arena, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(c, a->name));
     int r = s->storage[a->id];   /* one pointer per storage */
     int k = 0;
