@@ -45,6 +45,7 @@ static void add_address(FILE *f, const char *T, const char *idx, const char *at,
 static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *kept, int nkept, const int *red, int nred, bool mean, Node *fused) {
   int64_t ks[R], kst[R], rs[R], rst[R], off;
   int nk = merged_dims(x, kept, nkept, ks, kst), nr = merged_dims(x, red, nred, rs, rst);
+  if (fused && nr == 0) rs[nr] = rst[nr] = 1, nr++;   /* reduced dims all of size 1: one element each */
   if (nk < 0 || nr < 1 || !expr_is_const(x->offset, &off)) return 1;
   int64_t O = 1, L = 1, span = off;
   for (int i = 0; i < nk; i++) { O *= ks[i]; span += (ks[i] - 1) * kst[i]; }

@@ -50,7 +50,7 @@ bool sched_takes_prologue(const Graph *g, const Node *u, const Value *v) {
   if (u->args[0].k != AK_TENSOR || u->args[0].u.t != v || v->rank < 1 || !dtype_is_float(v->dtype) || !dtype_is_float(u->outs[0]->dtype)) return false;
   int64_t k;
   for (int d = 0; d < v->rank; d++)
-    if (!expr_is_const(v->sizes[d], &k)) return false;
+    if (!expr_is_const(v->sizes[d], &k) || k < 1) return false;
   return true;
 }
 

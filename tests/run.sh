@@ -445,6 +445,8 @@ rm -rf "$TMP/trs"
 "$GG" compile tests/corpus/train/cnn_train/model.pt2 --train --target cuda -S -o "$TMP/trs.cu" --debug-dir "$TMP/trs" >"$TMP/err" 2>&1
 got="$(grep -c "split row reduction .* + " "$TMP/trs/schedule.txt")|$(grep -c "^  k[0-9]* *copy  *'\(conv2d\|batch_norm\.0\.[13]\)'" "$TMP/trs/schedule.txt")"
 if [ "$got" = "3|0" ]; then ok; else no "training schedule on the GPU: $got fused reductions|copies of saved values, expected 3|0: $(head -c 300 "$TMP/err")"; fi
+# a GPU sum that computes its input (exp) over a dim of size 1 only: one element per output
+expect 0 "" -- "$GG" compile tests/cuda_schedule/mean_size1.json --target cuda -S -o "$TMP/ms1.cu"
 # the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
 # weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
 for m in tests/layout/*.json; do
