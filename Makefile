@@ -3,7 +3,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter
-LDLIBS  += -lcjson -lminizip -lm -ldl
+LDLIBS  += -lcjson -lminizip -lm -ldl -pthread
 BUILD   ?= build
 
 LIB_SRC := $(wildcard lib/*.c)

@@ -263,7 +263,8 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   if (erc || build_sources(c, o, b.dir, src, len) || write_debug(c, o, src, len)) goto done;
   stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
   if (!o->sources_only) {
-    if (build_so(c, o, &b)) goto done;
+    if (build_output_begin(c, o, g, &b)) goto done;
+    if (build_so(c, o, &b)) { build_output_abort(&b); goto done; }
     stage(&tm, o->cuda ? "nvcc (build the .so)" : "cc (build the .so)");
     if (build_output(c, o, g, &b)) goto done;
     stage(&tm, "write .so + weights");

@@ -642,11 +642,14 @@ typedef struct BuildFiles {
   int64_t blob, file_size, bytes;   /* the blob's size, the model file's, the weights' */
   bool external;             /* --weights external */
   bool appended;             /* the blob goes after the linked .so (build_so), not into the code (-S) */
+  struct BlobWriter *writer; /* large weights being written while cc runs (build_output_begin) */
 } BuildFiles;
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
 int build_so(Ctx *c, const CompileOptions *o, const BuildFiles *b);   /* cc or nvcc: b->dir/model.so */
-int build_output(Ctx *c, const CompileOptions *o, const Graph *g, const BuildFiles *b);   /* that .so written to o->output, weights appended */
+int build_output_begin(Ctx *c, const CompileOptions *o, const Graph *g, BuildFiles *b);   /* large weights start being written (before build_so) */
+void build_output_abort(BuildFiles *b);   /* that writing stopped and its file removed (build_so failed) */
+int build_output(Ctx *c, const CompileOptions *o, const Graph *g, BuildFiles *b);   /* that .so written to o->output, weights appended */
 int build_cuda_sm(Ctx *c, const CompileOptions *o);   /* --cuda-arch as a number (90 for sm_90) */
 void build_finish(const CompileOptions *o, const char *dir);     /* the folder removed, unless --keep or -S */
 int build_cache_lookup(Ctx *c, const CompileOptions *o, const char **store);   /* 1: copied from the model cache */
