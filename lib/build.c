@@ -4,6 +4,9 @@
  * the model cache (GCC_GRAPH_CACHE_DIR) and the compiled-runtime cache, and make's dependency files.
  * Requires: options from the driver and the pipeline's graph. Guarantees: a .so at o->output, or an
  * error naming what failed (the compiler's output when it rejects the code). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* fallocate (FALLOC_FL_COLLAPSE_RANGE), also where the build's CFLAGS are replaced */
+#endif
 #include "gg.h"
 
 #include <errno.h>

@@ -9,13 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+static char fuzz_file[256];
+static void fuzz_cleanup(void) { if (fuzz_file[0]) remove(fuzz_file); }
+
 static inline const char *fuzz_path(const char *ext) {
-  static char path[256];
-  if (!path[0]) {
+  if (!fuzz_file[0]) {   /* removed when the fuzzer exits (every run left one in /dev/shm) */
     const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(path, sizeof path, "%s/gg-fuzz-%d%s", dir, (int)getpid(), ext);
+    snprintf(fuzz_file, sizeof fuzz_file, "%s/gg-fuzz-%d%s", dir, (int)getpid(), ext);
+    atexit(fuzz_cleanup);
   }
-  return path;
+  return fuzz_file;
 }
 
 static inline const char *fuzz_write(const uint8_t *data, size_t size, const char *ext) {
