@@ -213,9 +213,13 @@ void build_output_abort(BuildFiles *b) {
 
 /* The .so in front of the weights the thread wrote; 1: not possible here (the plain way instead). */
 static int finish_overlapped(Ctx *c, const char *so, const char *to, struct BlobWriter *w) {
-  if (!writer_join(w)) return gg_error(c, "%s: cannot write: %s", to, strerror(w->err));
-  FILE *in = fopen(so, "rb");
-  if (!in) return gg_error(c, "%s: cannot read: %s", so, strerror(errno));
+  FILE *in = writer_join(w) ? fopen(so, "rb") : NULL;
+  if (!in) {
+    int en = w->err ? w->err : errno;
+    close(w->fd);
+    remove(w->tmp);
+    return w->err ? gg_error(c, "%s: cannot write: %s", to, strerror(en)) : gg_error(c, "%s: cannot read: %s", so, strerror(en));
+  }
   const uint64_t page = 65536;   /* gg_rt.h's GG_BLOB_PAGE */
   char buf[1 << 16];
   size_t n;

@@ -18,18 +18,20 @@ static Value *per_channel(Rw *r, Value *v, int rank, int at) {
   return CALL(r, NULL, "reshape", "self", T(v), "shape", EXPRS(r, rank, sizes));
 }
 
-/* y = (x - mean) * rstd over the dims in `dims` (keepdim), then * w + b. */
-static Value *normalize(Rw *r, Value *x, int nd, const int64_t *dims, double eps, Value **mean_out, Value **rstd_out, Value *into_mean, Value *into_rstd) {
-  Value *mean = CALL(r, into_mean, "mean.dim", "self", T(x), "dim", INTS(r, nd, dims), "keepdim", BO(true));
+/* y = (x - mean) * rstd over the dims in `dims` (keepdim). x - mean is built once per reader and
+ * squared by pow, so that each fuses into the kernel that reads it (bn_train_forward's form). */
+static Value *normalize(Rw *r, Value *x, int nd, const int64_t *dims, double eps, Value **mean_out, Value **rstd_out) {
+  Value *mean = CALL(r, NULL, "mean.dim", "self", T(x), "dim", INTS(r, nd, dims), "keepdim", BO(true));
   if (!mean) return NULL;
   Value *xc = CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mean));
-  Value *sq = xc ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(xc)) : NULL;
+  Value *sq = xc ? CALL(r, NULL, "pow.Tensor_Scalar", "self", T(xc), "exponent", FL(2)) : NULL;
   Value *var = sq ? CALL(r, NULL, "mean.dim", "self", T(sq), "dim", INTS(r, nd, dims), "keepdim", BO(true)) : NULL;
   Value *ve = var ? CALL(r, NULL, "add.Tensor", "self", T(var), "other", FL(eps)) : NULL;
-  Value *rstd = ve ? CALL(r, into_rstd, "rsqrt", "self", T(ve)) : NULL;
+  Value *rstd = ve ? CALL(r, NULL, "rsqrt", "self", T(ve)) : NULL;
   if (mean_out) *mean_out = mean;
   if (rstd_out) *rstd_out = rstd;
-  return rstd ? CALL(r, NULL, "mul.Tensor", "self", T(xc), "other", T(rstd)) : NULL;
+  Value *xc2 = rstd ? CALL(r, NULL, "sub.Tensor", "self", T(x), "other", T(mean)) : NULL;
+  return xc2 ? CALL(r, NULL, "mul.Tensor", "self", T(xc2), "other", T(rstd)) : NULL;
 }
 
 /* y * w + b, the last step writing into `into` */
@@ -65,7 +67,7 @@ int decomp_group_norm(Rw *r, Node *n) {
   if (!xg) return -1;
   int64_t dims[1] = {2};
   Value *mean, *rstd;
-  Value *yg = normalize(r, xg, 1, dims, rw_farg(n, "eps", 1e-5), &mean, &rstd, NULL, NULL);
+  Value *yg = normalize(r, xg, 1, dims, rw_farg(n, "eps", 1e-5), &mean, &rstd);
   if (!yg) return -1;
   Value *y = CALL(r, NULL, "reshape", "self", T(yg), "shape", EXPRS(r, x->rank, x->sizes));
   if (native) {
