@@ -242,11 +242,18 @@ static int finish_overlapped(Ctx *c, const char *so, const char *to, struct Blob
   return 0;
 }
 
+/* compile commands of one build (the model's parts and the runtime) */
+#define BUILD_MAX_UNITS 16
+
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "model.cu", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
-                                "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", "cc_model.log", "cc_rt.log", NULL};
+  static const char *names[] = {"model.c", "model.cu", "kernels.c", "model.fatbin", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
+                                "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
+  for (int i = 0; i < BUILD_MAX_UNITS; i++) {   /* run_build's logs */
+    snprintf(p, sizeof p, "%s/cc_%d.log", dir, i);
+    remove(p);
+  }
   rmdir(dir);
 }
 
@@ -306,6 +313,42 @@ static bool make_dirs(Ctx *c, const char *dir) {
   return true;
 }
 
+/* The runtime's object (gg_rt.o) does not depend on the model: it is compiled once per compiler, flags
+ * and runtime source, and kept in the cache (runtime_cache_dir) under the SHA-256 of those. `tools`
+ * names the compilers (compiler_id), rt_argv is the command that compiles it. True when dir/gg_rt.o
+ * was taken from the cache; *store is where to keep it after a build (NULL: no cache). */
+static bool runtime_cached(Ctx *c, const char *tools, char **rt_argv, const char *dir, char **store) {
+  const char *rt_dir = runtime_cache_dir(c);
+  *store = NULL;
+  if (!rt_dir) return false;
+  Sha256 h;
+  char hex[65];
+  sha256_init(&h);
+  const char *id = arena_printf(c->arena, "gcc-graph %s runtime|%s|", GG_VERSION, tools);
+  sha256_update(&h, id, strlen(id) + 1);
+  for (char **a = rt_argv + 1; *a; a++) sha256_update(&h, *a, strlen(*a) + 1);
+  for (const EmbeddedFile *e = gg_embedded_files; e->name; e++) {
+    sha256_update(&h, e->name, strlen(e->name) + 1);
+    sha256_update(&h, e->text, strlen(e->text) + 1);
+  }
+  sha256_hex(&h, hex);
+  *store = arena_printf(c->arena, "%s/runtime-%s.o", rt_dir, hex);
+  Ctx *quiet = ctx_new();
+  bool hit = access(*store, R_OK) == 0 && !copy_file(quiet, *store, arena_printf(c->arena, "%s/gg_rt.o", dir));
+  ctx_free(quiet);
+  gg_log(c, LOG_CACHE, "runtime %s %s", hit ? "hit" : "miss", *store);
+  return hit;
+}
+
+/* best effort: a cache that cannot be written is no error */
+static void runtime_store(Ctx *c, const char *dir, const char *store) {
+  const char *slash = store ? strrchr(store, '/') : NULL;
+  if (!slash || !make_dirs(c, arena_printf(c->arena, "%.*s", (int)(slash - store), store))) return;
+  Ctx *quiet = ctx_new();
+  if (copy_file(quiet, arena_printf(c->arena, "%s/gg_rt.o", dir), store)) gg_log(c, LOG_CACHE, "cannot store %s: %s", store, quiet->err);
+  ctx_free(quiet);
+}
+
 /* The cache key: everything the output depends on. The compiler and every option that changes the
  * generated code, then the model's bytes and the weights file's. */
 static int cache_key(Ctx *c, const CompileOptions *o, char hex[65]) {
@@ -359,6 +402,32 @@ int write_deps(Ctx *c, const CompileOptions *o) {
   return 0;
 }
 
+/* The build's commands: cmds[0..n-1] compile to objects, at most o->jobs at once (each into its own
+ * log, cc_<i>.log); then `link`; skip[i] marks one already done (a cached runtime). -1 on failure. */
+static int run_build(Ctx *c, const CompileOptions *o, const char *dir, char ***cmds, const bool *skip, int n, char **link) {
+  pid_t pid[BUILD_MAX_UNITS];
+  const char *logs[BUILD_MAX_UNITS];
+  int running = 0, err = 0, jobs = o->jobs < 1 ? 1 : o->jobs;
+  for (int i = 0; i < n && i < BUILD_MAX_UNITS; i++) {
+    pid[i] = -1;
+    logs[i] = arena_printf(c->arena, "cc_%d.log", i);
+  }
+  for (int i = 0; i < n && i < BUILD_MAX_UNITS; i++) {
+    if (skip && skip[i]) continue;
+    while (running >= jobs && !err)   /* wait for the oldest one still running */
+      for (int k = 0; k < i; k++)
+        if (pid[k] >= 0) { err |= wait_tool(c, dir, pid[k], cmds[k][0], logs[k]); pid[k] = -1; running--; break; }
+    if (err) break;
+    if ((pid[i] = start_tool(c, dir, cmds[i], logs[i], o->verbose)) < 0) { err = -1; break; }
+    running++;
+  }
+  for (int k = 0; k < n && k < BUILD_MAX_UNITS; k++)
+    if (pid[k] >= 0) err |= wait_tool(c, dir, pid[k], cmds[k][0], logs[k]);
+  if (err) return -1;
+  pid_t p = start_tool(c, dir, link, "cc.log", o->verbose);
+  return p < 0 || wait_tool(c, dir, p, link[0], "cc.log") ? -1 : 0;
+}
+
 /* ---------------------------------------------------------------- the CUDA build */
 
 /* The GPU's architecture when one is installed (nvidia-smi), else sm_90 (Hopper). */
@@ -386,14 +455,18 @@ int build_cuda_sm(Ctx *c, const CompileOptions *o) {
   return atoi(a);
 }
 
-/* nvcc builds model.cu and the CUDA runtime (at once with -j 2 or more), then links them with cuBLAS;
- * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
- * headers as gcc does (nvcc itself does not read CPATH). */
+/* A CUDA model builds in three parts at once (-j): nvcc compiles the kernels (model.cu) to a
+ * fatbinary, device code only; the C compiler the host code (model.c: launches, library calls,
+ * descriptors; no CUDA header, so it builds in a fraction of nvcc's time for the same code); nvcc
+ * the CUDA runtime (gg_rt_cuda.cu), whose object is taken from the cache when it is there, as for
+ * C. nvcc then links them, kernels.c putting the fatbinary in, with cuBLAS; the .so finds the
+ * toolkit's libraries through its rpath. Directories in CPATH are searched for headers as gcc does
+ * (nvcc itself does not read CPATH). */
 static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
-  const char *nvcc = o->nvcc ? o->nvcc : "nvcc";
+  const char *nvcc = o->nvcc ? o->nvcc : "nvcc", *cc = o->cc ? o->cc : "cc";
   const char *arch = cuda_arch(c, o);
-  char *common[64];
-  int nc = 0;
+  char *common[64], *inc[24];
+  int nc = 0, ni = 0;
   common[nc++] = (char *)nvcc;
   common[nc++] = arena_printf(c->arena, "-arch=%s", arch);
   char *flags[24];
@@ -401,10 +474,11 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
   for (int i = 0; i < nf; i++) common[nc++] = flags[i][0] == '-' && flags[i][1] == 'O' ? flags[i] : arena_printf(c->arena, "-Xcompiler=%s", flags[i]);
   common[nc++] = "-Xcompiler=-fPIC,-fvisibility=hidden";
   common[nc++] = "-diag-suppress=177,550";   /* unused helpers and symbol values in generated code */
-  common[nc++] = "-I/usr/include/x86_64-linux-gnu";
+  inc[ni++] = "-I/usr/include/x86_64-linux-gnu";
   const char *cpath = getenv("CPATH");
   char *cp = arena_strdup(c->arena, cpath ? cpath : "");
-  for (char *t = strtok(cp, ":"); t && nc < 40; t = strtok(NULL, ":")) if (*t) common[nc++] = arena_printf(c->arena, "-I%s", t);
+  for (char *t = strtok(cp, ":"); t && ni < 20; t = strtok(NULL, ":")) if (*t) inc[ni++] = arena_printf(c->arena, "-I%s", t);
+  for (int i = 0; i < ni; i++) common[nc++] = inc[i];
   /* the toolkit's libraries, next to nvcc */
   char *lib = NULL;
   char *nvpath = NULL;
@@ -423,35 +497,45 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
     lib = arena_printf(c->arena, "%s/../lib64", nvpath);
     free(nvpath);
   }
-  char *argv[3][80];
-  bool split = o->jobs >= 2;
-  for (int k = 0; k < (split ? 3 : 1); k++) {
+  /* argv[0]: the kernels; argv[1]: the host code; argv[2]: the runtime; argv[3]: the link */
+  char *argv[4][80];
+  for (int k = 0; k < 4; k++) {
     char **a = argv[k];
     int n = 0;
+    if (k == 1) {   /* the host code: -O1 unless --cflags says otherwise (launches and calls: -O3 buys nothing) */
+      char *hf[24];
+      int nh = split_flags(c, o->cflags ? o->cflags : "-O1", hf, 20);
+      a[n++] = (char *)cc;
+      for (int i = 0; i < nh; i++) a[n++] = hf[i];
+      static const char *const host[] = {"-std=gnu11", "-fPIC", "-fvisibility=hidden", "-c", "model.c", "-o", "model.o"};
+      for (size_t i = 0; i < sizeof host / sizeof *host; i++) a[n++] = (char *)host[i];
+      for (int i = 0; i < ni; i++) a[n++] = inc[i];
+      a[n] = NULL;
+      continue;
+    }
     for (int i = 0; i < nc; i++) a[n++] = common[i];
-    if (split && k < 2) { a[n++] = "-c"; a[n++] = k ? "gg_rt_cuda.cu" : "model.cu"; a[n++] = "-o"; a[n++] = k ? "gg_rt.o" : "model.o"; }
+    if (k == 0) { a[n++] = "-fatbin"; a[n++] = "model.cu"; a[n++] = "-o"; a[n++] = "model.fatbin"; }
+    else if (k == 2) { a[n++] = "-c"; a[n++] = "gg_rt_cuda.cu"; a[n++] = "-o"; a[n++] = "gg_rt.o"; }
     else {
       a[n++] = "-shared";
       a[n++] = "-Xlinker=--build-id=none,-z,nodelete";
       if (lib) a[n++] = arena_printf(c->arena, "-Xlinker=-rpath,%s", lib);
       a[n++] = "-o";
       a[n++] = "model.so";
-      if (split) { a[n++] = "model.o"; a[n++] = "gg_rt.o"; }
-      else { a[n++] = "model.cu"; a[n++] = "gg_rt_cuda.cu"; }
+      a[n++] = "model.o";
+      a[n++] = "gg_rt.o";
+      a[n++] = "kernels.c";
       a[n++] = "-lcublas";
       a[n++] = "-lcublasLt";
     }
     a[n] = NULL;
   }
-  if (split) {
-    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = p0 < 0 ? -1 : start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
-    int e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, nvcc, "cc_model.log"), e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, nvcc, "cc_rt.log");
-    if (e0 || e1) return -1;
-    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
-    return p2 < 0 || wait_tool(c, dir, p2, nvcc, "cc.log") ? -1 : 0;
-  }
-  pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
-  return p < 0 || wait_tool(c, dir, p, nvcc, "cc.log") ? -1 : 0;
+  /* nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached runtime */
+  char *rt_cached = NULL, **cmds[3] = {argv[0], argv[1], argv[2]};
+  bool skip[3] = {false, false, runtime_cached(c, arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc")), argv[2], dir, &rt_cached)};
+  if (run_build(c, o, dir, cmds, skip, 3, argv[3])) return -1;
+  if (!skip[2]) runtime_store(c, dir, rt_cached);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- the build folder */
@@ -508,8 +592,15 @@ int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
 }
 
 /* The generated source and the runtime's sources into the folder. */
-int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len) {
-  return write_file(c, arena_printf(c->arena, "%s/%s", dir, o->cuda ? "model.cu" : "model.c"), src, len) || write_sources(c, dir) ? -1 : 0;
+int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len, const char *dsrc, size_t dlen) {
+  /* CUDA: kernels.c puts nvcc's fatbinary of model.cu into the .so as gg_kernels */
+  static const char kernels_c[] = "/* The kernels of model.cu, compiled by nvcc -fatbin into model.fatbin, as gg_kernels (model.c). */\n"
+                                  "__asm__(\".section .rodata\\n.balign 64\\n.globl gg_kernels\\n.hidden gg_kernels\\n.type gg_kernels, @object\\n"
+                                  "gg_kernels:\\n.incbin \\\"model.fatbin\\\"\\n.byte 0\\n.previous\\n\");\n";
+  if (write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, len) || write_sources(c, dir)) return -1;
+  if (!o->cuda) return 0;
+  return write_file(c, arena_printf(c->arena, "%s/model.cu", dir), dsrc ? dsrc : "", dsrc ? dlen : 0) ||
+                 write_file(c, arena_printf(c->arena, "%s/kernels.c", dir), kernels_c, sizeof kernels_c - 1) ? -1 : 0;
 }
 
 /* The folder removed, unless --keep (-S writes into the output folder, which stays). */
@@ -589,47 +680,11 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
     }
     a[n] = NULL;
   }
-  char *rt_cached = NULL;
-  bool rt_hit = false;
-  if (rt_dir) {
-    Sha256 h;
-    char hex[65];
-    sha256_init(&h);
-    const char *id = arena_printf(c->arena, "gcc-graph %s runtime|%s|", GG_VERSION, compiler_id(c, cc));
-    sha256_update(&h, id, strlen(id) + 1);
-    for (char **a = argv[1] + 1; *a; a++) sha256_update(&h, *a, strlen(*a) + 1);
-    for (const EmbeddedFile *e = gg_embedded_files; e->name; e++) {
-      sha256_update(&h, e->name, strlen(e->name) + 1);
-      sha256_update(&h, e->text, strlen(e->text) + 1);
-    }
-    sha256_hex(&h, hex);
-    rt_cached = arena_printf(c->arena, "%s/runtime-%s.o", rt_dir, hex);
-    Ctx *quiet = ctx_new();
-    rt_hit = access(rt_cached, R_OK) == 0 && !copy_file(quiet, rt_cached, arena_printf(c->arena, "%s/gg_rt.o", dir));
-    ctx_free(quiet);
-    gg_log(c, LOG_CACHE, "runtime %s %s", rt_hit ? "hit" : "miss", rt_cached);
-  }
-  if (split) {
-    pid_t p0 = start_tool(c, dir, argv[0], "cc_model.log", o->verbose), p1 = -1;
-    int e0 = 0, e1 = 0;
-    if (o->jobs < 2) e0 = p0 < 0 ? -1 : wait_tool(c, dir, p0, cc, "cc_model.log");
-    if (!rt_hit && !e0 && p0 >= 0) {
-      p1 = start_tool(c, dir, argv[1], "cc_rt.log", o->verbose);
-      e1 = p1 < 0 ? -1 : wait_tool(c, dir, p1, cc, "cc_rt.log");
-    }
-    if (o->jobs >= 2 && p0 >= 0) e0 = wait_tool(c, dir, p0, cc, "cc_model.log");
-    if (p0 < 0 || e0 || e1) return -1;
-    pid_t p2 = start_tool(c, dir, argv[2], "cc.log", o->verbose);
-    if (p2 < 0 || wait_tool(c, dir, p2, cc, "cc.log")) return -1;
-    if (rt_cached && !rt_hit && make_dirs(c, rt_dir)) {   /* best effort: a cache that cannot be written is no error */
-      Ctx *quiet = ctx_new();
-      if (copy_file(quiet, arena_printf(c->arena, "%s/gg_rt.o", dir), rt_cached)) gg_log(c, LOG_CACHE, "cannot store %s: %s", rt_cached, quiet->err);
-      ctx_free(quiet);
-    }
-  } else {
-    pid_t p = start_tool(c, dir, argv[0], "cc.log", o->verbose);
-    if (p < 0 || wait_tool(c, dir, p, cc, "cc.log")) return -1;
-  }
+  if (!split) return run_build(c, o, dir, NULL, NULL, 0, argv[0]);
+  char *rt_cached = NULL, **cmds[2] = {argv[0], argv[1]};
+  bool skip[2] = {false, runtime_cached(c, compiler_id(c, cc), argv[1], dir, &rt_cached)};
+  if (run_build(c, o, dir, cmds, skip, 2, argv[2])) return -1;
+  if (!skip[1]) runtime_store(c, dir, rt_cached);
   return 0;
 }
 

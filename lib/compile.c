@@ -183,16 +183,21 @@ static void stage(Timer *t, const char *name) {
 }
 
 /* --debug-dir: the generated code and the schedule; GCC_GRAPH_LOGS=output_code: the code on stderr */
-static int write_debug(Ctx *c, const CompileOptions *o, const char *src, size_t len) {
-  const char *name = o->cuda ? "model.cu" : "model.c";
+static int write_debug(Ctx *c, const CompileOptions *o, const char *src, size_t len, const char *dsrc, size_t dlen) {
+  const char *name = "model.c";
   if (o->debug_dir) {
     if (write_file(c, arena_printf(c->arena, "%s/%s", o->debug_dir, name), src, len)) return -1;
+    if (dsrc && write_file(c, arena_printf(c->arena, "%s/model.cu", o->debug_dir), dsrc, dlen)) return -1;
     FILE *sf = fopen(arena_printf(c->arena, "%s/schedule.txt", o->debug_dir), "w");
     if (sf) { explain_schedule(c, sf); fclose(sf); }
   }
   if (GG_LOG_ON(c, LOG_OUTPUT_CODE)) {
     gg_log(c, LOG_OUTPUT_CODE, "%s, %zu bytes:", name, len);
     fwrite(src, 1, len, stderr);
+    if (dsrc) {
+      gg_log(c, LOG_OUTPUT_CODE, "model.cu, %zu bytes:", dlen);
+      fwrite(dsrc, 1, dlen, stderr);
+    }
   }
   return 0;
 }
@@ -211,16 +216,18 @@ int compile_schedule(Ctx *c, Graph *g) {
   int nw = 0;
   for (int i = 0; i < g->ninputs; i++) nw += g->inputs[i]->input != IN_USER;
   int64_t *offsets = arena_array(c->arena, (size_t)nw + 1, sizeof *offsets);
-  char *src = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&src, &len);
+  char *src = NULL, *dsrc = NULL;
+  size_t len = 0, dlen = 0;
+  FILE *f = open_memstream(&src, &len), *df = c->cuda ? open_memstream(&dsrc, &dlen) : NULL;
   TrainOptions none = {0};
   c->record = true;
   Schedule *s = schedule_graph(g);
-  int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, "{}", offsets, 0, false, false, 0) : -1;
+  int rc = s ? emit_model(c, g, s, NULL, NULL, &none, f, df, "{}", offsets, 0, false, false, 0) : -1;
   c->record = false;
   fclose(f);
+  if (df) fclose(df);
   free(src);
+  free(dsrc);
   return rc;
 }
 
@@ -250,17 +257,19 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   c->cuda_sm = o->cuda ? build_cuda_sm(c, o) : 0;
   int rc = -1;
   BuildFiles b = {0};
-  char *src = NULL;
-  size_t len = 0;
+  char *src = NULL, *dsrc = NULL;
+  size_t len = 0, dlen = 0;
   if (pipeline_run(&p, 0, INT_MAX, stage_done, &tm) || build_prepare(c, o, g, &b)) goto done;
-  /* the code: --debug-dir records the schedule (the kernels after fusion) too */
-  FILE *f = open_memstream(&src, &len);
+  /* the code (CUDA: the host's in C, the kernels' in dsrc); --debug-dir records the schedule (the
+   * kernels after fusion) too */
+  FILE *f = open_memstream(&src, &len), *df = o->cuda ? open_memstream(&dsrc, &dlen) : NULL;
   c->record = o->debug_dir != NULL;
-  int erc = emit_model(c, g, p.sf, p.bwd, p.sb, &o->tr, f, model_metadata(g, p.bwd, &o->tr, &p.ps, b.external, b.bytes), b.offsets, b.blob, b.appended,
-                       b.external, b.file_size);
+  int erc = emit_model(c, g, p.sf, p.bwd, p.sb, &o->tr, f, df, model_metadata(g, p.bwd, &o->tr, &p.ps, b.external, b.bytes), b.offsets, b.blob,
+                       b.appended, b.external, b.file_size);
   c->record = false;
   fclose(f);
-  if (erc || build_sources(c, o, b.dir, src, len) || write_debug(c, o, src, len)) goto done;
+  if (df) fclose(df);
+  if (erc || build_sources(c, o, b.dir, src, len, dsrc, dlen) || write_debug(c, o, src, len, dsrc, dlen)) goto done;
   stage(&tm, o->cuda ? "emit CUDA C" : "emit C");
   if (!o->sources_only) {
     if (build_output_begin(c, o, g, &b)) goto done;
@@ -273,6 +282,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   rc = 0;
 done:
   free(src);
+  free(dsrc);
   progress(&tm, NULL);
   build_finish(o, b.dir);
   graph_release(g);

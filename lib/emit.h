@@ -123,6 +123,7 @@ typedef struct Target {
   const char *run_start;    /* the run function's first statements */
   const char *device_code;  /* "kDLCPU" / "kDLCUDA" */
   void (*prelude)(Graph *g, FILE *out);       /* the model file's includes and definitions */
+  void (*device_prelude)(Graph *g, FILE *out);   /* CUDA: the kernel file's (NULL: one file) */
   void (*finish)(FILE *out, const char *errs);   /* after the programs (errs: the index messages) */
 } Target;
 extern const Target gg_target_c, gg_target_cuda;

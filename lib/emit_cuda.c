@@ -17,9 +17,8 @@
 static void cu_head(Em *e, int id, bool checks) { (void)checks; fprintf(e->k, "static __global__ void k%d(", id); }
 static void cu_syms(Em *e) { fputs(", const gg_s S) {\n  const int64_t *s = S.v; (void)s;\n", e->k); }
 
-static void cu_call(Em *e, int id) {
-  fprintf(e->r, "  k%d<<<%s, 0, (cudaStream_t)gg_cu_stream()>>>(", id, e->launch ? arena_printf(e->a, "gg_cu_blocks(%s), 256", e->launch) : "1, 1");
-}
+/* the kernel's launcher in the host file (module.c's split_device): grid, block, then its arguments */
+static void cu_call(Em *e, int id) { fprintf(e->r, "  k%d(%s, ", id, e->launch ? arena_printf(e->a, "gg_cu_blocks(%s), 256", e->launch) : "1, 1"); }
 
 static void cu_call_end(Em *e) { fputs(", S);\n", e->r); }
 static void cu_return_bad(Em *e, int id) { fprintf(e->k, "  if (bad) gg_dev_err = %d;\n}\n", id + 1); }
@@ -345,12 +344,19 @@ static int attention_cuda(Em *e, Node *n) {
 
 /* ---------------------------------------------------------------- the module */
 
+/* the host file (model.c): plain C, no CUDA header */
 static void prelude_cuda(Graph *g, FILE *out) {
-  fputs("#include <cuda_runtime.h>\n", out);
   fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
-  fputs("#define restrict __restrict__\n#undef GG_TICK\n#define GG_TICK(slot) ((void)0)   /* GCC_GRAPH_PROFILE times CPU models only */\n", out);
+  fputs("#undef GG_TICK\n#define GG_TICK(slot) ((void)0)   /* GCC_GRAPH_PROFILE times CPU models only */\n", out);
   fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
-  fputs("static __device__ int gg_dev_err;   /* 1 + the id of a kernel that met an index out of range */\n", out);
+}
+
+/* the kernel file (model.cu), compiled by nvcc -fatbin */
+static void device_prelude_cuda(Graph *g, FILE *out) {
+  fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
+  fputs("#define restrict __restrict__\n", out);
+  fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
+  fputs("extern \"C\" { __device__ int gg_dev_err; }   /* 1 + the id of a kernel that met an index out of range (the runtime reads it) */\n", out);
   fputs("/* a warp's partial sums and maxima (NaN wins, as in the sequential loops) combined with shuffles */\n", out);
   fputs("static __device__ double gg_wsum(double v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }\n", out);
   fputs("static __device__ double gg_wmax(double v) {\n  for (int o = 16; o; o >>= 1) { double u = __shfl_xor_sync(0xffffffffu, v, o); if (u > v || isnan(u)) v = u; }\n  return v;\n}\n", out);
@@ -361,7 +367,6 @@ static void prelude_cuda(Graph *g, FILE *out) {
 /* Kernels cannot return: the table from the id a kernel left in gg_dev_err to its message. */
 static void finish_cuda(FILE *out, const char *errs) {
   fputs("\n/* Kernels cannot return: one that met an index out of range left its id in gg_dev_err. */\n", out);
-  fputs("static int *gg_m_error_flag(void) {\n  void *p = NULL;\n  return cudaGetSymbolAddress(&p, gg_dev_err) == cudaSuccess ? (int *)p : NULL;\n}\n", out);
   fputs("static const char *gg_m_error(int v) {\n  switch (v) {\n", out);
   fputs(errs, out);
   fputs("  }\n  return \"index out of range\";\n}\n", out);
@@ -369,4 +374,4 @@ static void finish_cuda(FILE *out, const char *errs) {
 
 const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, true, product_cuda, conv_cuda, pool_cuda, conv_wgrad_cuda, attention_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
-                               prelude_cuda, finish_cuda};
+                               prelude_cuda, device_prelude_cuda, finish_cuda};

@@ -328,9 +328,10 @@ bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is e
 void schedule_print(const Schedule *s, FILE *f);
 struct TrainOptions;
 /* The model file (module.c and the emitters): the forward (and a training model's backward) from its
- * schedule, then the descriptors; weight_offsets: where each weight's bytes are (build.c). */
+ * schedule, then the descriptors; weight_offsets: where each weight's bytes are (build.c). CUDA: the
+ * host code to out (C), the kernels to dev (model.cu). */
 int emit_model(Ctx *c, struct Graph *g, const Schedule *sf, struct Graph *bwd, const Schedule *sb, const struct TrainOptions *tr, FILE *out,
-               const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool appended, bool external, int64_t external_size);   /* a line per node: its kernel, fused, or in an epilogue */
+               FILE *dev, const char *metadata, const int64_t *weight_offsets, int64_t blob_size, bool appended, bool external, int64_t external_size);   /* a line per node: its kernel, fused, or in an epilogue */
 bool sched_test_miscompiled(const struct Node *n);   /* GCC_GRAPH_TEST_MISCOMPILE names its op (tests only) */
 
 /* ---------------------------------------------------------------- memory planning (memplan.c) */
@@ -645,7 +646,8 @@ typedef struct BuildFiles {
   struct BlobWriter *writer; /* large weights being written while cc runs (build_output_begin) */
 } BuildFiles;
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
-int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len);   /* the model's and the runtime's */
+/* the model's (CUDA: its host code in model.c, its kernels dsrc in model.cu) and the runtime's */
+int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len, const char *dsrc, size_t dlen);
 int build_so(Ctx *c, const CompileOptions *o, const BuildFiles *b);   /* cc or nvcc: b->dir/model.so */
 int build_output_begin(Ctx *c, const CompileOptions *o, const Graph *g, BuildFiles *b);   /* large weights start being written (before build_so) */
 void build_output_abort(BuildFiles *b);   /* that writing stopped and its file removed (build_so failed) */

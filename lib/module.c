@@ -109,6 +109,7 @@ typedef struct Prog {
   PackDesc *packs;
   int nbuckets;                     /* gradient buckets, and the bucket of each output (-1: none) */
   int *bucket;
+  int *launched, nlaunched, caplaunched;   /* CUDA: the ids of the __global__ kernels (split_device) */
 } Prog;
 
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
@@ -307,6 +308,64 @@ static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
   return out;
 }
 
+/* CUDA: the kernels' text split in two (after dedup_kernels). Each __global__ kernel goes to the
+ * device file (model.cu), as extern "C" so that the runtime finds it by name in the model's
+ * fatbinary; the host file (model.c, plain C) gets, under the same name, a function that launches it
+ * by id on the run's stream (gg_cu_launch). Everything else (the functions that call cuBLAS and cuDNN,
+ * the aliases of kernels that are the same code) is host code; comments go with what follows them.
+ * The ids of the kernels launched are appended to *ids. nvcc then compiles device code only and
+ * the C compiler the host code, at once, with no CUDA headers in the host's translation unit. */
+static void split_device(Ctx *c, const char *k, FILE *host, FILE *dev, int **ids, int *nids, int *cap) {
+  const char *pend = NULL;   /* comment and blank lines waiting for the definition they precede */
+  for (const char *l = k; *l;) {
+    const char *eol = strchr(l, '\n');
+    size_t ll = eol ? (size_t)(eol - l) + 1 : strlen(l);
+    const char *name;
+    size_t nlen;
+    bool fn = fn_head(l, &name, &nlen);
+    const char *end = fn ? strstr(l, "\n}\n") : NULL;
+    if (!end) {
+      if (!pend) pend = l;
+      if (strncmp(l, "/*", 2) && strncmp(l, " *", 2) && ll > 1) { fwrite(pend, 1, (size_t)(l + ll - pend), host); pend = NULL; }
+      l += ll;
+      continue;
+    }
+    end += 3;
+    const char *g = strstr(l, "__global__ ");
+    bool device = g && g < name;
+    if (pend) fwrite(pend, 1, (size_t)(l - pend), device ? dev : host);
+    pend = NULL;
+    if (!device) { fwrite(l, 1, (size_t)(end - l), host); l = end; continue; }
+    int id = atoi(name + 1);
+    fprintf(dev, "extern \"C\" __global__ ");
+    fwrite(g + 11, 1, (size_t)(end - g - 11), dev);
+    /* the launcher: the kernel's parameters, each passed by address */
+    const char *open = name + nlen, *close = strstr(open, ") {\n");
+    fprintf(host, "static void %.*s(unsigned gg_grid, unsigned gg_block, %.*s) {\n  void *gg_a[] = {", (int)nlen, name, (int)(close - open - 1), open + 1);
+    int np = 0;
+    for (const char *q = open + 1; q < close;) {
+      const char *comma = q;
+      while (comma < close && *comma != ',') comma++;
+      const char *e = comma;
+      while (e > q && e[-1] == ' ') e--;
+      const char *b = e;
+      while (b > q && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') || (b[-1] >= 'A' && b[-1] <= 'Z') || (b[-1] >= '0' && b[-1] <= '9'))) b--;
+      fprintf(host, "%s(void *)&%.*s", np++ ? ", " : "", (int)(e - b), b);
+      q = comma + 1;
+    }
+    fprintf(host, "};\n  gg_cu_launch(%d, gg_grid, gg_block, gg_a);\n}\n", id);
+    if (*nids == *cap) {
+      *cap = *cap ? 2 * *cap : 64;
+      int *ni = arena_array(c->arena, (size_t)*cap, sizeof *ni);
+      if (*nids) memcpy(ni, *ids, sizeof *ni * (size_t)*nids);
+      *ids = ni;
+    }
+    (*ids)[(*nids)++] = id;
+    l = end;
+  }
+  if (pend) fputs(pend, host);
+}
+
 /* Kernels that are the same code but for their sizes (DenseNet's layers, whose channels grow; a
  * model's blocks at each resolution): C kernels k<N> whose text differs only in size literals
  * (INT64_C(n), n other than 0 and 1, which keep unit strides and empty offsets visible to the
@@ -451,7 +510,7 @@ static void copy_final_grads(Em *e, Graph *g, Buckets *B, int k, Value **outs, i
 }
 
 static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, int64_t bucket_bytes, FILE *out,
-                        Prog *P) {
+                        FILE *dev, Prog *P) {
   Em E = {0}, *e = &E;
   int krec0 = c->nkernels;   /* this program's first kernel record */
   e->c = c;
@@ -602,7 +661,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   fputs("};\n", out);
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
-              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
+              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int)), NULL, 0, 0};
   for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
   int ndup, nlift = 0;
   char *kd = dedup_kernels(c, kbuf, &ndup);
@@ -613,7 +672,8 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     kd = kl;
     if (nlift) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one but for their sizes: compiled once, sizes passed", nlift);
   }
-  fputs(kd, out);
+  if (dev) split_device(c, kd, out, dev, &P->launched, &P->nlaunched, &P->caplaunched);
+  else fputs(kd, out);
   free(kd);
   /* guard, shapes, scratch, run */
   FILE *save = e->k;
@@ -679,20 +739,24 @@ static void ndim_list(FILE *out, const char *name, Value **v, int n) {
 /* Write the model's C file: the forward program (the model itself), and for a training model (bwd
  * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
  * weight i's bytes are (in the blob or the file). */
-int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, const char *metadata, const int64_t *weight_offsets,
-               int64_t blob_size, bool appended, bool external, int64_t external_size) {
+int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, FILE *dev, const char *metadata,
+               const int64_t *weight_offsets, int64_t blob_size, bool appended, bool external, int64_t external_size) {
   char *fbuf = NULL, *bbuf = NULL;
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
   Prog F, B = {0};
-  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, 0, ff, &F);
+  char *dbuf = NULL;
+  size_t dlen = 0;
+  FILE *df = c->cuda ? open_memstream(&dbuf, &dlen) : NULL;   /* the kernels of both programs */
+  int rc = emit_program(c, g, sf, "m", 0, true, !bwd, 0, ff, df, &F);
   fclose(ff);
   if (!rc && bwd) {
     FILE *bf = open_memstream(&bbuf, &blen);
-    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, (int64_t)((tr->bucket_mb > 0 ? tr->bucket_mb : 25) * 1048576.0), bf, &B);
+    rc = emit_program(c, bwd, sb, "b", F.nk, false, false, (int64_t)((tr->bucket_mb > 0 ? tr->bucket_mb : 25) * 1048576.0), bf, df, &B);
     fclose(bf);
   }
-  if (rc) { free(fbuf); free(bbuf); return -1; }
+  if (df) fclose(df);
+  if (rc) { free(fbuf); free(bbuf); free(dbuf); return -1; }
   Value **users;
   int nusers = graph_user_inputs(g, &users), nuser_out = 0;
   for (int i = 0; i < g->noutputs; i++) nuser_out += g->outputs[i].kind == OUT_USER;
@@ -706,8 +770,16 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   fputs(" */\n", out);
   const Target *t = c->cuda ? &gg_target_cuda : &gg_target_c;
   t->prelude(g, out);
-  fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
-  fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
+  if (dev) {
+    fprintf(dev, "/* Generated by gcc-graph %s: the kernels of %s (model.c launches them). Do not edit. */\n", GG_VERSION, "the model");
+    t->device_prelude(g, dev);
+  }
+  for (FILE *o = out; o; o = o == out ? dev : NULL) {
+    fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", o);
+    fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", o);
+  }
+  if (dev && dbuf) fputs(dbuf, dev);
+  free(dbuf);
   fputs("\nconst char gg__metadata[] =\n  ", out);
   emit_c_string(out, metadata);
   fputs(";\n", out);
@@ -724,6 +796,16 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   free(fbuf);
   free(bbuf);
   t->finish(out, B.errs ? arena_printf(c->arena, "%s%s", F.errs, B.errs) : F.errs);   /* kernel ids run on through the backward */
+  int nkern = bwd ? B.nk : F.nk;
+  if (c->cuda) {   /* the runtime loads these kernels by name from the fatbinary (split_device) */
+    const char **names = arena_array(c->arena, (size_t)nkern + 1, sizeof *names);
+    for (int i = 0; i < F.nlaunched; i++) names[F.launched[i]] = "k";
+    for (int i = 0; i < B.nlaunched; i++) names[B.launched[i]] = "k";
+    fputs("\nextern const unsigned char gg_kernels[];   /* nvcc -fatbin of model.cu (kernels.c includes it) */\n", out);
+    fputs("static const char *const gg_kernel_names[] = {", out);
+    for (int i = 0; i < nkern; i++) fprintf(out, "%s%s%s%s", i ? "," : "", i % 16 ? " " : "\n  ", names[i] ? "\"k" : "NULL", names[i] ? arena_printf(c->arena, "%d\"", i) : "");
+    fputs(nkern ? "\n};\n" : "NULL};\n", out);
+  }
   /* the descriptor */
   int nweights = F.nweights, nmut = F.nmut;
   Value **wv = arena_array(c->arena, (size_t)nweights + 1, sizeof *wv);
@@ -766,8 +848,8 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && !appended && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code,
-          c->cuda ? "gg_m_error_flag, gg_m_error" : "NULL, NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s, %d, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code, c->cuda ? "gg_kernels, gg_kernel_names" : "NULL, NULL",
+          c->cuda ? nkern : 0, c->cuda ? "gg_m_error" : "NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

@@ -25,5 +25,9 @@ if [ "${GENERATE_ONLY:-0}" = 1 ]; then echo "ok $case"; rm -rf "$d" "$d.err"; ex
 if ! (cd "$d" && ${NVCC:-nvcc} -arch=compute_90 -ptx -O0 -diag-suppress=177,550 -I/usr/include/x86_64-linux-gnu model.cu -o model.ptx) >"$d.err" 2>&1; then
   echo "FAIL $case: nvcc: $(grep -m 3 error "$d.err" | head -c 400)"; exit 0
 fi
+# the host code (launches, library calls, descriptors) is plain C11: the C compiler checks it
+if ! (cd "$d" && ${CC:-cc} -std=gnu11 -fsyntax-only -Wall -Wno-unused-function -Wno-unused-variable -I/usr/include/x86_64-linux-gnu model.c) >"$d.err" 2>&1; then
+  echo "FAIL $case: cc on the host code: $(grep -m 3 -E 'error|warning' "$d.err" | head -c 400)"; exit 0
+fi
 echo "ok $case"
 rm -rf "$d" "$d.err"

@@ -85,9 +85,12 @@ typedef struct gg_model_desc {
   double *prof;
   const char *const *prof_names;
   int device;                    /* kDLCPU, or kDLCUDA for compile --target cuda */
-  /* CUDA: kernels cannot return; one that finds an index out of range sets a device int (at the
-   * address device_error_flag gives) to its code, which device_error turns into a message */
-  int *(*device_error_flag)(void);
+  /* CUDA: the kernels, a fatbinary (nvcc -fatbin of model.cu) that gg_open loads, and their names
+   * by id (NULL: an id that is no __global__ kernel); kernels cannot return: one that finds an index
+   * out of range sets the device int gg_dev_err to its code, which device_error turns into a message */
+  const unsigned char *kernels;
+  const char *const *kernel_names;
+  int nkernels;
   const char *(*device_error)(int code);
   /* CPU inference: float32 weights of matrix products that gg_open packs into the panels of the
    * runtime's own kernel (gg_rt_gemm_packed); the run finds pack j at w[nweights + j], NULL where
@@ -361,6 +364,9 @@ GG_HD void gg_step_one(int kind, float *w, const float *g, float *acc, float *b,
  * i's batch stride sb*; C is compact; `bias` (or NULL; with beta 0) is added to every row of C. */
 void *gg_cu_stream(void);
 unsigned gg_cu_blocks(int64_t n);
+/* launch the model's kernel `id` (gg_model_desc.kernel_names) on the run's stream, 1-d, args as
+ * cudaLaunchKernel takes them */
+void gg_cu_launch(int id, unsigned grid, unsigned block, void **args);
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);

@@ -59,6 +59,8 @@ struct gg_model {
   pthread_mutex_t lock;
   bool graphs;              /* GCC_GRAPH_CUDA_GRAPHS=0 turns capture off */
   gg_slot slot[NSLOTS];
+  cudaLibrary_t lib;        /* the model's kernels (gg_model_desc.kernels), loaded at gg_open */
+  cudaKernel_t *kern;       /* by id; NULL where an id is no __global__ kernel */
   int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
   int *err_host;
   void *dnn;                /* cuDNN's handle (cudnnHandle_t), made at the first convolution */
@@ -101,6 +103,11 @@ static int cuda_fail(char *err, size_t errlen, const char *what, cudaError_t e) 
 
 void *gg_cu_stream(void) { return gg_cur ? (void *)gg_cur->stream : NULL; }
 
+/* A failed launch leaves its error for cudaGetLastError, which the run reads at its end. */
+void gg_cu_launch(int id, unsigned grid, unsigned block, void **args) {
+  cudaLaunchKernel((const void *)gg_cur->kern[id], dim3(grid), dim3(block), args, 0, gg_cur->stream);
+}
+
 unsigned gg_cu_blocks(int64_t n) {
   int64_t b = (n + 255) / 256;
   return b < 1 ? 1 : b > (1 << 20) ? (1u << 20) : (unsigned)b;
@@ -139,6 +146,8 @@ GG_EXPORT void gg_close(gg_model *m) {
   dp_free(m);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
+  if (m->lib) cudaLibraryUnload(m->lib);
+  free(m->kern);
   if (m->hp_host) cudaFreeHost(m->hp_host);
   gg_train_state_free(m->drop);
   for (int k = 0; m->opt_m && k < gg__train.ngrads; k++) { rt_free(m->opt_m[k]); rt_free(m->opt_v[k]); }
@@ -205,7 +214,20 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if ((ce = cudaMalloc(&m->blas_ws, ws)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate cuBLAS's workspace", ce); }
   cublasSetWorkspace(m->blas, m->blas_ws, ws);
   cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH);   /* float32 stays float32 (no TF32), as PyTorch's default */
-  m->err_flag = d->device_error_flag();
+  /* the kernels: nvcc's fatbinary of model.cu, loaded once for every device; the error flag is its gg_dev_err */
+  if ((ce = cudaLibraryLoadData(&m->lib, d->kernels, NULL, NULL, 0, NULL, NULL, 0)) != cudaSuccess) {
+    m->lib = NULL;
+    gg_close(m);
+    return cuda_fail(err, errlen, "cannot load the model's kernels (built for another GPU? compile with --cuda-arch)", ce);
+  }
+  if (!(m->kern = (cudaKernel_t *)calloc((size_t)d->nkernels + 1, sizeof *m->kern))) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  for (int k = 0; k < d->nkernels; k++)
+    if (d->kernel_names[k] && (ce = cudaLibraryGetKernel(&m->kern[k], m->lib, d->kernel_names[k])) != cudaSuccess) {
+      gg_close(m);
+      return cuda_fail(err, errlen, "cannot find a kernel of the model", ce);
+    }
+  size_t flag_bytes = 0;
+  if (cudaLibraryGetGlobal((void **)&m->err_flag, &flag_bytes, m->lib, "gg_dev_err") != cudaSuccess) m->err_flag = NULL;
   if (!m->err_flag || (ce = cudaMallocHost((void **)&m->err_host, sizeof(int))) != cudaSuccess) {
     m->err_host = NULL;
     gg_close(m);
