@@ -99,7 +99,7 @@ static const char usage_compile[] =
   "                       fusion (schedule.txt), the generated model.c and timings.txt into DIR\n"
   "  -MD                  write a make rule naming the files OUT depends on to OUT.d (as gcc -MD -MP)\n"
   "  -MF FILE             ... to FILE instead\n"
-  "  -j N                 C compiler processes at once (default: 2 on two or more CPUs)\n"
+  "  -j N                 compiler processes at once (default: the processors, up to 16)\n"
   "  --target cpu|cuda    where the model runs (default cpu); cuda writes CUDA C (model.cu), builds\n"
   "                       it with nvcc (NVCC names another) and cuBLAS, and takes and gives device\n"
   "                       tensors (docs/cuda.md)\n"
@@ -527,9 +527,10 @@ static int cmd_compile(int argc, char **argv) {
     snprintf(dbuf, sizeof dbuf, "%.*s.d", (int)len, o.output);
     co.deps_file = dbuf;
   }
-  /* -j: the model and the runtime are compiled at once when there are two CPUs */
+  /* -j: the build's translation units (the model's and the runtime's; CUDA: the kernels' parts too)
+   * compiled at once, as many as there are processors */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  co.jobs = o.jobs ? (int)o.jobs : ncpu >= 2 ? 2 : 1;
+  co.jobs = o.jobs ? (int)o.jobs : ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
   if (!o.tr.on && (o.tr.optimizer || o.tr.loss || o.tr.save_all)) return usage_error(usage_compile, "%s", "--loss, --partition and --optimizer go with --train");
   if (o.weights && !strcmp(o.weights, "external")) co.external_weights = true;
   else if (o.weights && strcmp(o.weights, "embedded")) co.weights_file = o.weights;

@@ -250,9 +250,9 @@ static void remove_dir(const char *dir) {
                                 "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
-  for (int i = 0; i < BUILD_MAX_UNITS; i++) {   /* run_build's logs */
-    snprintf(p, sizeof p, "%s/cc_%d.log", dir, i);
-    remove(p);
+  for (int i = 0; i < BUILD_MAX_UNITS; i++) {   /* run_build's logs, the kernels' parts */
+    static const char *const fmt[] = {"%s/cc_%d.log", "%s/model_%d.cu", "%s/model_%d.fatbin"};
+    for (int k = 0; k < 3; k++) { snprintf(p, sizeof p, fmt[k], dir, i); remove(p); }
   }
   rmdir(dir);
 }
@@ -497,12 +497,15 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
     lib = arena_printf(c->arena, "%s/../lib64", nvpath);
     free(nvpath);
   }
-  /* argv[0]: the kernels; argv[1]: the host code; argv[2]: the runtime; argv[3]: the link */
-  char *argv[4][80];
-  for (int k = 0; k < 4; k++) {
+  /* the kernels' parts (build_sources), each a command */
+  int nparts = 1;
+  while (nparts < BUILD_MAX_UNITS - 2 && access(arena_printf(c->arena, "%s/model_%d.cu", dir, nparts), R_OK) == 0) nparts++;
+  /* argv[0]: the host code; argv[1]: the runtime; argv[2]: the link; argv[3...]: the kernels' parts */
+  char *argv[BUILD_MAX_UNITS + 1][80];
+  for (int k = 0; k < 3 + nparts; k++) {
     char **a = argv[k];
     int n = 0;
-    if (k == 1) {   /* the host code: -O1 unless --cflags says otherwise (launches and calls: -O3 buys nothing) */
+    if (k == 0) {   /* the host code: -O1 unless --cflags says otherwise (launches and calls: -O3 buys nothing) */
       char *hf[24];
       int nh = split_flags(c, o->cflags ? o->cflags : "-O1", hf, 20);
       a[n++] = (char *)cc;
@@ -514,8 +517,13 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
       continue;
     }
     for (int i = 0; i < nc; i++) a[n++] = common[i];
-    if (k == 0) { a[n++] = "-fatbin"; a[n++] = "model.cu"; a[n++] = "-o"; a[n++] = "model.fatbin"; }
-    else if (k == 2) { a[n++] = "-c"; a[n++] = "gg_rt_cuda.cu"; a[n++] = "-o"; a[n++] = "gg_rt.o"; }
+    if (k >= 3) {
+      const char *part = k == 3 ? "model" : arena_printf(c->arena, "model_%d", k - 3);
+      a[n++] = "-fatbin";
+      a[n++] = arena_printf(c->arena, "%s.cu", part);
+      a[n++] = "-o";
+      a[n++] = arena_printf(c->arena, "%s.fatbin", part);
+    } else if (k == 1) { a[n++] = "-c"; a[n++] = "gg_rt_cuda.cu"; a[n++] = "-o"; a[n++] = "gg_rt.o"; }
     else {
       a[n++] = "-shared";
       a[n++] = "-Xlinker=--build-id=none,-z,nodelete";
@@ -530,11 +538,15 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
     }
     a[n] = NULL;
   }
-  /* nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached runtime */
-  char *rt_cached = NULL, **cmds[3] = {argv[0], argv[1], argv[2]};
-  bool skip[3] = {false, false, runtime_cached(c, arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc")), argv[2], dir, &rt_cached)};
-  if (run_build(c, o, dir, cmds, skip, 3, argv[3])) return -1;
-  if (!skip[2]) runtime_store(c, dir, rt_cached);
+  /* the runtime first (when not cached: the longest), then the kernels' parts, then the host code;
+   * nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached runtime */
+  char *rt_cached = NULL, **cmds[BUILD_MAX_UNITS];
+  bool skip[BUILD_MAX_UNITS] = {runtime_cached(c, arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc")), argv[1], dir, &rt_cached)};
+  cmds[0] = argv[1];
+  for (int i = 0; i < nparts; i++) cmds[1 + i] = argv[3 + i];
+  cmds[1 + nparts] = argv[0];
+  if (run_build(c, o, dir, cmds, skip, 2 + nparts, argv[2])) return -1;
+  if (!skip[0]) runtime_store(c, dir, rt_cached);
   return 0;
 }
 
@@ -593,14 +605,29 @@ int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
 
 /* The generated source and the runtime's sources into the folder. */
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len, const char *dsrc, size_t dlen) {
-  /* CUDA: kernels.c puts nvcc's fatbinary of model.cu into the .so as gg_kernels */
-  static const char kernels_c[] = "/* The kernels of model.cu, compiled by nvcc -fatbin into model.fatbin, as gg_kernels (model.c). */\n"
-                                  "__asm__(\".section .rodata\\n.balign 64\\n.globl gg_kernels\\n.hidden gg_kernels\\n.type gg_kernels, @object\\n"
-                                  "gg_kernels:\\n.incbin \\\"model.fatbin\\\"\\n.byte 0\\n.previous\\n\");\n";
   if (write_file(c, arena_printf(c->arena, "%s/model.c", dir), src, len) || write_sources(c, dir)) return -1;
   if (!o->cuda) return 0;
-  return write_file(c, arena_printf(c->arena, "%s/model.cu", dir), dsrc ? dsrc : "", dsrc ? dlen : 0) ||
-                 write_file(c, arena_printf(c->arena, "%s/kernels.c", dir), kernels_c, sizeof kernels_c - 1) ? -1 : 0;
+  /* the kernels' parts: model.cu, model_1.cu, ...; kernels.c puts each part's fatbinary (nvcc -fatbin)
+   * into the .so as gg_kernels<i> (model.c) */
+  char *kbuf = NULL;
+  size_t klen = 0;
+  FILE *kc = open_memstream(&kbuf, &klen);
+  fputs("/* The kernels of model.cu (model_<i>.cu), compiled by nvcc -fatbin into model.fatbin (model_<i>.fatbin), as gg_kernels<i> (model.c). */\n", kc);
+  int part = 0;
+  const char *at = dsrc ? dsrc : "", *end = at + (dsrc ? dlen : 0);
+  for (;; part++) {
+    const char *mark = strstr(at, GG_PART_MARK "\n"), *stop = mark ? mark : end;
+    const char *name = part ? arena_printf(c->arena, "model_%d", part) : "model";
+    if (write_file(c, arena_printf(c->arena, "%s/%s.cu", dir, name), at, (size_t)(stop - at))) { fclose(kc); free(kbuf); return -1; }
+    fprintf(kc, "__asm__(\".section .rodata\\n.balign 64\\n.globl gg_kernels%d\\n.hidden gg_kernels%d\\n.type gg_kernels%d, @object\\n"
+                "gg_kernels%d:\\n.incbin \\\"%s.fatbin\\\"\\n.byte 0\\n.previous\\n\");\n", part, part, part, part, name);
+    if (!mark) break;
+    at = mark + strlen(GG_PART_MARK "\n");
+  }
+  fclose(kc);
+  int rc = write_file(c, arena_printf(c->arena, "%s/kernels.c", dir), kbuf, klen);
+  free(kbuf);
+  return rc ? -1 : 0;
 }
 
 /* The folder removed, unless --keep (-S writes into the output folder, which stays). */

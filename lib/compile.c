@@ -255,6 +255,7 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   c->cuda = o->cuda;
   c->precision = o->precision;
   c->cuda_sm = o->cuda ? build_cuda_sm(c, o) : 0;
+  c->jobs = o->jobs;
   int rc = -1;
   BuildFiles b = {0};
   char *src = NULL, *dsrc = NULL;

@@ -356,7 +356,8 @@ static void device_prelude_cuda(Graph *g, FILE *out) {
   fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
   fputs("#define restrict __restrict__\n", out);
   fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
-  fputs("extern \"C\" { __device__ int gg_dev_err; }   /* 1 + the id of a kernel that met an index out of range (the runtime reads it) */\n", out);
+  fputs("extern \"C\" { __device__ int *gg_dev_errp; }   /* the model's error flag (gg_open sets it in every part) */\n", out);
+  fputs("#define gg_dev_err (*gg_dev_errp)   /* 1 + the id of a kernel that met an index out of range */\n", out);
   fputs("/* a warp's partial sums and maxima (NaN wins, as in the sequential loops) combined with shuffles */\n", out);
   fputs("static __device__ double gg_wsum(double v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o); return v; }\n", out);
   fputs("static __device__ double gg_wmax(double v) {\n  for (int o = 16; o; o >>= 1) { double u = __shfl_xor_sync(0xffffffffu, v, o); if (u > v || isnan(u)) v = u; }\n  return v;\n}\n", out);

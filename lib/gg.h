@@ -61,6 +61,7 @@ typedef struct Ctx {
   int64_t scratch_naive, scratch_planned;
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
   int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
+  int jobs;              /* compile -j: CUDA kernels go to as many parts as the other processes leave (module.c) */
   const char *cuda_arch; /* the installed GPU's architecture, once asked (build.c) */
   int precision;         /* --precision (PREC_*): what emit_cuda.c gives float32 products */
 } Ctx;
@@ -646,7 +647,9 @@ typedef struct BuildFiles {
   struct BlobWriter *writer; /* large weights being written while cc runs (build_output_begin) */
 } BuildFiles;
 int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *b);   /* weights laid out, the folder, weights.bin */
-/* the model's (CUDA: its host code in model.c, its kernels dsrc in model.cu) and the runtime's */
+/* the model's (CUDA: its host code in model.c, its kernels dsrc in model.cu, model_1.cu, ..., the parts
+ * that follow lines GG_PART_MARK in dsrc) and the runtime's */
+#define GG_PART_MARK "/* gcc-graph: next part */"
 int build_sources(Ctx *c, const CompileOptions *o, const char *dir, const char *src, size_t len, const char *dsrc, size_t dlen);
 int build_so(Ctx *c, const CompileOptions *o, const BuildFiles *b);   /* cc or nvcc: b->dir/model.so */
 int build_output_begin(Ctx *c, const CompileOptions *o, const Graph *g, BuildFiles *b);   /* large weights start being written (before build_so) */

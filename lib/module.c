@@ -109,7 +109,6 @@ typedef struct Prog {
   PackDesc *packs;
   int nbuckets;                     /* gradient buckets, and the bucket of each output (-1: none) */
   int *bucket;
-  int *launched, nlaunched, caplaunched;   /* CUDA: the ids of the __global__ kernels (split_device) */
 } Prog;
 
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
@@ -308,14 +307,21 @@ static char *dedup_kernels(Ctx *c, const char *k, int *ndup) {
   return out;
 }
 
+/* CUDA: the kernels of both programs, each with the comment before it (split_device), and the part
+ * (translation unit, fatbinary) that each goes to (cuda_parts) */
+typedef struct DevKernels {
+  char **text;
+  int *id, n, cap;
+} DevKernels;
+
 /* CUDA: the kernels' text split in two (after dedup_kernels). Each __global__ kernel goes to the
- * device file (model.cu), as extern "C" so that the runtime finds it by name in the model's
- * fatbinary; the host file (model.c, plain C) gets, under the same name, a function that launches it
- * by id on the run's stream (gg_cu_launch). Everything else (the functions that call cuBLAS and cuDNN,
- * the aliases of kernels that are the same code) is host code; comments go with what follows them.
- * The ids of the kernels launched are appended to *ids. nvcc then compiles device code only and
- * the C compiler the host code, at once, with no CUDA headers in the host's translation unit. */
-static void split_device(Ctx *c, const char *k, FILE *host, FILE *dev, int **ids, int *nids, int *cap) {
+ * device code (model.cu and its parts), as extern "C" so that the runtime finds it by name in its
+ * part's fatbinary; the host file (model.c, plain C) gets, under the same name, a function that
+ * launches it by id on the run's stream (gg_cu_launch). Everything else (the functions that call
+ * cuBLAS and cuDNN, the aliases of kernels that are the same code) is host code; comments go with
+ * what follows them. nvcc then compiles device code only, in parts at once, and the C compiler the
+ * host code, with no CUDA header in its translation unit. */
+static void split_device(Ctx *c, const char *k, FILE *host, DevKernels *dk) {
   const char *pend = NULL;   /* comment and blank lines waiting for the definition they precede */
   for (const char *l = k; *l;) {
     const char *eol = strchr(l, '\n');
@@ -333,12 +339,25 @@ static void split_device(Ctx *c, const char *k, FILE *host, FILE *dev, int **ids
     end += 3;
     const char *g = strstr(l, "__global__ ");
     bool device = g && g < name;
-    if (pend) fwrite(pend, 1, (size_t)(l - pend), device ? dev : host);
-    pend = NULL;
-    if (!device) { fwrite(l, 1, (size_t)(end - l), host); l = end; continue; }
+    if (!device) {
+      if (pend) fwrite(pend, 1, (size_t)(l - pend), host);
+      pend = NULL;
+      fwrite(l, 1, (size_t)(end - l), host);
+      l = end;
+      continue;
+    }
     int id = atoi(name + 1);
-    fprintf(dev, "extern \"C\" __global__ ");
-    fwrite(g + 11, 1, (size_t)(end - g - 11), dev);
+    if (dk->n == dk->cap) {
+      dk->cap = dk->cap ? 2 * dk->cap : 64;
+      char **nt = arena_array(c->arena, (size_t)dk->cap, sizeof *nt);
+      int *ni = arena_array(c->arena, (size_t)dk->cap, sizeof *ni);
+      if (dk->n) { memcpy(nt, dk->text, sizeof *nt * (size_t)dk->n); memcpy(ni, dk->id, sizeof *ni * (size_t)dk->n); }
+      dk->text = nt;
+      dk->id = ni;
+    }
+    dk->id[dk->n] = id;
+    dk->text[dk->n++] = arena_printf(c->arena, "%.*sextern \"C\" __global__ %.*s", pend ? (int)(l - pend) : 0, pend ? pend : "", (int)(end - g - 11), g + 11);
+    pend = NULL;
     /* the launcher: the kernel's parameters, each passed by address */
     const char *open = name + nlen, *close = strstr(open, ") {\n");
     fprintf(host, "static void %.*s(unsigned gg_grid, unsigned gg_block, %.*s) {\n  void *gg_a[] = {", (int)nlen, name, (int)(close - open - 1), open + 1);
@@ -354,13 +373,6 @@ static void split_device(Ctx *c, const char *k, FILE *host, FILE *dev, int **ids
       q = comma + 1;
     }
     fprintf(host, "};\n  gg_cu_launch(%d, gg_grid, gg_block, gg_a);\n}\n", id);
-    if (*nids == *cap) {
-      *cap = *cap ? 2 * *cap : 64;
-      int *ni = arena_array(c->arena, (size_t)*cap, sizeof *ni);
-      if (*nids) memcpy(ni, *ids, sizeof *ni * (size_t)*nids);
-      *ids = ni;
-    }
-    (*ids)[(*nids)++] = id;
     l = end;
   }
   if (pend) fputs(pend, host);
@@ -510,7 +522,7 @@ static void copy_final_grads(Em *e, Graph *g, Buckets *B, int k, Value **outs, i
 }
 
 static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, int64_t bucket_bytes, FILE *out,
-                        FILE *dev, Prog *P) {
+                        DevKernels *dev, Prog *P) {
   Em E = {0}, *e = &E;
   int krec0 = c->nkernels;   /* this program's first kernel record */
   e->c = c;
@@ -661,7 +673,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   fputs("};\n", out);
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
-              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int)), NULL, 0, 0};
+              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
   for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
   int ndup, nlift = 0;
   char *kd = dedup_kernels(c, kbuf, &ndup);
@@ -672,7 +684,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     kd = kl;
     if (nlift) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one but for their sizes: compiled once, sizes passed", nlift);
   }
-  if (dev) split_device(c, kd, out, dev, &P->launched, &P->nlaunched, &P->caplaunched);
+  if (dev) split_device(c, kd, out, dev);
   else fputs(kd, out);
   free(kd);
   /* guard, shapes, scratch, run */
@@ -739,15 +751,16 @@ static void ndim_list(FILE *out, const char *name, Value **v, int n) {
 /* Write the model's C file: the forward program (the model itself), and for a training model (bwd
  * not NULL) the backward program, then the descriptors the runtime reads. weight_offsets[i]: where
  * weight i's bytes are (in the blob or the file). */
+#define CUDA_PART_KERNELS 12
+#define CUDA_MAX_PARTS 8
+
 int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule *sb, const TrainOptions *tr, FILE *out, FILE *dev, const char *metadata,
                const int64_t *weight_offsets, int64_t blob_size, bool appended, bool external, int64_t external_size) {
   char *fbuf = NULL, *bbuf = NULL;
   size_t flen = 0, blen = 0;
   FILE *ff = open_memstream(&fbuf, &flen);
   Prog F, B = {0};
-  char *dbuf = NULL;
-  size_t dlen = 0;
-  FILE *df = c->cuda ? open_memstream(&dbuf, &dlen) : NULL;   /* the kernels of both programs */
+  DevKernels dk = {0}, *df = c->cuda ? &dk : NULL;   /* the kernels of both programs */
   int rc = emit_program(c, g, sf, "m", 0, true, !bwd, 0, ff, df, &F);
   fclose(ff);
   if (!rc && bwd) {
@@ -755,8 +768,7 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
     rc = emit_program(c, bwd, sb, "b", F.nk, false, false, (int64_t)((tr->bucket_mb > 0 ? tr->bucket_mb : 25) * 1048576.0), bf, df, &B);
     fclose(bf);
   }
-  if (df) fclose(df);
-  if (rc) { free(fbuf); free(bbuf); free(dbuf); return -1; }
+  if (rc) { free(fbuf); free(bbuf); return -1; }
   Value **users;
   int nusers = graph_user_inputs(g, &users), nuser_out = 0;
   for (int i = 0; i < g->noutputs; i++) nuser_out += g->outputs[i].kind == OUT_USER;
@@ -770,16 +782,36 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   fputs(" */\n", out);
   const Target *t = c->cuda ? &gg_target_cuda : &gg_target_c;
   t->prelude(g, out);
+  fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", out);
+  fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", out);
+  /* CUDA: the kernels in parts of at least CUDA_PART_KERNELS each, as many as -j leaves processes
+   * beside the host code's (a part costs nvcc half a second to start on a slow core), so that nvcc
+   * compiles them at once; each goes to the part with the fewest bytes so far. The parts follow each
+   * other in dev, each after a line GG_PART_MARK (build_sources writes them to model.cu, model_1.cu,
+   * ...). The code is the same whatever the split; the .so's bytes are not (give -j for those). */
+  int nkern = bwd ? B.nk : F.nk, nparts = 1, *part_of = arena_array(c->arena, (size_t)nkern + 1, sizeof *part_of);
+  for (int i = 0; i < nkern; i++) part_of[i] = -1;
   if (dev) {
-    fprintf(dev, "/* Generated by gcc-graph %s: the kernels of %s (model.c launches them). Do not edit. */\n", GG_VERSION, "the model");
-    t->device_prelude(g, dev);
+    nparts = (dk.n + CUDA_PART_KERNELS - 1) / CUDA_PART_KERNELS;
+    int most = c->jobs - 1 < CUDA_MAX_PARTS ? c->jobs - 1 : CUDA_MAX_PARTS;
+    nparts = nparts > most ? most : nparts;
+    nparts = nparts < 1 ? 1 : nparts;
+    size_t *bytes = arena_array(c->arena, (size_t)nparts, sizeof *bytes);
+    for (int i = 0; i < dk.n; i++) {
+      int best = 0;
+      for (int q = 1; q < nparts; q++) if (bytes[q] < bytes[best]) best = q;
+      part_of[dk.id[i]] = best;
+      bytes[best] += strlen(dk.text[i]);
+    }
+    for (int q = 0; q < nparts; q++) {
+      if (q) fputs(GG_PART_MARK "\n", dev);
+      fprintf(dev, "/* Generated by gcc-graph %s: kernels of the model, part %d of %d (model.c launches them). Do not edit. */\n", GG_VERSION, q + 1, nparts);
+      t->device_prelude(g, dev);
+      fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", dev);
+      fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", dev);
+      for (int i = 0; i < dk.n; i++) if (part_of[dk.id[i]] == q) fputs(dk.text[i], dev);
+    }
   }
-  for (FILE *o = out; o; o = o == out ? dev : NULL) {
-    fputs("GG_HD int64_t gg_d2i(double v) { return v > -9.2e18 && v < 9.2e18 ? (int64_t)v : INT64_MIN; }\n", o);
-    fputs("GG_HD uint16_t gg_d2h(double v) { return gg_f2h((float)v); }\n", o);
-  }
-  if (dev && dbuf) fputs(dbuf, dev);
-  free(dbuf);
   fputs("\nconst char gg__metadata[] =\n  ", out);
   emit_c_string(out, metadata);
   fputs(";\n", out);
@@ -796,15 +828,14 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   free(fbuf);
   free(bbuf);
   t->finish(out, B.errs ? arena_printf(c->arena, "%s%s", F.errs, B.errs) : F.errs);   /* kernel ids run on through the backward */
-  int nkern = bwd ? B.nk : F.nk;
-  if (c->cuda) {   /* the runtime loads these kernels by name from the fatbinary (split_device) */
-    const char **names = arena_array(c->arena, (size_t)nkern + 1, sizeof *names);
-    for (int i = 0; i < F.nlaunched; i++) names[F.launched[i]] = "k";
-    for (int i = 0; i < B.nlaunched; i++) names[B.launched[i]] = "k";
-    fputs("\nextern const unsigned char gg_kernels[];   /* nvcc -fatbin of model.cu (kernels.c includes it) */\n", out);
-    fputs("static const char *const gg_kernel_names[] = {", out);
-    for (int i = 0; i < nkern; i++) fprintf(out, "%s%s%s%s", i ? "," : "", i % 16 ? " " : "\n  ", names[i] ? "\"k" : "NULL", names[i] ? arena_printf(c->arena, "%d\"", i) : "");
-    fputs(nkern ? "\n};\n" : "NULL};\n", out);
+  if (c->cuda) {   /* the runtime loads each part's fatbinary, and kernel k<id> from its part */
+    fputs("\n/* the fatbinaries of model.cu's parts (nvcc -fatbin; kernels.c includes them), and the part of each kernel id */\nextern const unsigned char", out);
+    for (int q = 0; q < nparts; q++) fprintf(out, "%s gg_kernels%d[]", q ? "," : "", q);
+    fputs(";\nstatic const unsigned char *const gg_kernel_parts[] = {", out);
+    for (int q = 0; q < nparts; q++) fprintf(out, "%sgg_kernels%d", q ? ", " : "", q);
+    fputs("};\nstatic const int gg_kernel_part[] = {", out);
+    for (int i = 0; i < nkern; i++) fprintf(out, "%s%s%d", i ? "," : "", i % 32 ? " " : "\n  ", part_of[i]);
+    fputs(nkern ? "\n};\n" : "-1};\n", out);
   }
   /* the descriptor */
   int nweights = F.nweights, nmut = F.nmut;
@@ -848,8 +879,8 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && !appended && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s, %d, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code, c->cuda ? "gg_kernels, gg_kernel_names" : "NULL, NULL",
-          c->cuda ? nkern : 0, c->cuda ? "gg_m_error" : "NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s, %d, %s, %d, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code, c->cuda ? "gg_kernel_parts" : "NULL",
+          c->cuda ? nparts : 0, c->cuda ? "gg_kernel_part" : "NULL", c->cuda ? nkern : 0, c->cuda ? "gg_m_error" : "NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

@@ -386,7 +386,7 @@ done
 # the CUDA target gets the same epilogues: a kernel right after the product, in place
 "$GG" compile tests/extra/epilogues/model.pt2 --target cuda -S -o "$TMP/epi_cu" >"$TMP/err" 2>&1 || no "epilogues -S --target cuda: $(cat "$TMP/err")"
 for k in "/* applies: add relu6 */" "/* applies: leaky_relu mul sub */" "/* applies: relu_1 */"; do
-  if grep -qF "$k" "$TMP/epi_cu/model.cu"; then ok; else no "epilogues: the CUDA code lacks '$k'"; fi
+  if cat "$TMP"/epi_cu/model*.cu | grep -qF "$k"; then ok; else no "epilogues: the CUDA code lacks '$k'"; fi
 done
 # explain shows each kernel's iteration space, bytes and FLOPs (conv2d: 2 x 1600 outputs x 72 deep, plus
 # one per element for the add and relu6; it reads x once, as its input and as the residual) and the
@@ -441,7 +441,7 @@ grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy ch
   fi
   rm -rf "$TMP/cl"
   "$GG" compile $c/model.pt2 --target cuda $fl --no-channels-last -S -o "$TMP/cl.cu" --debug-dir "$TMP/cl" >"$TMP/err" 2>&1
-  [ ! -e "$TMP"/cl/*-channels.txt ] && ! cat "$TMP/cl.cu/model.c" "$TMP/cl.cu/model.cu" | grep -q _conv_nhwc || echo "FAIL channels-last $c: --no-channels-last still converts"
+  [ ! -e "$TMP"/cl/*-channels.txt ] && ! cat "$TMP/cl.cu/model.c" "$TMP"/cl.cu/model*.cu | grep -q _conv_nhwc || echo "FAIL channels-last $c: --no-channels-last still converts"
 done >"$TMP/cl.log"
 if [ -s "$TMP/cl.log" ]; then no "$(cat "$TMP/cl.log")"; else ok; fi
 # --train --target cuda: batch norm's variance and its two gradient sums compute their pointwise inputs

@@ -85,11 +85,13 @@ typedef struct gg_model_desc {
   double *prof;
   const char *const *prof_names;
   int device;                    /* kDLCPU, or kDLCUDA for compile --target cuda */
-  /* CUDA: the kernels, a fatbinary (nvcc -fatbin of model.cu) that gg_open loads, and their names
-   * by id (NULL: an id that is no __global__ kernel); kernels cannot return: one that finds an index
-   * out of range sets the device int gg_dev_err to its code, which device_error turns into a message */
-  const unsigned char *kernels;
-  const char *const *kernel_names;
+  /* CUDA: the kernels, in nparts fatbinaries (nvcc -fatbin of model.cu, model_1.cu, ...) that gg_open
+   * loads; kernel_part[id]: the part of kernel k<id> (-1: an id that is no __global__ kernel).
+   * Kernels cannot return: one that finds an index out of range sets the int at each part's
+   * gg_dev_errp (which gg_open points at one flag) to its code, which device_error turns into a message */
+  const unsigned char *const *kernels;
+  int nparts;
+  const int *kernel_part;
   int nkernels;
   const char *(*device_error)(int code);
   /* CPU inference: float32 weights of matrix products that gg_open packs into the panels of the

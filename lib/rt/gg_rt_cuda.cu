@@ -59,7 +59,7 @@ struct gg_model {
   pthread_mutex_t lock;
   bool graphs;              /* GCC_GRAPH_CUDA_GRAPHS=0 turns capture off */
   gg_slot slot[NSLOTS];
-  cudaLibrary_t lib;        /* the model's kernels (gg_model_desc.kernels), loaded at gg_open */
+  cudaLibrary_t *lib;       /* the model's kernels, a library per part (gg_model_desc.kernels), loaded at gg_open */
   cudaKernel_t *kern;       /* by id; NULL where an id is no __global__ kernel */
   int *err_flag;            /* the kernels' index-error flag on the device, and its copy after a run */
   int *err_host;
@@ -102,6 +102,13 @@ static int cuda_fail(char *err, size_t errlen, const char *what, cudaError_t e) 
 }
 
 void *gg_cu_stream(void) { return gg_cur ? (void *)gg_cur->stream : NULL; }
+
+/* the name of kernel k<id> in its part's fatbinary */
+static const char *kernel_name(int id) {
+  static __thread char name[24];
+  snprintf(name, sizeof name, "k%d", id);
+  return name;
+}
 
 /* A failed launch leaves its error for cudaGetLastError, which the run reads at its end. */
 void gg_cu_launch(int id, unsigned grid, unsigned block, void **args) {
@@ -146,8 +153,10 @@ GG_EXPORT void gg_close(gg_model *m) {
   dp_free(m);
   if (m->own) cudaStreamDestroy(m->own);
   if (m->err_host) cudaFreeHost(m->err_host);
-  if (m->lib) cudaLibraryUnload(m->lib);
+  for (int q = 0; m->lib && q < gg__desc.nparts; q++) if (m->lib[q]) cudaLibraryUnload(m->lib[q]);
+  free(m->lib);
   free(m->kern);
+  rt_free(m->err_flag);
   if (m->hp_host) cudaFreeHost(m->hp_host);
   gg_train_state_free(m->drop);
   for (int k = 0; m->opt_m && k < gg__train.ngrads; k++) { rt_free(m->opt_m[k]); rt_free(m->opt_v[k]); }
@@ -214,21 +223,34 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if ((ce = cudaMalloc(&m->blas_ws, ws)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate cuBLAS's workspace", ce); }
   cublasSetWorkspace(m->blas, m->blas_ws, ws);
   cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH);   /* float32 stays float32 (no TF32), as PyTorch's default */
-  /* the kernels: nvcc's fatbinary of model.cu, loaded once for every device; the error flag is its gg_dev_err */
-  if ((ce = cudaLibraryLoadData(&m->lib, d->kernels, NULL, NULL, 0, NULL, NULL, 0)) != cudaSuccess) {
-    m->lib = NULL;
+  /* the kernels: nvcc's fatbinaries of model.cu's parts, loaded once for every device; each part's
+   * gg_dev_errp points at the model's one error flag */
+  m->lib = (cudaLibrary_t *)calloc((size_t)d->nparts + 1, sizeof *m->lib);
+  m->kern = (cudaKernel_t *)calloc((size_t)d->nkernels + 1, sizeof *m->kern);
+  if (!m->lib || !m->kern || !(m->err_flag = (int *)rt_alloc(sizeof(int))) || rt_zero(m->err_flag, sizeof(int))) {
     gg_close(m);
-    return cuda_fail(err, errlen, "cannot load the model's kernels (built for another GPU? compile with --cuda-arch)", ce);
+    return gg_rt_fail(err, errlen, "cannot set up the model's kernels: out of memory");
   }
-  if (!(m->kern = (cudaKernel_t *)calloc((size_t)d->nkernels + 1, sizeof *m->kern))) { gg_close(m); return gg_rt_fail(err, errlen, "out of memory"); }
+  for (int q = 0; q < d->nparts; q++) {
+    void *p = NULL;
+    size_t bytes = 0;
+    if ((ce = cudaLibraryLoadData(&m->lib[q], d->kernels[q], NULL, NULL, 0, NULL, NULL, 0)) != cudaSuccess) {
+      m->lib[q] = NULL;
+      gg_close(m);
+      return cuda_fail(err, errlen, "cannot load the model's kernels (built for another GPU? compile with --cuda-arch)", ce);
+    }
+    if ((ce = cudaLibraryGetGlobal(&p, &bytes, m->lib[q], "gg_dev_errp")) != cudaSuccess || bytes != sizeof m->err_flag ||
+        (ce = cudaMemcpy(p, &m->err_flag, sizeof m->err_flag, cudaMemcpyHostToDevice)) != cudaSuccess) {
+      gg_close(m);
+      return cuda_fail(err, errlen, "cannot set up the model's error flag", ce);
+    }
+  }
   for (int k = 0; k < d->nkernels; k++)
-    if (d->kernel_names[k] && (ce = cudaLibraryGetKernel(&m->kern[k], m->lib, d->kernel_names[k])) != cudaSuccess) {
+    if (d->kernel_part[k] >= 0 && (ce = cudaLibraryGetKernel(&m->kern[k], m->lib[d->kernel_part[k]], kernel_name(k))) != cudaSuccess) {
       gg_close(m);
       return cuda_fail(err, errlen, "cannot find a kernel of the model", ce);
     }
-  size_t flag_bytes = 0;
-  if (cudaLibraryGetGlobal((void **)&m->err_flag, &flag_bytes, m->lib, "gg_dev_err") != cudaSuccess) m->err_flag = NULL;
-  if (!m->err_flag || (ce = cudaMallocHost((void **)&m->err_host, sizeof(int))) != cudaSuccess) {
+  if ((ce = cudaMallocHost((void **)&m->err_host, sizeof(int))) != cudaSuccess) {
     m->err_host = NULL;
     gg_close(m);
     return gg_rt_fail(err, errlen, "cannot set up the model's error flag");
