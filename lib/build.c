@@ -313,39 +313,52 @@ static bool make_dirs(Ctx *c, const char *dir) {
   return true;
 }
 
-/* The runtime's object (gg_rt.o) does not depend on the model: it is compiled once per compiler, flags
- * and runtime source, and kept in the cache (runtime_cache_dir) under the SHA-256 of those. `tools`
- * names the compilers (compiler_id), rt_argv is the command that compiles it. True when dir/gg_rt.o
- * was taken from the cache; *store is where to keep it after a build (NULL: no cache). */
-static bool runtime_cached(Ctx *c, const char *tools, char **rt_argv, const char *dir, char **store) {
-  const char *rt_dir = runtime_cache_dir(c);
+/* Objects kept in the cache (runtime_cache_dir) under the SHA-256 of what they are made from:
+ * `what` (the kind, which names the file), the compilers (`tools`: compiler_id), the command, the
+ * runtime's sources (which every unit includes) and `source`, a file of dir, when given. The runtime
+ * (gg_rt.o, what "runtime") depends on no model: it is compiled once per compiler, flags and runtime
+ * source. A CUDA model's kernel parts ("kernels", model_<i>.fatbin) are the same for any model with
+ * the same kernels: recompiling a model whose code did not change (new weights, another output)
+ * takes no nvcc. True when dir/`output` was taken from the cache; *store is where to keep it after a
+ * build (NULL: no cache). */
+static bool unit_cached(Ctx *c, const char *what, const char *tools, char **argv, const char *dir, const char *source, const char *output, char **store) {
+  const char *cache = runtime_cache_dir(c);
   *store = NULL;
-  if (!rt_dir) return false;
+  if (!cache) return false;
   Sha256 h;
   char hex[65];
   sha256_init(&h);
-  const char *id = arena_printf(c->arena, "gcc-graph %s runtime|%s|", GG_VERSION, tools);
+  const char *id = arena_printf(c->arena, "gcc-graph %s %s|%s|", GG_VERSION, what, tools);
   sha256_update(&h, id, strlen(id) + 1);
-  for (char **a = rt_argv + 1; *a; a++) sha256_update(&h, *a, strlen(*a) + 1);
+  for (char **a = argv + 1; *a; a++) sha256_update(&h, *a, strlen(*a) + 1);
   for (const EmbeddedFile *e = gg_embedded_files; e->name; e++) {
     sha256_update(&h, e->name, strlen(e->name) + 1);
     sha256_update(&h, e->text, strlen(e->text) + 1);
   }
+  if (source) {
+    FILE *f = fopen(arena_printf(c->arena, "%s/%s", dir, source), "rb");
+    if (!f) return false;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sha256_update(&h, buf, n);
+    fclose(f);
+  }
   sha256_hex(&h, hex);
-  *store = arena_printf(c->arena, "%s/runtime-%s.o", rt_dir, hex);
+  const char *ext = strrchr(output, '.');
+  *store = arena_printf(c->arena, "%s/%s-%s%s", cache, what, hex, ext ? ext : "");
   Ctx *quiet = ctx_new();
-  bool hit = access(*store, R_OK) == 0 && !copy_file(quiet, *store, arena_printf(c->arena, "%s/gg_rt.o", dir));
+  bool hit = access(*store, R_OK) == 0 && !copy_file(quiet, *store, arena_printf(c->arena, "%s/%s", dir, output));
   ctx_free(quiet);
-  gg_log(c, LOG_CACHE, "runtime %s %s", hit ? "hit" : "miss", *store);
+  gg_log(c, LOG_CACHE, "%s %s %s", what, hit ? "hit" : "miss", *store);
   return hit;
 }
 
 /* best effort: a cache that cannot be written is no error */
-static void runtime_store(Ctx *c, const char *dir, const char *store) {
+static void unit_store(Ctx *c, const char *dir, const char *output, const char *store) {
   const char *slash = store ? strrchr(store, '/') : NULL;
   if (!slash || !make_dirs(c, arena_printf(c->arena, "%.*s", (int)(slash - store), store))) return;
   Ctx *quiet = ctx_new();
-  if (copy_file(quiet, arena_printf(c->arena, "%s/gg_rt.o", dir), store)) gg_log(c, LOG_CACHE, "cannot store %s: %s", store, quiet->err);
+  if (copy_file(quiet, arena_printf(c->arena, "%s/%s", dir, output), store)) gg_log(c, LOG_CACHE, "cannot store %s: %s", store, quiet->err);
   ctx_free(quiet);
 }
 
@@ -540,13 +553,22 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
   }
   /* the runtime first (when not cached: the longest), then the kernels' parts, then the host code;
    * nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached runtime */
-  char *rt_cached = NULL, **cmds[BUILD_MAX_UNITS];
-  bool skip[BUILD_MAX_UNITS] = {runtime_cached(c, arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc")), argv[1], dir, &rt_cached)};
+  const char *tools = arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc"));
+  char *store[BUILD_MAX_UNITS], **cmds[BUILD_MAX_UNITS];
+  const char *outs[BUILD_MAX_UNITS];
+  bool skip[BUILD_MAX_UNITS] = {false};
   cmds[0] = argv[1];
-  for (int i = 0; i < nparts; i++) cmds[1 + i] = argv[3 + i];
+  outs[0] = "gg_rt.o";
+  skip[0] = unit_cached(c, "runtime", tools, argv[1], dir, NULL, outs[0], &store[0]);
+  for (int i = 0; i < nparts; i++) {
+    cmds[1 + i] = argv[3 + i];
+    outs[1 + i] = argv[3 + i][nc + 3];   /* -fatbin PART.cu -o PART.fatbin */
+    skip[1 + i] = unit_cached(c, "kernels", tools, argv[3 + i], dir, argv[3 + i][nc + 1], outs[1 + i], &store[1 + i]);
+  }
   cmds[1 + nparts] = argv[0];
+  store[1 + nparts] = NULL;
   if (run_build(c, o, dir, cmds, skip, 2 + nparts, argv[2])) return -1;
-  if (!skip[0]) runtime_store(c, dir, rt_cached);
+  for (int i = 0; i < 1 + nparts; i++) if (!skip[i]) unit_store(c, dir, outs[i], store[i]);
   return 0;
 }
 
@@ -709,9 +731,9 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
   }
   if (!split) return run_build(c, o, dir, NULL, NULL, 0, argv[0]);
   char *rt_cached = NULL, **cmds[2] = {argv[0], argv[1]};
-  bool skip[2] = {false, runtime_cached(c, compiler_id(c, cc), argv[1], dir, &rt_cached)};
+  bool skip[2] = {false, unit_cached(c, "runtime", compiler_id(c, cc), argv[1], dir, NULL, "gg_rt.o", &rt_cached)};
   if (run_build(c, o, dir, cmds, skip, 2, argv[2])) return -1;
-  if (!skip[1]) runtime_store(c, dir, rt_cached);
+  if (!skip[1]) unit_store(c, dir, "gg_rt.o", rt_cached);
   return 0;
 }
 
