@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct { const char *name, *text; } EmbeddedFile;
@@ -58,10 +59,8 @@ static pid_t start_tool(Ctx *c, const char *dir, char **argv, const char *log, b
   return pid;
 }
 
-/* Wait for a started tool; -1 with its output on failure. */
-static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const char *log) {
-  int st;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+/* A finished tool's exit status st; -1 with its output on failure. */
+static int tool_status(Ctx *c, const char *dir, int st, const char *tool, const char *log) {
   if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
   char buf[3000] = "";
   FILE *f = fopen(arena_printf(c->arena, "%s/%s", dir, log), "r");
@@ -70,6 +69,24 @@ static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const
   if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !buf[0])
     return gg_error(c, nv ? "cannot run the CUDA compiler '%s' (install the CUDA toolkit, or name it with NVCC=...)" : "cannot run the C compiler '%s' (give another with --cc)", tool);
   return gg_error(c, "the %s compiler failed on the generated code (internal error; please report it):\n%s", nv ? "CUDA" : "C", buf);
+}
+
+/* Wait for a started tool; -1 with its output on failure. */
+static int wait_tool(Ctx *c, const char *dir, pid_t pid, const char *tool, const char *log) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+  return tool_status(c, dir, st, tool, log);
+}
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+
+/* --time-report: a line per translation unit of the build (what it writes, the tool, its seconds) */
+static void unit_time(const CompileOptions *o, char **argv, double sec, bool cached) {
+  if (!o->time_report) return;
+  const char *out = "?", *tool = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  for (char **a = argv; *a; a++) if (!strcmp(*a, "-o") && a[1]) out = a[1];
+  if (cached) fprintf(stderr, "gcc-graph:   %-18s from the cache\n", out);
+  else fprintf(stderr, "gcc-graph:   %-18s %-5s %8.3f s\n", out, tool, sec);
 }
 
 /* Split flags on spaces (no shell quoting: --cflags "-O3 -march=native"). */
@@ -419,26 +436,44 @@ int write_deps(Ctx *c, const CompileOptions *o) {
  * log, cc_<i>.log); then `link`; skip[i] marks one already done (a cached runtime). -1 on failure. */
 static int run_build(Ctx *c, const CompileOptions *o, const char *dir, char ***cmds, const bool *skip, int n, char **link) {
   pid_t pid[BUILD_MAX_UNITS];
+  double t0[BUILD_MAX_UNITS];
   const char *logs[BUILD_MAX_UNITS];
   int running = 0, err = 0, jobs = o->jobs < 1 ? 1 : o->jobs;
-  for (int i = 0; i < n && i < BUILD_MAX_UNITS; i++) {
+  n = n < BUILD_MAX_UNITS ? n : BUILD_MAX_UNITS;
+  for (int i = 0; i < n; i++) {
     pid[i] = -1;
     logs[i] = arena_printf(c->arena, "cc_%d.log", i);
   }
-  for (int i = 0; i < n && i < BUILD_MAX_UNITS; i++) {
-    if (skip && skip[i]) continue;
-    while (running >= jobs && !err)   /* wait for the oldest one still running */
-      for (int k = 0; k < i; k++)
-        if (pid[k] >= 0) { err |= wait_tool(c, dir, pid[k], cmds[k][0], logs[k]); pid[k] = -1; running--; break; }
-    if (err) break;
+  for (int i = 0; i <= n && !err; i++) {
+    while (running && (running >= jobs || i == n) && !err) {   /* the next of ours to finish (polled: other children are not ours to reap) */
+      bool any = false;
+      for (int k = 0; k < n && !err; k++) {
+        int st;
+        pid_t got = pid[k] >= 0 ? waitpid(pid[k], &st, WNOHANG) : 0;
+        if (got == 0 || (got < 0 && errno == EINTR)) continue;
+        if (got < 0) { err = gg_error(c, "waiting for the compiler: %s", strerror(errno)); break; }
+        pid[k] = -1;
+        running--;
+        any = true;
+        unit_time(o, cmds[k], now_s() - t0[k], false);
+        err |= tool_status(c, dir, st, cmds[k][0], logs[k]);
+      }
+      if (!any && !err) nanosleep(&(struct timespec){0, 2000000}, NULL);
+    }
+    if (i == n || err) break;
+    if (skip && skip[i]) { unit_time(o, cmds[i], 0, true); continue; }
+    t0[i] = now_s();
     if ((pid[i] = start_tool(c, dir, cmds[i], logs[i], o->verbose)) < 0) { err = -1; break; }
     running++;
   }
-  for (int k = 0; k < n && k < BUILD_MAX_UNITS; k++)
-    if (pid[k] >= 0) err |= wait_tool(c, dir, pid[k], cmds[k][0], logs[k]);
+  for (int k = 0; k < n; k++)   /* after a failure: the others' ends */
+    if (pid[k] >= 0) wait_tool(c, dir, pid[k], cmds[k][0], logs[k]);
   if (err) return -1;
+  double tl = now_s();
   pid_t p = start_tool(c, dir, link, "cc.log", o->verbose);
-  return p < 0 || wait_tool(c, dir, p, link[0], "cc.log") ? -1 : 0;
+  if (p < 0 || wait_tool(c, dir, p, link[0], "cc.log")) return -1;
+  unit_time(o, link, now_s() - tl, false);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- the CUDA build */
