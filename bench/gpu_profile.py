@@ -40,7 +40,7 @@ def node_names(cu):
         if m:
             pending = m.group(1)
             continue
-        m = re.match(r"static __global__ void (k\d+)\(", line)
+        m = re.match(r"(?:static|extern \"C\") __global__ void (k\d+)\(", line)
         if m and pending:
             out[m.group(1)] = pending
         if line.strip():
