@@ -765,10 +765,13 @@ static int build_c(Ctx *c, const CompileOptions *o, const char *dir) {
     a[n] = NULL;
   }
   if (!split) return run_build(c, o, dir, NULL, NULL, 0, argv[0]);
-  char *rt_cached = NULL, **cmds[2] = {argv[0], argv[1]};
-  bool skip[2] = {false, unit_cached(c, "runtime", compiler_id(c, cc), argv[1], dir, NULL, "gg_rt.o", &rt_cached)};
+  /* the model's object is cached too, by the SHA-256 of model.c: a model whose code did not change
+   * (new weights of the same shapes, another output) links without compiling it again */
+  const char *id = compiler_id(c, cc);
+  char *store[2], **cmds[2] = {argv[0], argv[1]};
+  bool skip[2] = {unit_cached(c, "model", id, argv[0], dir, "model.c", "model.o", &store[0]), unit_cached(c, "runtime", id, argv[1], dir, NULL, "gg_rt.o", &store[1])};
   if (run_build(c, o, dir, cmds, skip, 2, argv[2])) return -1;
-  if (!skip[1]) unit_store(c, dir, "gg_rt.o", rt_cached);
+  for (int i = 0; i < 2; i++) if (!skip[i]) unit_store(c, dir, i ? "gg_rt.o" : "model.o", store[i]);
   return 0;
 }
 
