@@ -19,7 +19,8 @@ updates (the mean of the shards' gradients, which the ranks all-reduce) and comp
 with rank 0's. Prints a Markdown table (ms per step on rank 0, the scaling efficiency t(1)/t(N) at a
 fixed batch per GPU) and, last, one JSON line.
 
-Environment: GG, ROUNDS (3), ITERS (20), CHECK_STEPS (50), OUT, TORCH_COMPILE (1), NGPUS (all)."""
+Environment: GG, ROUNDS (3), ITERS (20), CHECK_STEPS (50), OUT, TORCH_COMPILE (1), NGPUS (all), TRACE_DIR
+(each rank writes a Chrome trace of 3 of our steps there: kernels by stream, NCCL's included)."""
 import hashlib, json, os, socket, statistics, subprocess, sys, tempfile, time, traceback
 
 import numpy as np
@@ -33,6 +34,7 @@ ITERS = int(os.environ.get("ITERS", "20"))
 CHECK_STEPS = int(os.environ.get("CHECK_STEPS", "50"))
 TORCH_COMPILE = os.environ.get("TORCH_COMPILE", "1") == "1"
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-ddp-")
+TRACE_DIR = os.environ.get("TRACE_DIR", "")   # a Chrome trace of 3 of our steps per rank and world size goes there
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast stays off (the device's KINDS.md)
 
 
@@ -103,6 +105,16 @@ def rank_main(name, so, world, rank, res):
     fns = {}
     ours = OursDP(so, dp)
     fns["ours"] = lambda: ours.step(*xs)
+    if TRACE_DIR:   # a timeline of our steps on this rank (torch.profiler's Chrome trace: kernels by stream)
+        for _ in range(3):
+            fns["ours"]()
+        torch.cuda.synchronize()
+        dist.barrier()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                fns["ours"]()
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(os.path.join(TRACE_DIR, "trace_%s_w%d_r%d.json" % (name, world, rank)))
     if dp:
         os.environ["GCC_GRAPH_DP_OVERLAP"] = "0"
         ours_b = OursDP(so, True)
