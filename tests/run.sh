@@ -539,6 +539,13 @@ mkdir -p "$TMP/mk/models" && cp $M/mlp/model.pt2 "$TMP/mk/models/a.pt2"
 expect 0 "" -- make -s -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"
 expect 0 "" -- test -f "$TMP/mk/build/models/a.so"
 expect 0 "Nothing to be done" -- make -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"
+# exports named from another folder, with -MD's dependencies: a changed .pt2 is rebuilt, an unchanged one not
+mkdir -p "$TMP/mk/exports" && cp $M/mlp/model.pt2 "$TMP/mk/exports/b.pt2"
+expect 0 "" -- make -s -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG" MODELS="exports/b.pt2"
+expect 0 "build/models/b.so: exports/b.pt2" -- cat "$TMP/mk/build/models/b.d"
+expect 0 "Nothing to be done" -- make -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG" MODELS="exports/b.pt2"
+touch -d "1 hour ago" "$TMP/mk/build/models/b.so"   # (older than its .pt2, as after a new export)
+expect 1 "" -- make -q -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG" MODELS="exports/b.pt2"
 
 # make install: binary, header, pkg-config file, man page under DESTDIR/PREFIX; the sample builds against them
 expect 0 "" -- make -s install DESTDIR="$TMP/inst" PREFIX=/opt/gg BUILD="$BUILD"
