@@ -86,7 +86,7 @@ demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
 	@echo "== time it"
 	$(BUILD)/gcc-graph bench $(BUILD)/bert_tiny.so --inputs tests/corpus/models/bert_tiny/io.safetensors --iters 20
 
-# Side-by-side benchmarks against PyTorch eager on ../shared/bench (bench/run.sh says how).
+# Side-by-side benchmarks against PyTorch eager on bench/models (bench/run.sh says how); fails when one cannot be measured.
 bench: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) sh bench/run.sh
 

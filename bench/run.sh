@@ -1,6 +1,6 @@
 #!/bin/sh
 # run.sh [MODEL_DIR...]: the benchmark harness (`make bench`; `make bench-train` sets TRAIN=1).
-# For each model (default: the four of ../shared/bench): deterministic weights and input
+# For each model (default: the four of bench/models, which a plain clone has): deterministic weights and input
 # (make_weights.py), gcc-graph compile (timed), gcc-graph bench, and, where PyTorch is installed,
 # PyTorch eager on the same weights, input and thread count, in the same run; their outputs are
 # compared. Prints a table with milliseconds, the speed ratio, compile seconds, and the fraction of
@@ -37,7 +37,7 @@ if [ "$TRAIN" = 1 ]; then
   TRAINFLAG=--train
   [ $# -gt 0 ] || set -- bench/train/*/
 else
-  [ $# -gt 0 ] || set -- ../shared/bench/mlp_big ../shared/bench/resnet18_224 ../shared/bench/mobilenet_v3_small_224 ../shared/bench/encoder_d256_s128_b4
+  [ $# -gt 0 ] || set -- bench/models/mlp_big bench/models/resnet18_224 bench/models/mobilenet_v3_small_224 bench/models/encoder_d256_s128_b4
 fi
 export OMP_NUM_THREADS=$THREADS
 TARGET=${TARGET:-cpu}
@@ -58,6 +58,7 @@ GBS=$(best copy_gbs)
 echo "machine: $(nproc) cores, $THREADS threads; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "ceilings: sgemm $GFLOPS GFLOP/s, copy $GBS GB/s (the better of: $CEIL ${TCEIL:-})"
 have_torch=0
+failed=0   # models that could not be measured: make bench fails at the end
 "$PY" -c "import torch, numpy" 2>/dev/null && have_torch=1
 TC=${TORCH_COMPILE:-0}
 printf "%-26s %10s %10s %8s %9s %9s %8s %7s %6s" model gcc-graph torch speedup compile_s gemm_gf of_ceil gb_s of_bw
@@ -66,9 +67,10 @@ echo
 for m in "$@"; do
   m=${m%/}
   n=$(basename "$m")
-  "$PY" bench/make_weights.py "$m" "$W/$n" >/dev/null 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy)"; continue; }
+  [ -f "$m/model.json" ] || { echo "$n: no $m/model.json" >&2; failed=$((failed + 1)); continue; }
+  "$PY" bench/make_weights.py "$m" "$W/$n" >"$W/mw.log" 2>&1 || { echo "$n: make_weights.py failed (needs Python 3 with NumPy): $(tail -n 1 "$W/mw.log")" >&2; failed=$((failed + 1)); continue; }
   t0=$(date +%s.%N)
-  "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" $TRAINFLAG -o "$W/$n.so" || { echo "$n: compile failed"; continue; }
+  "$GG" compile "$m/model.json" --weights "$W/$n/weights.safetensors" $TRAINFLAG -o "$W/$n.so" || { echo "$n: compile failed" >&2; failed=$((failed + 1)); continue; }
   t1=$(date +%s.%N)
   "$GG" run "$W/$n.so" --inputs "$W/$n/input.safetensors" -o "$W/$n.out.st" >/dev/null
   if [ "$TRAIN" = 1 ]; then   # forward + backward FLOPs
@@ -102,7 +104,7 @@ for m in "$@"; do
   echo
   [ "$ROUNDS" -gt 1 ] && [ -n "$line" ] && echo "  rounds: $(echo "$line" | sed -n 's/.*"rounds": \({[^}]*}\).*/\1/p')"
   if [ "$ref" != "-" ]; then
-    "$PY" - "$W/$n.out.st" "$W/$n.ref" <<'PYEOF' || echo "$n: OUTPUTS DIFFER from PyTorch"
+    "$PY" - "$W/$n.out.st" "$W/$n.ref" <<'PYEOF' || { echo "$n: OUTPUTS DIFFER from PyTorch" >&2; failed=$((failed + 1)); }
 import json, struct, sys, numpy as np
 b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])["out.0"]
 ours = np.frombuffer(b[8 + n + h["data_offsets"][0]:8 + n + h["data_offsets"][1]], dtype=np.float32)
@@ -112,3 +114,4 @@ sys.exit(0 if err < 1e-4 else 1)
 PYEOF
   fi
 done
+if [ "$failed" -gt 0 ]; then echo "bench: $failed model(s) failed (above)" >&2; exit 1; fi
