@@ -242,6 +242,7 @@ struct gg_train_state {
   void *table;              /* CUDA: the update's table of tensors, on the device (rt_alloc) */
   size_t table_bytes;
   int64_t table_gen;        /* the generation it was written for */
+  int64_t opt_chunks;       /* CUDA: the update's blocks (chunks of its tensors) */
 };
 
 GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }

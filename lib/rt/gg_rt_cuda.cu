@@ -528,33 +528,38 @@ GG_EXPORT int gg_device_copy(void *dst, const void *src, size_t bytes, int to_de
 
 /* ---------------------------------------------------------------- training */
 
-/* The update of every parameter in one launch: block row y takes tensor y of the state's table. */
+/* The update of every parameter in one launch, in chunks of GG_OPT_CHUNK elements, a block each:
+ * tensor t of the state's table has chunks [chunk0, chunk0 + its count), which a block finds by
+ * binary search. (A block row per tensor, each as wide as the largest, started 1024 blocks for
+ * every bias: BERT-base's update took 1.31 ms for 3.1 GB, half the copy rate.) */
+#define GG_OPT_CHUNK 16384
 typedef struct gg_opt_tensor {
   float *w;
   const float *g;
   float *acc, *b, *v;       /* the accumulated gradient, the optimizer's state (NULL where unused) */
   int64_t n;
+  int64_t chunk0;           /* its first chunk; the table's last entry holds the chunks' count */
 } gg_opt_tensor;
 
-__global__ void opt_step(int kind, const gg_opt_tensor *t, const gg_hyper *hp) {
-  const gg_opt_tensor T = t[blockIdx.y];
+__global__ void opt_step(int kind, const gg_opt_tensor *t, int nt, const gg_hyper *hp) {
+  const int64_t c = blockIdx.x;
+  int lo = 0, hi = nt - 1;
+  while (lo < hi) {   /* the last tensor whose first chunk is at or before c */
+    int mid = (lo + hi + 1) / 2;
+    if (t[mid].chunk0 <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  const gg_opt_tensor T = t[lo];
   const gg_hyper h = *hp;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T.n; i += (int64_t)gridDim.x * blockDim.x)
+  const int64_t i0 = (c - T.chunk0) * GG_OPT_CHUNK, i1 = i0 + GG_OPT_CHUNK < T.n ? i0 + GG_OPT_CHUNK : T.n;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
     gg_step_one(kind, T.w + i, T.g + i, T.acc ? T.acc + i : NULL, T.b ? T.b + i : NULL, T.v ? T.v + i : NULL, &h);
 }
 
 static void launch_update(gg_model *m, gg_train_state *st) {
-  int nt = (int)(st->table_bytes / sizeof(gg_opt_tensor));
-  if (!nt) return;
-  int64_t most = 1;
-  for (int k = 0; k < gg__train.ngrads; k++)
-    if (gg__train.grad_weight[k] >= 0) {
-      int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
-      if (n > most) most = n;
-    }
-  unsigned bx = gg_cu_blocks(most);
-  dim3 grid(bx > 1024 ? 1024 : bx, (unsigned)nt);
-  opt_step<<<grid, 256, 0, m->stream>>>(gg__train.optimizer, (const gg_opt_tensor *)st->table, m->hp_dev);
+  int nt = (int)(st->table_bytes / sizeof(gg_opt_tensor)) - 1;
+  if (nt <= 0 || !st->opt_chunks) return;
+  opt_step<<<(unsigned)st->opt_chunks, 256, 0, m->stream>>>(gg__train.optimizer, (const gg_opt_tensor *)st->table, nt, m->hp_dev);
 }
 
 /* Before a step: the optimizer's state on the device (zeroed at its first use), and the state's table
@@ -573,15 +578,20 @@ static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errle
     }
   }
   if (!moved && st->table && st->table_gen == st->gen) return 0;   /* the table on the device is current */
-  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);
+  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 2, sizeof *t);
   if (!t) return gg_rt_fail(err, errlen, "out of memory");
   int nt = 0;
+  int64_t chunks = 0;
   for (int k = 0; k < gg__train.ngrads; k++) {
     int i = gg__train.grad_weight[k];
-    if (i >= 0)
-      t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k],
-                                numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k])};
+    if (i < 0) continue;
+    int64_t n = numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]);
+    if (!n) continue;
+    t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k], n, chunks};
+    chunks += (n + GG_OPT_CHUNK - 1) / GG_OPT_CHUNK;
   }
+  t[nt++] = (gg_opt_tensor){NULL, NULL, NULL, NULL, NULL, 0, chunks};   /* the end */
+  st->opt_chunks = chunks;
   size_t bytes = sizeof *t * (size_t)nt;
   rt_free(st->table);
   st->table = rt_alloc(bytes ? bytes : 1);
