@@ -14,7 +14,12 @@ HDRS    := lib/gg.h lib/emit.h lib/ops.def lib/scalar.h lib/rewrite.h
 
 all: $(BUILD)/gcc-graph
 
-$(BUILD)/lib/%.o: lib/%.c $(HDRS)
+# make test and make demo first install the Debian packages the build and the tests need (tools/setup.sh)
+SETUP := $(if $(filter test demo,$(MAKECMDGOALS)),setup)
+setup:
+	@sh tools/setup.sh
+
+$(BUILD)/lib/%.o: lib/%.c $(HDRS) | $(SETUP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -22,7 +27,7 @@ $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh $(EMBED) > $@
 
-$(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
+$(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c | $(SETUP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libgg.a: $(LIB_OBJ)
@@ -129,4 +134,4 @@ uninstall:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-gpu-ddp bench-train install uninstall
+.PHONY: all setup test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-gpu-ddp bench-train install uninstall

@@ -97,8 +97,8 @@ MODELS = {
 
 # ---------------------------------------------------------------- gcc-graph through ctypes, on torch's tensors
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "samples"))
-from gcc_graph import DLDataType, DLDevice, DLTensor   # noqa: E402  (the sample loader's DLPack structures)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from gcc_graph import DLDataType, DLDevice, DLTensor   # noqa: E402  (the package's DLPack structures)
 
 
 DL = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16), torch.float16: (2, 16), torch.int64: (0, 64), torch.int32: (0, 32)}

@@ -54,7 +54,8 @@ int gg_run_alloc(gg_model *model, const DLTensor *inputs, int ninputs, DLManaged
  * model takes and gives device tensors (host tensors are refused by the guards), uploads its weights
  * at gg_open, replays its kernels as a CUDA graph, and returns from gg_run when its work is done. */
 int gg_device_type(void);
-/* CUDA models: queue runs on `stream` (a cudaStream_t; NULL: the model's own stream). */
+/* CUDA models: queue runs on `stream` (a cudaStream_t; NULL: the model's own stream, where each run
+ * first waits for the work queued on the legacy default stream, as a blocking stream would). */
 int gg_set_stream(gg_model *model, void *stream);
 /* CUDA models: device memory for programs with no CUDA of their own (allocate, free, copy to the
  * device when to_device, else back to the host; 0 on success). */

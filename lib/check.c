@@ -27,25 +27,36 @@ static STensor st_from(Interp *I, const char *name, Tensor *t) {
   return s;
 }
 
-/* relative L2 distance of a from b, with a floor of 1e-3 per element under the norm (a gradient that
- * is zero up to rounding has no meaningful relative error); integers exactly; -1 on a shape or dtype
- * mismatch */
-static double distance(const STensor *a, const STensor *b) {
-  if (a->rank != b->rank || a->dtype != b->dtype) return -1;
+/* relative L2 distance of a from b over their values (any two dtypes, compared in float64), with a
+ * floor of 1e-3 per element under the norm (a gradient that is zero up to rounding has no
+ * meaningful relative error); integers exactly; -1 on a shape mismatch. *maxdiff: the largest
+ * absolute difference (NULL: not wanted). */
+static double values_distance(const STensor *a, const STensor *b, double *maxdiff) {
+  if (a->rank != b->rank) return -1;
   int64_t n = 1;
   for (int d = 0; d < a->rank; d++) { if (a->sizes[d] != b->sizes[d]) return -1; n *= a->sizes[d]; }
-  double num = 0, den = 0;
-  size_t sz = (size_t)dtype_info(a->dtype)->size;
+  double num = 0, den = 0, most = 0;
+  size_t sa = (size_t)dtype_info(a->dtype)->size, sb = (size_t)dtype_info(b->dtype)->size;
+  bool exact = !dtype_is_float(a->dtype) || !dtype_is_float(b->dtype);
   for (int64_t i = 0; i < n; i++) {
-    double x = dtype_load_f64(a->dtype, a->data + (size_t)i * sz), y = dtype_load_f64(b->dtype, b->data + (size_t)i * sz);
+    double x = dtype_load_f64(a->dtype, a->data + (size_t)i * sa), y = dtype_load_f64(b->dtype, b->data + (size_t)i * sb);
     if (isnan(x) && isnan(y)) continue;
-    if (!dtype_is_float(a->dtype)) { if (x != y) return INFINITY; continue; }
-    if (!isfinite(x) || !isfinite(y)) { if (x != y) return INFINITY; continue; }
+    if (!isfinite(x) || !isfinite(y) || exact) {
+      if (x != y) { if (maxdiff) *maxdiff = INFINITY; return INFINITY; }
+      continue;
+    }
     num += (x - y) * (x - y);
     den += y * y;
+    if (fabs(x - y) > most) most = fabs(x - y);
   }
+  if (maxdiff) *maxdiff = most;
   double floor = 1e-6 * (double)n;
   return sqrt(num / (den > floor ? den : floor > 0 ? floor : 1));
+}
+
+/* the same for two tensors of one dtype (-1 when the dtypes differ) */
+static double distance(const STensor *a, const STensor *b) {
+  return a->dtype != b->dtype ? -1 : values_distance(a, b, NULL);
 }
 
 /* The inputs: the file's, or random normal floats and zero integers (valid indices), seeded. */
@@ -506,5 +517,62 @@ done:
   }
   interp_free(I);
   graph_release(g);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- compare */
+
+/* The tolerance for an expected tensor of dtype d: 1e-4 for float32 and float64 (check's), 1e-2 for
+ * float16 and 3e-2 for bfloat16 (their rounding), 0 (exact) for integers and bools. */
+static double default_tol(DType d) {
+  if (!dtype_is_float(d)) return 0;
+  return d == DT_BF16 ? 3e-2 : d == DT_F16 ? 1e-2 : 1e-4;
+}
+
+int compare_files(Ctx *c, const char *got_path, const char *want_path, double tol, FILE *out) {
+  Graph g = {.ctx = c};
+  SafeTensors got, want;
+  int rc = -1;
+  if (st_read(c, &g, got_path, &got) || st_read(c, &g, want_path, &want)) goto done;
+  if (!want.n) { gg_error(c, "%s: no tensors to compare with", want_path); goto done; }
+  fprintf(out, "compare %s with %s: %d tensor%s, relative L2 error (a floor of 1e-3 per element; integers exact)\n",
+          gg_quote(c, got_path), gg_quote(c, want_path), want.n, want.n == 1 ? "" : "s");
+  int bad = 0;
+  for (int i = 0; i < want.n; i++) {
+    const STensor *w = &want.t[i], *a = NULL;
+    for (int j = 0; j < got.n && !a; j++)
+      if (!strcmp(got.t[j].name, w->name)) a = &got.t[j];
+    char shape[256];
+    int k = snprintf(shape, sizeof shape, "%s[", dtype_info(w->dtype)->name);
+    for (int d = 0; d < w->rank && k < (int)sizeof shape - 24; d++) k += snprintf(shape + k, sizeof shape - (size_t)k, d ? ", %lld" : "%lld", (long long)w->sizes[d]);
+    snprintf(shape + k, sizeof shape - (size_t)k, "]");
+    fprintf(out, "  %-24s %-22s ", gg_quote(c, w->name), shape);
+    if (!a) { fprintf(out, "MISSING from %s\n", gg_quote(c, got_path)); bad++; continue; }
+    double maxdiff = 0, e = values_distance(a, w, &maxdiff), t = tol >= 0 ? tol : default_tol(w->dtype);
+    if (tol < 0 && dtype_is_float(a->dtype) && default_tol(a->dtype) > t) t = default_tol(a->dtype);
+    if (e < 0) {
+      fprintf(out, "DEPARTS: shape differs (");
+      for (int d = 0; d < a->rank; d++) fprintf(out, d ? ", %lld" : "%lld", (long long)a->sizes[d]);
+      fprintf(out, ")\n");
+      bad++;
+    } else if (!(e <= t)) {
+      fprintf(out, "DEPARTS: relative error %.3g > %.3g, largest difference %.3g\n", e, t, maxdiff);
+      bad++;
+    } else if (t == 0) {
+      fprintf(out, "agrees (equal)\n");
+    } else {
+      fprintf(out, "agrees (relative error %.3g <= %.3g, largest difference %.3g)\n", e, t, maxdiff);
+    }
+  }
+  for (int j = 0; j < got.n; j++) {
+    bool known = false;
+    for (int i = 0; i < want.n && !known; i++) known = !strcmp(got.t[j].name, want.t[i].name);
+    if (!known) fprintf(out, "  %-24s (not in %s: not compared)\n", gg_quote(c, got.t[j].name), gg_quote(c, want_path));
+  }
+  if (bad) fprintf(out, "%d of %d depart\n", bad, want.n);
+  else fprintf(out, "all %d agree\n", want.n);
+  rc = bad ? 1 : 0;
+done:
+  graph_release(&g);
   return rc;
 }

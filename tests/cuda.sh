@@ -117,5 +117,45 @@ if "$GG" compile tests/corpus/models/bert_tiny/model.pt2 --target cuda -o "$TMP/
 else
   echo "FAIL: out-of-range index: $(cat "$TMP/err")"; fail=$((fail + 1))
 fi
+echo "== CUDA: the Python package (tests/python_cuda.py): compile from an nn.Module, CUDA tensors, streams, training"
+if python3 -c "import torch.export" 2>/dev/null; then
+  if XDG_CACHE_HOME="$TMP/pycache" PYTHONPATH=python GCC_GRAPH="$GG" python3 tests/python_cuda.py >"$TMP/pyc" 2>&1 && grep -q "^python cuda ok" "$TMP/pyc"; then
+    pass=$((pass + 1)); tail -n 1 "$TMP/pyc"
+  else
+    echo "FAIL: tests/python_cuda.py: $(grep -v Warning "$TMP/pyc" | tail -n 8)"; fail=$((fail + 1))
+  fi
+else
+  echo "(torch with torch.export is needed for tests/python_cuda.py; not run)"
+fi
+echo "== CUDA: the README's quickstart as written (its Python block; samples/export.py, compile, run, compare)"
+if python3 -c "import torch.export, torchvision" 2>/dev/null; then
+  sed -n '/^```python$/,/^```$/p' README.md | sed '1d;$d' >"$TMP/quickstart.py"
+  if (cd "$TMP" && XDG_CACHE_HOME="$TMP/pycache" PYTHONPATH="$OLDPWD/python" GCC_GRAPH="$OLDPWD/$GG" python3 quickstart.py) >"$TMP/qs" 2>&1 &&
+     python3 -c "import sys; v = float(open(sys.argv[1]).read().split()[-1]); sys.exit(not v < 1e-3)" "$TMP/qs"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL: the README's Python quickstart: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
+  fi
+  for t in cpu cuda; do
+    if python3 samples/export.py resnet18 -o "$TMP/exports" >"$TMP/qs" 2>&1 &&
+       "$GG" compile "$TMP/exports/resnet18.pt2" --target $t -o "$TMP/resnet18_$t.so" >>"$TMP/qs" 2>&1 &&
+       "$GG" run "$TMP/resnet18_$t.so" --inputs "$TMP/exports/resnet18_inputs.safetensors" -o "$TMP/qs_out.st" >>"$TMP/qs" 2>&1 &&
+       "$GG" compare "$TMP/qs_out.st" "$TMP/exports/resnet18_expected.safetensors" >>"$TMP/qs" 2>&1; then
+      pass=$((pass + 1)); tail -n 2 "$TMP/qs" | head -n 1
+    else
+      echo "FAIL: samples/export.py resnet18, compiled for $t and compared: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
+    fi
+  done
+  if python3 samples/export.py hf:bert --batch 2 --seq 32 -o "$TMP/exports" >"$TMP/qs" 2>&1 &&
+     "$GG" compile "$TMP/exports/bert.pt2" --target cuda -o "$TMP/bert_qs.so" >>"$TMP/qs" 2>&1 &&
+     "$GG" run "$TMP/bert_qs.so" --inputs "$TMP/exports/bert_inputs.safetensors" -o "$TMP/qs_out.st" >>"$TMP/qs" 2>&1 &&
+     "$GG" compare "$TMP/qs_out.st" "$TMP/exports/bert_expected.safetensors" >>"$TMP/qs" 2>&1; then
+    pass=$((pass + 1)); tail -n 1 "$TMP/qs"
+  else
+    echo "FAIL: samples/export.py hf:bert, compiled for cuda and compared: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
+  fi
+else
+  echo "(torch with torch.export and torchvision are needed for the quickstart; not run)"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

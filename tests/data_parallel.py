@@ -1,4 +1,4 @@
-"""Data-parallel training through samples/gcc_graph.py and torch.distributed (gloo for a CPU model,
+"""Data-parallel training through the gcc_graph package (python/) and torch.distributed (gloo for a CPU model,
 NCCL on rank r's GPU r for a CUDA model), checked against one process. Usage:
     data_parallel.py TRAIN.so IO.safetensors [STEPS [WORLD]]    (starts WORLD ranks itself, default 2)
 Each step rank r trains on shard r: the inputs of IO with the float inputs scaled by (-0.7)^r and the
@@ -8,7 +8,7 @@ stepping once per WORLD micro-batches. Passes when every rank ends with the same
 bit, and they match the reference's (relative difference <= 1e-6 over each tensor)."""
 import ctypes, os, socket, subprocess, sys
 import numpy as np
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "samples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gcc_graph import Model
 from python_loader import read_st
@@ -25,7 +25,7 @@ def shards(m, path):
 def params(m):
     """The parameters with gradients (buffers such as running statistics are each rank's own)."""
     ps = set(m.metadata["training"]["gradients"])
-    return {k: v.view(np.float32) for k, v in m.weights().items() if k in ps}
+    return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in m.state_dict().items() if k in ps}
 
 
 def rank_main(so, io, steps, rank, world, out):
@@ -35,7 +35,7 @@ def rank_main(so, io, steps, rank, world, out):
     m = Model(so, device=rank) if cuda else Model(so)
     m.data_parallel()
     x = shards(m, io)[rank]
-    losses = [float(m.train_step(*x)[0]) for _ in range(steps)]
+    losses = [float(m.train_step(*x)) for _ in range(steps)]
     np.savez(out, losses=np.array(losses), **params(m))
     dist.destroy_process_group()
 

@@ -285,6 +285,20 @@ expect 0 '"threads"' -- tail -n 1 "$TMP/bench"
 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 20 --warmup 1 >"$TMP/bench20" 2>&1 || no "bench failed: $(cat "$TMP/bench20")"
 expect 0 "" -- python3 -c "import json,sys; j=json.loads(open(sys.argv[1]).read().splitlines()[-1]); v=[j[k] for k in ('min_ms','median_ms','p90_ms','p99_ms','max_ms')]; sys.exit(0 if v == sorted(v) and j['mean_ms'] <= j['max_ms'] else 1)" "$TMP/bench20"
 expect 2 "bad count" -- "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 0
+# compare: outputs against expected ones, tensor by tensor (exit 0 agree, 1 depart or missing, 2 usage)
+expect 0 "" -- "$GG" run "$TMP/mlp.so" --inputs $M/mlp/io.safetensors -o "$TMP/cmp.st"
+expect 0 "all 1 agree" -- "$GG" compare "$TMP/cmp.st" "$TMP/cmp.st"
+expect 0 "agrees (relative error" -- "$GG" compare $M/mlp/io.safetensors "$TMP/cmp.st"
+expect 0 "not compared" -- "$GG" compare $M/mlp/io.safetensors "$TMP/cmp.st"
+expect 1 "DEPARTS: relative error" -- "$GG" compare $M/mlp/io.safetensors "$TMP/cmp.st" --tol 0
+expect 1 "'in.0'                   float32[8, 64]         MISSING" -- "$GG" compare "$TMP/cmp.st" $M/mlp/io.safetensors
+mk_st "$TMP/cmp_shape.st" out.0 F32 8,9 288
+expect 1 "DEPARTS: shape differs (8, 9)" -- "$GG" compare "$TMP/cmp_shape.st" "$TMP/cmp.st"
+mk_st "$TMP/cmp_int.st" out.0 I64 8,10 640
+expect 1 "DEPARTS" -- "$GG" compare "$TMP/cmp_int.st" "$TMP/cmp.st"
+expect 1 "cannot open" -- "$GG" compare /nonexistent.st "$TMP/cmp.st"
+expect 2 "missing EXPECTED" -- "$GG" compare "$TMP/cmp.st"
+expect 2 "did you mean '--tol'" -- "$GG" compare "$TMP/cmp.st" "$TMP/cmp.st" --tl 1
 cp /lib/x86_64-linux-gnu/libm.so.6 "$TMP/libm.so" 2>/dev/null || cp "$(ls /usr/lib/*/libm.so.6 | head -n 1)" "$TMP/libm.so"
 expect 1 "writes through a view made by 'split.Tensor'" -- "$GG" compile tests/bad/write_through_split.json -o "$TMP/ws.so"
 expect 1 "not a gcc-graph model" -- "$GG" run "$TMP/libm.so" --inputs $M/mlp/io.safetensors -o "$TMP/o.st"
@@ -533,7 +547,23 @@ if "$PY" -c "import numpy" 2>/dev/null; then
     no "python3 with torch.distributed (gloo) is needed for the data-parallel test (Debian: python3-torch)"
   fi
 else
-  no "python3 with NumPy is needed to test samples/gcc_graph.py"
+  no "python3 with NumPy is needed to test the Python package (python/)"
+fi
+echo "== the Python package: pip install ./python into a fresh venv (offline), used from another folder"
+if "$PY" -c "import numpy, torch, venv, ensurepip" 2>/dev/null; then
+  rm -rf "$TMP/venv" "$TMP/pkg" && mkdir -p "$TMP/pkg"
+  cp $M/mlp/model.pt2 "$TMP/pkg/mlp.pt2" && cp $M/mlp/io.safetensors "$TMP/pkg/mlp.st"
+  cp tests/corpus/train/mlp_train/model.pt2 "$TMP/pkg/train.pt2" && cp tests/corpus/train/mlp_train/io.safetensors "$TMP/pkg/train.st"
+  echo "not a zip" >"$TMP/pkg/bad.pt2"
+  if "$PY" -m venv --system-site-packages "$TMP/venv" >"$TMP/err" 2>&1 &&
+     "$TMP/venv/bin/python" -m pip install -q --no-index ./python >>"$TMP/err" 2>&1; then
+    expect 0 "python package ok" -- env XDG_CACHE_HOME="$TMP/pkg/cache" GCC_GRAPH="$PWD/$GG" "$TMP/venv/bin/python" tests/python_package.py "$TMP/pkg"
+    expect 0 "gcc_graph-$(sed -n 's/^version = "\(.*\)"/\1/p' python/pyproject.toml)-py3-none-any.whl" -- sh -c '"$1" -m pip wheel -q --no-index --no-deps ./python -w "$2" && ls "$2"' _ "$TMP/venv/bin/python" "$TMP/pkg/whl"
+  else
+    no "pip install ./python into a venv: $(tail -n 5 "$TMP/err")"
+  fi
+else
+  no "python3 with NumPy, torch and venv (python3-venv) is needed to test the Python package"
 fi
 mkdir -p "$TMP/mk/models" && cp $M/mlp/model.pt2 "$TMP/mk/models/a.pt2"
 expect 0 "" -- make -s -C "$TMP/mk" -f "$PWD/samples/Makefile" GCC_GRAPH="$PWD/$GG"

@@ -49,6 +49,7 @@ struct gg_model {
   void **w;                 /* each weight's device address */
   void **mut;               /* mutated buffers: their weights' device copies */
   cudaStream_t own, stream; /* the model's stream, and the one runs go to */
+  cudaEvent_t legacy;       /* runs on the model's own stream first wait for the legacy default stream's work */
   cublasHandle_t blas;
   cublasLtHandle_t lt;
   void *blas_ws;            /* cuBLAS's workspace, given so that it allocates nothing while captured */
@@ -152,6 +153,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   if (m->lt) cublasLtDestroy(m->lt);
   dp_free(m);
   if (m->own) cudaStreamDestroy(m->own);
+  if (m->legacy) cudaEventDestroy(m->legacy);
   if (m->err_host) cudaFreeHost(m->err_host);
   for (int q = 0; m->lib && q < gg__desc.nparts; q++) if (m->lib[q]) cudaLibraryUnload(m->lib[q]);
   free(m->lib);
@@ -215,7 +217,11 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   }
   m->wbytes = total;
   if (m->map) { munmap(m->map, m->maplen); m->map = NULL; }
-  if ((ce = cudaStreamCreateWithFlags(&m->own, cudaStreamNonBlocking)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot create a stream", ce); }
+  if ((ce = cudaStreamCreateWithFlags(&m->own, cudaStreamNonBlocking)) != cudaSuccess ||
+      (ce = cudaEventCreateWithFlags(&m->legacy, cudaEventDisableTiming)) != cudaSuccess) {
+    gg_close(m);
+    return cuda_fail(err, errlen, "cannot create a stream", ce);
+  }
   m->stream = m->own;
   if (cublasCreate(&m->blas) != CUBLAS_STATUS_SUCCESS) { m->blas = NULL; gg_close(m); return gg_rt_fail(err, errlen, "cannot start cuBLAS"); }
   if (cublasLtCreate(&m->lt) != CUBLAS_STATUS_SUCCESS) { m->lt = NULL; gg_close(m); return gg_rt_fail(err, errlen, "cannot start cuBLASLt"); }
@@ -427,6 +433,10 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
     key[nk++] = a->st->gen;
   }
   if (a->what & BWD) key[nk++] = (int64_t)(intptr_t)((const char *)a->bin[gg__train.nsaved].data + a->bin[gg__train.nsaved].byte_offset);
+  /* on the model's own stream (non-blocking), after what the legacy default stream has queued: inputs
+   * written there (cudaMemcpy, PyTorch's default stream) are complete when the kernels read them */
+  if (!rc && m->stream == m->own && (cudaEventRecord(m->legacy, cudaStreamLegacy) != cudaSuccess || cudaStreamWaitEvent(m->own, m->legacy, 0) != cudaSuccess))
+    rc = gg_rt_fail(err, errlen, "cannot order the run after the default stream");
   if (!rc) rc = issue(m, &m->slot[slot], key, nk, a, err, errlen);
   if (!rc) {
     cudaError_t ce = cudaStreamSynchronize(m->stream);
