@@ -51,6 +51,8 @@ static const char usage_main[] =
   "                 ~/.cache/gcc-graph), once per compiler and flags\n"
   "  GCC_GRAPH_NO_CACHE=1        neither reuse nor keep anything compiled\n"
   "  GCC_GRAPH_PROFILE=1         compiled models print the nodes that took the most time\n"
+  "  GCC_GRAPH_PROFILE=FILE.json ... and write every node of every run to FILE as a Chrome trace\n"
+  "                 (Perfetto, chrome://tracing; CPU models)\n"
   "  GCC_GRAPH_BLAS_ONLY=1       compiled CPU models leave their own AVX-512 float32 kernel for BLAS\n"
   "\n"
   "Exit status: 0 success, 1 bad input, 2 wrong usage.\n";
@@ -774,7 +776,7 @@ static int cmd_compare(int argc, char **argv) {
   }
   if (nf < 2) return usage_error(usage_compare, "%s", nf ? "missing EXPECTED.safetensors" : "missing OUT.safetensors and EXPECTED.safetensors");
   Ctx *c = ctx_new();
-  int r = compare_files(c, files[0], files[1], tol, stdout);
+  int r = compare_outputs(c, files[0], files[1], tol, stdout);
   if (r < 0) report(c);
   ctx_free(c);
   return r < 0 ? 1 : r;

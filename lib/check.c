@@ -529,7 +529,7 @@ static double default_tol(DType d) {
   return d == DT_BF16 ? 3e-2 : d == DT_F16 ? 1e-2 : 1e-4;
 }
 
-int compare_files(Ctx *c, const char *got_path, const char *want_path, double tol, FILE *out) {
+int compare_outputs(Ctx *c, const char *got_path, const char *want_path, double tol, FILE *out) {
   Graph g = {.ctx = c};
   SafeTensors got, want;
   int rc = -1;

@@ -721,7 +721,7 @@ int minify_model(Ctx *c, const CheckOptions *o, const char *outdir, FILE *out);
 /* Every tensor of the safetensors file `want` against the one of the same name in `got`, by the
  * relative L2 rule (tol < 0: by dtype, 1e-4 for float32); 0: all agree, 1: one departs or is
  * missing (reported on out), -1: error */
-int compare_files(Ctx *c, const char *got, const char *want, double tol, FILE *out);
+int compare_outputs(Ctx *c, const char *got, const char *want, double tol, FILE *out);
 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);

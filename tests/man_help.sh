@@ -5,7 +5,7 @@
 GG=$1
 man=$(sed 's/\\-/-/g; s/\\f[BIRP]//g' man/gcc-graph.1)
 bad=0
-for cmd in "" compile run bench explain check minify; do
+for cmd in "" compile run bench explain check minify compare; do
   help=$("$GG" $cmd --help) || { echo "gcc-graph $cmd --help fails"; bad=1; continue; }
   for opt in $(echo "$help" | grep -oE '(^|[ ,\[])(--[a-z][a-z-]*|-[A-Z]{1,2}|-[a-z]\b|GCC_GRAPH_[A-Z_]+)' | sed 's/^[ ,\[]//' | sort -u); do
     case "$opt" in -h|-v|-o|-S|-j) continue;; esac   # short options: checked by their long descriptions

@@ -518,6 +518,21 @@ expect 0 "nothing to minify" -- "$GG" minify $M/mlp/model.pt2 -o "$TMP/repro2"
 expect 0 "gcc-graph profile: run" -- env GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 2
 expect 0 "linear (linear)" -- env GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 2
 expect 0 "gcc-graph profile: backward" -- env GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/dd.so" --inputs tests/corpus/train/mlp_train/io.safetensors --iters 2
+# GCC_GRAPH_PROFILE=FILE.json: a Chrome trace with every node of every run (bench: 5 warm-up + 3 runs)
+expect 0 "events in $TMP/trace.json" -- env GCC_GRAPH_PROFILE="$TMP/trace.json" "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 3
+expect 0 "trace ok" -- python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1])); ev = [e for e in j['traceEvents'] if e['ph'] == 'X']
+names = sorted({e['name'] for e in ev})
+assert ev and len(ev) % 8 == 0 and len(ev) == 8 * len(names), (len(ev), names)
+assert 'linear (linear)' in names and all(e['dur'] >= 0 and e['cat'] == 'run' for e in ev), names
+assert all(a['ts'] <= b['ts'] for a, b in zip(ev, ev[1:])), 'events in order'
+print('trace ok')" "$TMP/trace.json"
+expect 0 "events in $TMP/trace_t.json" -- env GCC_GRAPH_PROFILE="$TMP/trace_t.json" "$GG" bench "$TMP/dd.so" --inputs tests/corpus/train/mlp_train/io.safetensors --iters 2
+expect 0 "backward forward" -- python3 -c "
+import json, sys
+print(*sorted({e.get('cat') for e in json.load(open(sys.argv[1]))['traceEvents'] if e['ph'] == 'X'}))" "$TMP/trace_t.json"
+expect 0 "cannot write /nonexistent/t.json" -- env GCC_GRAPH_PROFILE=/nonexistent/t.json "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 1
 # explain a compiled model from its metadata
 expect 0 "in.0  'x'                      float32[8, 64]" -- "$GG" explain "$TMP/mlp.so"
 expect 0 "s77 in [1, 64]" -- "$GG" explain "$TMP/dyn.so"
