@@ -136,24 +136,19 @@ if python3 -c "import torch.export, torchvision" 2>/dev/null; then
   else
     echo "FAIL: the README's Python quickstart: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
   fi
-  for t in cpu cuda; do
-    if python3 samples/export.py resnet18 -o "$TMP/exports" >"$TMP/qs" 2>&1 &&
-       "$GG" compile "$TMP/exports/resnet18.pt2" --target $t -o "$TMP/resnet18_$t.so" >>"$TMP/qs" 2>&1 &&
-       "$GG" run "$TMP/resnet18_$t.so" --inputs "$TMP/exports/resnet18_inputs.safetensors" -o "$TMP/qs_out.st" >>"$TMP/qs" 2>&1 &&
-       "$GG" compare "$TMP/qs_out.st" "$TMP/exports/resnet18_expected.safetensors" >>"$TMP/qs" 2>&1; then
-      pass=$((pass + 1)); tail -n 2 "$TMP/qs" | head -n 1
+  for spec in "resnet18 resnet18 cpu" "resnet18 resnet18 cuda" "hf:bert bert cuda --batch 2 --seq 32"; do
+    set -- $spec
+    src=$1 name=$2 t=$3
+    shift 3
+    if python3 samples/export.py $src "$@" -o "$TMP/exports" >"$TMP/qs" 2>&1 &&
+       "$GG" compile "$TMP/exports/$name.pt2" --target $t -o "$TMP/${name}_$t.so" >>"$TMP/qs" 2>&1 &&
+       "$GG" run "$TMP/${name}_$t.so" --inputs "$TMP/exports/${name}_inputs.safetensors" -o "$TMP/qs_out.st" >>"$TMP/qs" 2>&1 &&
+       "$GG" compare "$TMP/qs_out.st" "$TMP/exports/${name}_expected.safetensors" >>"$TMP/qs" 2>&1; then
+      pass=$((pass + 1)); tail -n 1 "$TMP/qs"
     else
-      echo "FAIL: samples/export.py resnet18, compiled for $t and compared: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
+      echo "FAIL: samples/export.py $src, compiled for $t and compared: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
     fi
   done
-  if python3 samples/export.py hf:bert --batch 2 --seq 32 -o "$TMP/exports" >"$TMP/qs" 2>&1 &&
-     "$GG" compile "$TMP/exports/bert.pt2" --target cuda -o "$TMP/bert_qs.so" >>"$TMP/qs" 2>&1 &&
-     "$GG" run "$TMP/bert_qs.so" --inputs "$TMP/exports/bert_inputs.safetensors" -o "$TMP/qs_out.st" >>"$TMP/qs" 2>&1 &&
-     "$GG" compare "$TMP/qs_out.st" "$TMP/exports/bert_expected.safetensors" >>"$TMP/qs" 2>&1; then
-    pass=$((pass + 1)); tail -n 1 "$TMP/qs"
-  else
-    echo "FAIL: samples/export.py hf:bert, compiled for cuda and compared: $(tail -n 5 "$TMP/qs")"; fail=$((fail + 1))
-  fi
 else
   echo "(torch with torch.export and torchvision are needed for the quickstart; not run)"
 fi

@@ -11,7 +11,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gcc_graph import Model
-from python_loader import read_st
+from pytest_util import read_st
 
 WORLD = int(sys.argv[4]) if len(sys.argv) > 4 else 2
 

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 import gcc_graph
+from pytest_util import raises, rel   # tests/, the script's folder
 
 torch.manual_seed(0)
 dev = torch.device("cuda", torch.cuda.current_device())
@@ -20,20 +21,6 @@ class Block(torch.nn.Module):
 
     def forward(self, x, scale):
         return self.norm(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))) * scale)
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm())
-
-
-def raises(exc, text, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        assert text in str(e), f"{exc.__name__} without {text!r}: {e}"
-        return
-    raise AssertionError(f"no {exc.__name__} ({text})")
 
 
 net = Block().eval()

@@ -1,17 +1,11 @@
 """Checks the gcc_graph package (python/, from the source tree): a compiled model called from Python on NumPy arrays (and torch
 tensors when torch is installed) gives PyTorch's stored outputs. Usage: python_loader.py MODEL.so IO"""
-import json, struct, sys
+import json, os, sys
 import numpy as np
 sys.path.insert(0, "python")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gcc_graph import Model
-
-def read_st(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    dt = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
-    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"])
-            for k, v in h.items() if k != "__metadata__"}
+from pytest_util import read_st
 
 def main():
     m = Model(sys.argv[1])

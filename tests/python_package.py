@@ -3,9 +3,7 @@ run from another folder. Usage: python_package.py DIR, where DIR holds mlp.pt2 a
 corpus mlp and its io.safetensors), train.pt2 and train.st (mlp_train), bad.pt2 (a file gcc-graph
 refuses), with $GCC_GRAPH the compiler. Prints "python package ok" at the end."""
 import ctypes
-import json
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -14,35 +12,13 @@ import time
 import numpy as np
 
 import gcc_graph
+from pytest_util import raises, read_st, rel   # tests/, the script's folder
 
 os.chdir(sys.argv[1])
 assert not os.path.exists("gcc_graph"), "run from a folder without the package's sources"
 assert "site-packages" in gcc_graph.__file__ or "dist-packages" in gcc_graph.__file__, gcc_graph.__file__
 cli = subprocess.run([gcc_graph.compiler(), "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[-1]
 assert gcc_graph.__version__ == cli, f"the package is {gcc_graph.__version__}, gcc-graph {cli}"
-
-
-def read_st(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    dt = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "BOOL": np.bool_}
-    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=dt[v["dtype"]]).reshape(v["shape"])
-            for k, v in h.items() if k != "__metadata__"}
-
-
-def rel(a, ref):
-    a, ref = np.asarray(a, np.float64), np.asarray(ref, np.float64)
-    return np.linalg.norm(a - ref) / max(np.linalg.norm(ref), 1e-300)
-
-
-def raises(exc, text, f, *a, **k):
-    try:
-        f(*a, **k)
-    except exc as e:
-        assert text in str(e), f"{exc.__name__} without {text!r}: {e}"
-        return
-    raise AssertionError(f"no {exc.__name__} ({text})")
 
 
 # ---- compile from a .pt2 path (through $GCC_GRAPH), cached; load by a bare relative name

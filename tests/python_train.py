@@ -6,7 +6,7 @@ import numpy as np
 sys.path.insert(0, "python")
 sys.path.insert(0, "tests")
 from gcc_graph import Model
-from python_loader import read_st
+from pytest_util import read_st
 
 m = Model(sys.argv[1])
 io = read_st(sys.argv[2])
