@@ -529,6 +529,14 @@ static double default_tol(DType d) {
   return d == DT_BF16 ? 3e-2 : d == DT_F16 ? 1e-2 : 1e-4;
 }
 
+/* "float32[8, 10]" into buf */
+static const char *st_shape(char *buf, size_t size, const STensor *t) {
+  int k = snprintf(buf, size, "%s[", dtype_info(t->dtype)->name);
+  for (int d = 0; d < t->rank && k < (int)size - 24; d++) k += snprintf(buf + k, size - (size_t)k, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
+  snprintf(buf + k, size - (size_t)k, "]");
+  return buf;
+}
+
 int compare_outputs(Ctx *c, const char *got_path, const char *want_path, double tol, FILE *out) {
   Graph g = {.ctx = c};
   SafeTensors got, want;
@@ -543,17 +551,12 @@ int compare_outputs(Ctx *c, const char *got_path, const char *want_path, double 
     for (int j = 0; j < got.n && !a; j++)
       if (!strcmp(got.t[j].name, w->name)) a = &got.t[j];
     char shape[256];
-    int k = snprintf(shape, sizeof shape, "%s[", dtype_info(w->dtype)->name);
-    for (int d = 0; d < w->rank && k < (int)sizeof shape - 24; d++) k += snprintf(shape + k, sizeof shape - (size_t)k, d ? ", %lld" : "%lld", (long long)w->sizes[d]);
-    snprintf(shape + k, sizeof shape - (size_t)k, "]");
-    fprintf(out, "  %-24s %-22s ", gg_quote(c, w->name), shape);
+    fprintf(out, "  %-24s %-22s ", gg_quote(c, w->name), st_shape(shape, sizeof shape, w));
     if (!a) { fprintf(out, "MISSING from %s\n", gg_quote(c, got_path)); bad++; continue; }
     double maxdiff = 0, e = values_distance(a, w, &maxdiff), t = tol >= 0 ? tol : default_tol(w->dtype);
     if (tol < 0 && dtype_is_float(a->dtype) && default_tol(a->dtype) > t) t = default_tol(a->dtype);
     if (e < 0) {
-      fprintf(out, "DEPARTS: shape differs (");
-      for (int d = 0; d < a->rank; d++) fprintf(out, d ? ", %lld" : "%lld", (long long)a->sizes[d]);
-      fprintf(out, ")\n");
+      fprintf(out, "DEPARTS: %s has %s\n", gg_quote(c, got_path), st_shape(shape, sizeof shape, a));
       bad++;
     } else if (!(e <= t)) {
       fprintf(out, "DEPARTS: relative error %.3g > %.3g, largest difference %.3g\n", e, t, maxdiff);

@@ -3,6 +3,8 @@ compile from an nn.Module, torch CUDA tensors in and out with no copy, torch's c
 NumPy in and out through a CUDA model, bfloat16, clear errors, and a CUDA training model whose
 weights go back and forth with the PyTorch module. Prints "python cuda ok" at the end.
 Usage: PYTHONPATH=python GCC_GRAPH=build/gcc-graph python3 tests/python_cuda.py"""
+import os
+
 import numpy as np
 import torch
 
@@ -35,6 +37,9 @@ y = m(xc, sc)
 assert isinstance(y, torch.Tensor) and y.device == dev and rel(y.cpu(), ref) < 1e-5, rel(y.cpu(), ref)
 assert torch.equal(m(scale=sc, x=xc), y), "by name"
 assert m(xc[:5], sc).shape == (5, 64), "the dynamic batch"
+mx = gcc_graph.compile(net.float(), (x, scale), weights="external")   # CPU; the export's .pt2 kept beside the .so
+assert os.path.isfile(mx.path[:-3] + ".pt2"), "the .pt2 beside the .so"
+assert rel(mx(x, scale), ref) < 1e-5, "external weights from an ExportedProgram"
 yn = m(x.numpy(), scale.numpy())
 assert isinstance(yn, np.ndarray) and np.array_equal(yn, y.cpu().numpy()), "NumPy through a CUDA model"
 

@@ -33,6 +33,8 @@ gcc_graph.compile("mlp.pt2", target="cpu", cache=False, load=False)
 assert os.stat(again).st_mtime_ns != made, "cache=False did not compile"
 assert gcc_graph.compile("mlp.pt2", target="cpu", cflags="-O2", load=False) != again, "other options, same file"
 assert gcc_graph.compile("mlp.pt2", output="mlp.so", load=False) == os.path.abspath("mlp.so")
+ext = gcc_graph.compile("mlp.pt2", weights="external")   # the weights stay in mlp.pt2, mapped when opened
+assert os.path.getsize(ext.path) < os.path.getsize(m.path) - 30000, "the 37.5 KB of weights inside the .so"
 m = gcc_graph.load("mlp.so")   # a bare name: relative to the working directory, not the library path
 assert m.metadata["device"] == "cpu" and len(m.input_names) == 1 and len(m.output_names) == 1, m
 raises(gcc_graph.CompileError, "bad.pt2", gcc_graph.compile, "bad.pt2")
@@ -45,6 +47,7 @@ y = m(x)
 assert isinstance(y, np.ndarray) and rel(y, io["ref64.out.0"]) < 1e-5, rel(y, io["ref64.out.0"])
 assert np.array_equal(m(**{m.input_names[0]: x}), y)
 assert np.array_equal(m(np.asfortranarray(x)), y), "a column-major array"
+assert np.array_equal(ext(x), y), "external weights"
 
 # ---- clear errors that name the input
 raises(gcc_graph.GuardError, "dtype mismatch", m, x.astype(np.float64))

@@ -548,7 +548,7 @@ typedef struct gg_opt_tensor {
   const float *g;
   float *acc, *b, *v;       /* the accumulated gradient, the optimizer's state (NULL where unused) */
   int64_t n;
-  int64_t chunk0;           /* its first chunk; the table's last entry holds the chunks' count */
+  int64_t chunk0;           /* its first chunk */
 } gg_opt_tensor;
 
 __global__ void opt_step(int kind, const gg_opt_tensor *t, int nt, const gg_hyper *hp) {
@@ -567,8 +567,8 @@ __global__ void opt_step(int kind, const gg_opt_tensor *t, int nt, const gg_hype
 }
 
 static void launch_update(gg_model *m, gg_train_state *st) {
-  int nt = (int)(st->table_bytes / sizeof(gg_opt_tensor)) - 1;
-  if (nt <= 0 || !st->opt_chunks) return;
+  int nt = (int)(st->table_bytes / sizeof(gg_opt_tensor));
+  if (!nt || !st->opt_chunks) return;
   opt_step<<<(unsigned)st->opt_chunks, 256, 0, m->stream>>>(gg__train.optimizer, (const gg_opt_tensor *)st->table, nt, m->hp_dev);
 }
 
@@ -588,7 +588,7 @@ static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errle
     }
   }
   if (!moved && st->table && st->table_gen == st->gen) return 0;   /* the table on the device is current */
-  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 2, sizeof *t);
+  gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);
   if (!t) return gg_rt_fail(err, errlen, "out of memory");
   int nt = 0;
   int64_t chunks = 0;
@@ -600,7 +600,6 @@ static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errle
     t[nt++] = (gg_opt_tensor){(float *)m->w[i], (const float *)st->grads[k], (float *)st->acc[k], m->opt_m[k], m->opt_v[k], n, chunks};
     chunks += (n + GG_OPT_CHUNK - 1) / GG_OPT_CHUNK;
   }
-  t[nt++] = (gg_opt_tensor){NULL, NULL, NULL, NULL, NULL, 0, chunks};   /* the end */
   st->opt_chunks = chunks;
   size_t bytes = sizeof *t * (size_t)nt;
   rt_free(st->table);

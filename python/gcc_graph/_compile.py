@@ -41,6 +41,15 @@ def _flags(target, options):
     return out
 
 
+def _file_digest(path):
+    """SHA-256 of a file, read in pieces (a .pt2 may hold gigabytes of weights)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.digest()
+
+
 def _save(program, example_inputs, dynamic_shapes, directory):
     """The program as a .pt2 file: its own path, or torch.export's output saved into directory."""
     if isinstance(program, (str, bytes, os.PathLike)):
@@ -68,7 +77,7 @@ def compile(program, example_inputs=None, *, target="cpu", output=None, dynamic_
     program: a torch.nn.Module (exported here with torch.export.export(program, example_inputs,
     dynamic_shapes=...)), an ExportedProgram, or the path of a .pt2 file. target: "cpu" or "cuda".
     Keyword options are compile's: train=True, optimizer="adamw", lr=3e-4, precision="bf16",
-    threads=8, weights="external", ... (gcc-graph compile --help). output: where the .so goes;
+    cflags="-O2", weights="external", ... (gcc-graph compile --help). output: where the .so goes;
     without it, a cache folder (cache_dir()) keyed by the program's bytes, the options and the
     compiler itself, so that compiling the same program again costs nothing (cache=False compiles
     anyway). Returns the opened gcc_graph.Model, or the .so's path with load=False."""
@@ -78,16 +87,18 @@ def compile(program, example_inputs=None, *, target="cpu", output=None, dynamic_
     with tempfile.TemporaryDirectory(prefix="gcc_graph_") as tmp:
         src = _save(program, example_inputs, dynamic_shapes, tmp)
         key = hashlib.sha256()
-        for part in (open(exe, "rb").read(), open(src, "rb").read(), "\0".join(flags).encode()):
-            key.update(hashlib.sha256(part).digest())
+        for digest in (_file_digest(exe), _file_digest(src), hashlib.sha256("\0".join(flags).encode()).digest()):
+            key.update(digest)
         so = os.path.abspath(output) if output else os.path.join(cache_dir(), key.hexdigest()[:40] + ".so")
+        os.makedirs(os.path.dirname(so), exist_ok=True)
+        fresh = output or not cache or not os.path.isfile(so)   # a cached .so is named by its key, and whole (os.replace)
         weights = os.path.abspath(src)
-        if external and src.startswith(tmp):   # the weights stay in the .pt2: keep it beside the .so
-            weights = so[:-3] + ".pt2" if so.endswith(".so") else so + ".pt2"
-            shutil.copyfile(src, weights)
-        stamp = so + ".key"
-        if output or not cache or not (os.path.isfile(so) and os.path.isfile(stamp) and open(stamp).read() == key.hexdigest()):
-            os.makedirs(os.path.dirname(so), exist_ok=True)
+        if external and src.startswith(tmp):   # the weights stay in the .pt2: keep a copy beside the .so
+            weights = (so[:-3] if so.endswith(".so") else so) + ".pt2"
+            if fresh or not os.path.isfile(weights):
+                shutil.copyfile(src, weights + ".tmp")
+                os.replace(weights + ".tmp", weights)
+        if fresh:
             part = f"{so}.{os.getpid()}.tmp"
             r = subprocess.run([exe, "compile", src, "-o", part] + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if r.returncode:
@@ -95,9 +106,6 @@ def compile(program, example_inputs=None, *, target="cpu", output=None, dynamic_
                     os.unlink(part)
                 raise CompileError(r.stderr.strip() or f"gcc-graph compile exited with status {r.returncode}")
             os.replace(part, so)   # whole or not at all, for another process reading the cache
-            if not output:
-                with open(stamp, "w") as f:
-                    f.write(key.hexdigest())
     if not load:
         return so
     return Model(so, weights=weights if external else None, device=device)

@@ -1,6 +1,7 @@
 """gcc_graph.Model: a compiled model (.so) called from Python through its C entry points
 (include/gcc_graph.h) with ctypes; tensors cross as DLTensors that point at the caller's memory."""
 import ctypes
+import functools
 import json
 import os
 import sys
@@ -86,6 +87,7 @@ class Model:
         self._lr = opt.get("lr")
         self._tls = threading.local()
         self._stream = -1
+        self._cuda_lock = threading.Lock()
         self._state = None
         self._handle = None
         self.device_index = 0
@@ -176,58 +178,66 @@ class Model:
             self._tls.cache = {}
             return self._tls.cache
 
+    def _plan(self, entry, ins, addrs, make_out):
+        """What a call with a new input signature needs, made once: the inputs' and outputs'
+        DLTensors (ins: their dtype names and shapes; addrs: data to ask the outputs' shapes with),
+        a maker per output (make_out(shape, dtype name)), and the call with its ctypes arguments."""
+        kind = D.KDL_CUDA if self.cuda else D.KDL_CPU
+        din, dout, keep = (D.DLTensor * max(self._nin, 1))(), (D.DLTensor * max(self._nout, 1))(), []
+        for i, ((n, shape), a) in enumerate(zip(ins, addrs)):
+            din[i], sa = D.tensor(a, kind, self.device_index, n, shape)
+            keep.append(sa)
+        shapes = self._output_shapes(din)
+        makers = [make_out(s, n) for s, n in shapes]
+        for i, (s, n) in enumerate(shapes):
+            dout[i], sa = D.tensor(None, kind, self.device_index, n, s)
+            keep.append(sa)
+        din._keep = keep   # the shape arrays live as long as the DLTensors that point at them
+        return (_items(din, self._nin), _items(dout, self._nout), makers) + self._invoke(entry, din, dout)
+
+    def _remember(self, key, plan):
+        cache = self._cache()
+        if len(cache) >= _CACHE_MAX:
+            cache.clear()
+        cache[key] = plan
+        return plan
+
     def _run_torch(self, entry, xs, torch):
         xs = [x if x.is_contiguous() else x.contiguous() for x in xs]
-        cache = self._cache()
         key = (entry,) + tuple([(x.dtype, x.shape, x.get_device()) for x in xs])
-        plan = cache.get(key)
-        if plan is None:
-            plan = self._plan_torch(entry, xs, torch)
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            cache[key] = plan
-        din, dout, outspec, dev, call, argv, err = plan
+        plan = self._cache().get(key) or self._remember(key, self._plan_torch(entry, xs, torch))
+        din, dout, makers, call, argv, err = plan
         for t, x in zip(din, xs):
             t.data = x.data_ptr()
-        outs = [torch.empty(s, dtype=dt, device=dev) for s, dt in outspec]
+        outs = [make() for make in makers]
         for t, o in zip(dout, outs):
             t.data = o.data_ptr()
-        if self.cuda:
-            s = _current_stream(torch, self.device_index)   # 0: the legacy default stream, which the
-            if s != self._stream:                           # model's own stream waits for (gg_set_stream)
-                self._lib.gg_set_stream(self._handle, s or None)
-                self._stream = s
-        if call(*argv):
+        if not self.cuda:
+            rc = call(*argv)
+        else:
+            with self._cuda_lock:   # the stream and the run together: another thread may use another stream
+                s = _current_stream(torch, self.device_index)   # 0: the legacy default stream, which the
+                if s != self._stream:                           # model's own stream waits for (gg_set_stream)
+                    self._lib.gg_set_stream(self._handle, s or None)
+                    self._stream = s
+                rc = call(*argv)
+        if rc:
             raise _fail(err)
         return outs
 
     def _plan_torch(self, entry, xs, torch):
-        """The DLTensors of a new input signature, checked once; the outputs' shapes and dtypes."""
         names, back = D.torch_names(torch)
         want = "cuda" if self.cuda else "cpu"
-        din = (D.DLTensor * max(self._nin, 1))()
-        keep = []
         for i, x in enumerate(xs):
             label = f"input {i} ({self.input_names[i]!r})"
             if x.device.type != want or (self.cuda and x.get_device() != self.device_index):
                 raise GuardError(f"{label} is on {x.device}; the model runs on {self.device} (move it with .to({str(self.device)!r}))")
-            n = names.get(x.dtype)
-            if n is None:
+            if x.dtype not in names:
                 raise GuardError(f"{label} is {x.dtype}, which gcc-graph models do not take; the model takes "
                                  f"{self.metadata['inputs'][i]['dtype']}")
-            din[i], s = D.tensor(None, D.KDL_CUDA if self.cuda else D.KDL_CPU, self.device_index, n, tuple(x.shape))
-            keep.append(s)
-        for i, x in enumerate(xs):
-            din[i].data = x.data_ptr()
-        shapes = self._output_shapes(din)
-        outspec = [(s, back[n]) for s, n in shapes]
-        dout = (D.DLTensor * max(self._nout, 1))()
-        for i, (s, n) in enumerate(shapes):
-            dout[i], sa = D.tensor(None, D.KDL_CUDA if self.cuda else D.KDL_CPU, self.device_index, n, s)
-            keep.append(sa)
-        din._keep = keep   # the shape arrays live as long as the DLTensors that point at them
         dev = torch.device(self._cuda_name() if self.cuda else "cpu")
-        return (_items(din, self._nin), _items(dout, self._nout), outspec, dev) + self._invoke(entry, din, dout)
+        return self._plan(entry, [(names[x.dtype], tuple(x.shape)) for x in xs], [x.data_ptr() for x in xs],
+                          lambda s, n: functools.partial(torch.empty, s, dtype=back[n], device=dev))
 
     def _output_shapes(self, din):
         err, shape, ndim, dt = ctypes.create_string_buffer(1024), (ctypes.c_int64 * 16)(), _int(), D.DLDataType()
@@ -241,41 +251,27 @@ class Model:
     def _run_numpy(self, entry, xs):
         import numpy as np
         arrays = [_c_array(np, x) for x in xs]
-        cache = self._cache()
-        key = (entry, "numpy") + tuple([(a.dtype, a.shape) for a in arrays])
-        plan = cache.get(key)
-        if plan is None:
-            for i, a in enumerate(arrays):
-                if D.numpy_name(a.dtype) is None:
-                    raise GuardError(f"input {i} ({self.input_names[i]!r}) is a NumPy {a.dtype} array, which gcc-graph models "
-                                     f"do not take; the model takes {self.metadata['inputs'][i]['dtype']}")
+        for i, a in enumerate(arrays):
+            if D.numpy_name(a.dtype) is None:
+                raise GuardError(f"input {i} ({self.input_names[i]!r}) is a NumPy {a.dtype} array, which gcc-graph models "
+                                 f"do not take; the model takes {self.metadata['inputs'][i]['dtype']}")
         if self.cuda:   # through torch: copied to the GPU, and the outputs back
             import torch
             outs = self._run_torch(entry, [torch.from_numpy(a).to(self._cuda_name()) for a in arrays], torch)
             return [_to_numpy(o, self.output_names[i]) for i, o in enumerate(outs)]
+        key = (entry, "numpy") + tuple([(a.dtype, a.shape) for a in arrays])
+        plan = self._cache().get(key)
         if plan is None:
-            din = (D.DLTensor * max(self._nin, 1))()
-            keep = []
-            for i, a in enumerate(arrays):
-                din[i], s = D.tensor(a.__array_interface__["data"][0], D.KDL_CPU, 0, D.numpy_name(a.dtype), a.shape)
-                keep.append(s)
-            shapes = self._output_shapes(din)
-            for s, n in shapes:
+            def make_out(s, n):
                 if n == "bfloat16":
                     raise ModelError("an output is bfloat16, which NumPy lacks: call the model with torch tensors")
-            dout = (D.DLTensor * max(self._nout, 1))()
-            for i, (s, n) in enumerate(shapes):
-                dout[i], sa = D.tensor(None, D.KDL_CPU, 0, n, s)
-                keep.append(sa)
-            din._keep = keep
-            plan = (_items(din, self._nin), _items(dout, self._nout), [(s, np.dtype(n)) for s, n in shapes], None) + self._invoke(entry, din, dout)
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            cache[key] = plan
-        din, dout, outspec, _, call, argv, err = plan
+                return functools.partial(np.empty, s, dtype=np.dtype(n))
+            plan = self._remember(key, self._plan(entry, [(D.numpy_name(a.dtype), a.shape) for a in arrays],
+                                                  [a.__array_interface__["data"][0] for a in arrays], make_out))
+        din, dout, makers, call, argv, err = plan
         for t, a in zip(din, arrays):
             t.data = a.__array_interface__["data"][0]
-        outs = [np.empty(s, dtype=dt) for s, dt in outspec]
+        outs = [make() for make in makers]
         for t, o in zip(dout, outs):
             t.data = o.__array_interface__["data"][0]
         if call(*argv):
@@ -370,7 +366,7 @@ class Model:
             raise ModelError("only a training model's weights can be written (compile --train); an inference model's "
                              "weights are constants of its code: compile the new weights instead")
         t = self.metadata["training"]
-        writable = set(t.get("gradients", [])) | {b["name"] if isinstance(b, dict) else b for b in self.metadata.get("mutated_buffers", [])}
+        writable = set(t.get("gradients", [])) | set(self.metadata.get("mutated_buffers", []))
         held = {n: (addr, nbytes, w) for _, n, addr, nbytes, w in self._weights() if w}
         unknown = [k for k in state_dict if k not in held]
         missing = [k for k in sorted(writable) if k in held and k not in state_dict]
@@ -383,8 +379,8 @@ class Model:
             addr, nbytes, w = held[k]
             data, name = _host_bytes(v)
             shape = tuple(int(d) for d in w["shape"])
-            if name != w["dtype"] or tuple(_shape_of(v)) != shape:
-                raise ValueError(f"load_state_dict: {k!r} is {name} {tuple(_shape_of(v))}; the model holds {w['dtype']} {shape}")
+            if name != w["dtype"] or tuple(v.shape) != shape:
+                raise ValueError(f"load_state_dict: {k!r} is {name} {tuple(v.shape)}; the model holds {w['dtype']} {shape}")
             if len(data) != nbytes:
                 raise ValueError(f"load_state_dict: {k!r} is held transformed ({nbytes} bytes): it cannot be written")
             if k in writable:
@@ -516,10 +512,6 @@ def _current_stream(torch, index):
     """torch's current CUDA stream on the device, as an integer (0: the legacy default stream)."""
     f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return f(index) if f else torch.cuda.current_stream(index).cuda_stream
-
-
-def _shape_of(v):
-    return tuple(v.shape)
 
 
 def _host_bytes(v):
