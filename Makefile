@@ -7,7 +7,7 @@ LDLIBS  += -lcjson -lminizip -lm -ldl -pthread
 BUILD   ?= build
 
 LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o) $(BUILD)/gen/embedded.o
+LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o) $(BUILD)/gen/embedded.o $(BUILD)/gen/report_page.o
 # Files every compiled model is built with, embedded into gcc-graph.
 EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt_common.c lib/rt/gg_rt_cuda.cu lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
 HDRS    := lib/gg.h lib/emit.h lib/ops.def lib/scalar.h lib/rewrite.h
@@ -28,6 +28,14 @@ $(BUILD)/gen/embedded.c: $(EMBED) tools/embed.sh
 	sh tools/embed.sh $(EMBED) > $@
 
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c | $(SETUP)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# explain --html's page
+$(BUILD)/gen/report_page.c: lib/report.html tools/embed.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh -n gg_report_files lib/report.html > $@
+
+$(BUILD)/gen/report_page.o: $(BUILD)/gen/report_page.c | $(SETUP)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libgg.a: $(LIB_OBJ)

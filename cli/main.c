@@ -25,7 +25,7 @@ static const char usage_main[] =
   "                 compile a model into a shared object (C/OpenMP, BLAS); --train adds its backward\n"
   "  run MODEL --inputs IN.safetensors -o OUT.safetensors [--interpret] [--train]\n"
   "                 run a model (.so, .pt2 or .json) on inputs and write its outputs (and gradients)\n"
-  "  explain MODEL [--json] [--train]\n"
+  "  explain MODEL [--json | --html FILE] [--train]\n"
   "                 show inputs, outputs, weights, symbols, ops, graph breaks and the schedule\n"
   "  ops            list the supported ATen ops with their schemas (markdown)\n"
   "  check MODEL [--inputs IN] [--train]\n"
@@ -152,7 +152,8 @@ static const char usage_bench[] =
   "took the most time.\n";
 
 static const char usage_explain[] =
-  "usage: gcc-graph explain MODEL [--weights FILE]\n"
+  "usage: gcc-graph explain MODEL [--json | --html FILE [--profile TRACE.json]] [--train] [--weights FILE]\n"
+  "                         [--target cpu|cuda [--cuda-arch sm_XY] [--no-channels-last]] [--precision P]\n"
   "\n"
   "Print what gcc-graph sees in MODEL: user inputs and outputs with dtypes and (symbolic) sizes,\n"
   "parameters and buffers, symbols and their ranges, ops by kind with counts, the FLOPs of its\n"
@@ -169,6 +170,12 @@ static const char usage_explain[] =
   "  --train           also show what --train builds (--loss N: the output differentiated)\n"
   "  --json            print the same as JSON (schemas/explain.schema.json; for a .so, its metadata,\n"
   "                    schemas/metadata.schema.json)\n"
+  "  --html FILE       write a report page to FILE (one self-contained HTML file): the summary, guards,\n"
+  "                    kernels and what each fuses by module, the memory plan as a timeline, the graph\n"
+  "                    after each stage with each node's module and source line, training\n"
+  "  --profile TRACE   with --html: per-kernel times from a Chrome trace (GCC_GRAPH_PROFILE=TRACE.json)\n"
+  "  --target, --cuda-arch, --no-channels-last, --precision\n"
+  "                    the schedule compile builds with these (default: the CPU, float32)\n"
   "  -h, --help        show this help\n";
 
 static const char usage_check[] =
@@ -348,7 +355,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     if (!strcmp(a, "-v") && usage == usage_compile) { o->verbose = true; continue; }
     if (!strcmp(a, "--time-report") && usage == usage_compile) { o->time_report = true; continue; }
     if (!strcmp(a, "-MD") && usage == usage_compile) { o->deps = true; continue; }
-    if (!strcmp(a, "--no-channels-last") && (usage == usage_compile || usage == usage_check)) { o->nchw = true; continue; }
+    if (!strcmp(a, "--no-channels-last") && (usage == usage_compile || usage == usage_check || usage == usage_explain)) { o->nchw = true; continue; }
     if (usage == usage_compile && !strncmp(a, "-j", 2)) {   /* -j N or -jN */
       const char *v = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : NULL;
       char *end;
@@ -383,9 +390,9 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     else if (usage == usage_compile && !strcmp(a, "--cflags")) slot = &o->cflags;
     else if (usage == usage_compile && !strcmp(a, "--debug-dir")) slot = &o->debug_dir;
     else if (usage == usage_compile && !strcmp(a, "-MF")) slot = &o->deps_file;
-    else if ((usage == usage_compile || usage == usage_check) && !strcmp(a, "--target")) slot = &o->target;
-    else if (usage == usage_compile && !strcmp(a, "--cuda-arch")) slot = &o->cuda_arch;
-    else if ((usage == usage_compile || usage == usage_check) && !strcmp(a, "--precision")) slot = &o->precision;
+    else if ((usage == usage_compile || usage == usage_check || usage == usage_explain) && !strcmp(a, "--target")) slot = &o->target;
+    else if ((usage == usage_compile || usage == usage_explain) && !strcmp(a, "--cuda-arch")) slot = &o->cuda_arch;
+    else if ((usage == usage_compile || usage == usage_check || usage == usage_explain) && !strcmp(a, "--precision")) slot = &o->precision;
     else if (!strcmp(a, "--weights")) slot = &o->weights;
     else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
     else if (!o->model) { o->model = a; continue; }
@@ -421,15 +428,31 @@ static int explain_so_json(Ctx *c, const char *path) {
 static int cmd_explain(int argc, char **argv) {
   Opts o = {0};
   bool json = false;
+  const char *html = NULL, *profile = NULL;
   int n = 0;
-  for (int i = 0; i < argc; i++) { if (!strcmp(argv[i], "--json")) json = true; else argv[n++] = argv[i]; }
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
+    else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
+    else argv[n++] = argv[i];
+  }
   if (parse_opts(n, argv, &o, usage_explain, false)) return 2;
   if (o.help) { fputs(usage_explain, stdout); return 0; }
   if (!o.model) return usage_error(usage_explain, "%s", "missing MODEL");
+  if (profile && !html) return usage_error(usage_explain, "%s", "--profile goes with --html (the page shows the trace's times)");
+  if (html && json) return usage_error(usage_explain, "%s", "--html and --json: one at a time");
+  /* the schedule shown: the one compile builds for this target and precision */
+  CompileOptions how = {.model = o.model, .cuda_arch = o.cuda_arch, .nchw = o.nchw};
+  if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_explain, "unknown target '%s' (cpu or cuda)", o.target);
+  how.cuda = o.target && !strcmp(o.target, "cuda");
+  if (o.precision && ((how.precision = precision_parse(o.precision)) < 0 || (how.precision == PREC_TF32 && !how.cuda)))
+    return usage_error(usage_explain, "bad precision '%s' (fp32, bf16 or fp16; tf32 with --target cuda)", o.precision);
+  if (html) json = true;   /* the page is drawn from the JSON; nothing on stdout */
   Ctx *c = ctx_new();
   c->file = o.model;
   size_t ml = strlen(o.model);
   if (ml > 3 && !strcmp(o.model + ml - 3, ".so")) {
+    if (html) { ctx_free(c); return usage_error(usage_explain, "%s", "--html takes the exported model (.pt2 or .json), not a compiled .so"); }
     int rc = (json ? explain_so_json(c, o.model) : explain_so(c, o.model)) ? report(c) : 0;
     ctx_free(c);
     return rc;
@@ -444,10 +467,16 @@ static int cmd_explain(int argc, char **argv) {
   }
   /* the schedule of the compiled code, when the model compiles: a quiet second pass on a copy */
   bool scheduled = false;
+  cJSON *page = NULL;   /* --html: the graphs of the stages */
   if (!rc && !g->nunsupported) {
     Ctx *sc = c;
     Graph *gs = graph_load(sc, o.model, o.weights);
-    scheduled = gs && !verify_graph(gs) && !inference_graph(gs) && !compile_schedule(sc, gs);
+    if (html) page = cJSON_CreateObject();
+    Pipeline pl = {.fold = true, .precision = how.precision, .cuda = how.cuda, .nchw = how.nchw};
+    sc->cuda = how.cuda;
+    sc->precision = how.precision;
+    sc->cuda_sm = how.cuda ? build_cuda_sm(sc, &how) : 0;
+    scheduled = gs && !verify_graph(gs) && !(html ? report_stage_graphs(gs, &pl, page) : inference_graph(gs, &pl)) && !compile_schedule(sc, gs);
     if (!scheduled) { c->has_err = false; c->err[0] = 0; c->nkernels = 0; }
     else if (!json) explain_schedule(c, stdout);
     graph_release(gs);
@@ -462,11 +491,24 @@ static int cmd_explain(int argc, char **argv) {
     else trained = true;
     if (trained && !json) explain_training(g, bwd, &ps, stdout);
   }
-  if (json && !rc) {
+  if (html && !rc) {   /* the page: explain --json's object, with the stages' graphs, the guards and the memory plan */
+    cJSON *r = explain_obj(g0, trained ? g : NULL, trained ? bwd : NULL, trained ? &ps : NULL, scheduled);
+    cJSON *st = page ? cJSON_DetachItemFromObject(page, "stages") : NULL;
+    if (st) cJSON_AddItemToObject(r, "stages", st);
+    if (trained && (report_add_graph(r, g, "--train: the forward (min-cut partition)") || report_add_graph(r, bwd, "--train: the backward"))) rc = report(c);
+    cJSON *meta = cJSON_Parse(model_metadata(g0, NULL, &o.tr, NULL, false, 0));
+    cJSON *guards = meta ? cJSON_DetachItemFromObject(meta, "guards") : NULL;
+    if (guards) cJSON_AddItemToObject(r, "guards", guards);
+    cJSON_Delete(meta);
+    if (!rc && report_write(c, r, profile, html)) rc = report(c);
+    else if (!rc) fprintf(stderr, "gcc-graph: wrote %s (open it in a browser)\n", html);
+    cJSON_Delete(r);
+  } else if (json && !rc) {
     char *text = explain_json(g0, trained ? g : NULL, trained ? bwd : NULL, trained ? &ps : NULL, scheduled);
     puts(text);
     free(text);
   }
+  cJSON_Delete(page);
   if (g != g0) graph_release(g);
   graph_release(g2);
   graph_release(g0);

@@ -185,7 +185,8 @@ int st_check_input_names(Ctx *c, const SafeTensors *st, int n) {
     int idx;
     char tail;
     if (sscanf(st->t[k].name, "in.%d%c", &idx, &tail) == 1 && (idx < 0 || idx >= n))
-      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s", n, gg_quote(c, st->t[k].name));
+      return gg_error(c, "guard failed: expected %d inputs, got a tensor named %s (name them in.0 to in.%d, or by the inputs' names: gcc-graph explain MODEL lists them)",
+                      n, gg_quote(c, st->t[k].name), n - 1);
   }
   return 0;
 }

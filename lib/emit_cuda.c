@@ -347,7 +347,6 @@ static int attention_cuda(Em *e, Node *n) {
 /* the host file (model.c): plain C, no CUDA header */
 static void prelude_cuda(Graph *g, FILE *out) {
   fputs("#include \"gg_rt.h\"\n#include \"scalar.h\"\n\n#include <math.h>\n\n", out);
-  fputs("#undef GG_TICK\n#define GG_TICK(slot) ((void)0)   /* GCC_GRAPH_PROFILE times CPU models only */\n", out);
   fprintf(out, "typedef struct { int64_t v[%d]; } gg_s;   /* the symbols' values, passed to kernels by value */\n", g->nsyms > 0 ? g->nsyms : 1);
 }
 

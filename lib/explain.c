@@ -5,6 +5,7 @@
 #include "gg.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,60 @@ const char *op_compiled_as(const OpDef *op) {
 
 const char *op_gradient(const OpDef *op) {
   return autograd_has_rule(op) ? "rule" : op->inplace || decompose_has_rule(op) || decompose_has_training_rule(op) ? "rewritten" : "none";
+}
+
+/* ---------------------------------------------------------------- where a node came from */
+
+/* The module a node was made in: the innermost entry of its nn_module_stack ("key,path,class;..." as
+ * torch.export writes it): its path ("encoder.layer.0.attention"; "" for the model itself) and its
+ * class's last name ("BertSelfAttention"). false when the export carries none. */
+bool node_module(Arena *a, const Node *n, const char **path, const char **cls) {
+  const char *s = n->module_stack;
+  if (!s || !*s) return false;
+  const char *e = strrchr(s, ';');
+  e = e ? e + 1 : s;
+  const char *c1 = strchr(e, ','), *c2 = strrchr(e, ',');
+  if (!c1 || c2 == c1) return false;
+  const char *p = c1 + 1;
+  size_t len = (size_t)(c2 - p);
+  if (len >= 9 && !strncmp(p, "L['self']", 9)) { p += 9; len -= 9; if (len && *p == '.') { p++; len--; } }   /* older exports */
+  char *q = arena_alloc(a, len + 1);
+  memcpy(q, p, len);
+  *path = q;
+  const char *dot = strrchr(c2 + 1, '.');
+  *cls = arena_strdup(a, dot ? dot + 1 : c2 + 1);
+  return true;
+}
+
+/* The user's line a node came from: the innermost frame of its stack trace outside PyTorch's own
+ * files (an installed torch package, or torch/nn, torch/_*, ... of a checkout; the last frame when
+ * every one is PyTorch's): its file, line and code. false when none. */
+bool node_source(Arena *a, const Node *n, const char **file, int *line, const char **code) {
+  const char *t = n->stack_trace, *user = NULL, *any = NULL;
+  if (!t) return false;
+  for (const char *p = t; (p = strstr(p, "File \"")); p++) {
+    const char *q = strchr(p + 6, '"');
+    if (!q || strncmp(q, "\", line ", 7)) continue;
+    static const char *const pytorch[] = {"-packages/torch/", "/torch/nn/", "/torch/_", "/torch/fx/", "/torch/utils/", "/torch/autograd/", "/torch/functional.py"};
+    bool torch = false;
+    for (const char *x = p + 6; x < q && !torch; x++)
+      for (size_t k = 0; k < sizeof pytorch / sizeof *pytorch && !torch; k++) torch = (size_t)(q - x) >= strlen(pytorch[k]) && !strncmp(x, pytorch[k], strlen(pytorch[k]));
+    any = p;
+    if (!torch) user = p;
+  }
+  const char *best = user ? user : any;
+  if (!best) return false;
+  const char *q = strchr(best + 6, '"');
+  *file = arena_printf(a, "%.*s", (int)(q - best - 6), best + 6);
+  long ln = strtol(q + 8, NULL, 10);   /* saturates: no overflow */
+  *line = ln > 0 && ln < INT_MAX ? (int)ln : 0;
+  const char *nl = strchr(q, '\n');
+  const char *cs = nl ? nl + 1 : "";
+  while (*cs == ' ') cs++;
+  const char *ce = cs;
+  while (*ce && *ce != '\n') ce++;
+  *code = strncmp(cs, "File \"", 6) ? arena_printf(a, "%.*s", (int)(ce - cs), cs) : "";
+  return true;
 }
 
 /* A trace from the export: print its last frame (the user's line) indented, escaped. */
@@ -238,6 +293,23 @@ static void print_arg(FILE *f, const Graph *g, const Arg *a) {
   }
 }
 
+/* A node as one line: "out: dtype[sizes] = op(name=arg, ...)" (no newline) */
+void node_print(Graph *g, const Node *n, FILE *f) {
+  Ctx *c = g->ctx;
+  for (int i = 0; i < n->nouts; i++) {
+    fprintf(f, "%s%s: ", i ? ", " : "", gg_quote(c, n->outs[i]->name));
+    if (n->outs[i]->kind == VK_TENSOR) print_value(f, g, n->outs[i]);
+    else fputs("int", f);
+  }
+  fprintf(f, "%s= %s(", n->nouts ? " " : "", n->op ? n->op->name : gg_quote(c, n->target));
+  for (int i = 0; n->op && i < n->op->nargs; i++) {
+    if (i) fputs(", ", f);
+    fprintf(f, "%s=", n->op->args[i].name);
+    print_arg(f, g, &n->args[i]);
+  }
+  fputc(')', f);
+}
+
 /* One line per input, node and output: what --debug-dir writes after each stage. */
 void graph_print(Graph *g, FILE *f) {
   Ctx *c = g->ctx;
@@ -250,19 +322,8 @@ void graph_print(Graph *g, FILE *f) {
     fputc('\n', f);
   }
   for (int k = 0; k < g->nnodes; k++) {
-    Node *n = g->nodes[k];
-    for (int i = 0; i < n->nouts; i++) {
-      fprintf(f, "%s%s: ", i ? ", " : "", gg_quote(c, n->outs[i]->name));
-      if (n->outs[i]->kind == VK_TENSOR) print_value(f, g, n->outs[i]);
-      else fputs("int", f);
-    }
-    fprintf(f, "%s= %s(", n->nouts ? " " : "", n->op ? n->op->name : gg_quote(c, n->target));
-    for (int i = 0; n->op && i < n->op->nargs; i++) {
-      if (i) fputs(", ", f);
-      fprintf(f, "%s=", n->op->args[i].name);
-      print_arg(f, g, &n->args[i]);
-    }
-    fputs(")\n", f);
+    node_print(g, g->nodes[k], f);
+    fputc('\n', f);
   }
   for (int i = 0; i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];
@@ -289,7 +350,10 @@ void explain_schedule(Ctx *c, FILE *f) {
     KernelRec *r = &c->kernels[k];
     fprintf(f, "  k%-4d %-44s %s", r->id, r->what, gg_quote(c, r->node));
     for (int j = 0; j < r->nfused; j++) fprintf(f, "%s%s", j ? ", " : "  + ", r->fused[j]->name);
-    fprintf(f, "\n        %s  read %.1f KiB  written %.1f KiB  %.4g FLOPs\n", r->space ? r->space : "-", r->read / 1024, r->written / 1024, r->flops);
+    fprintf(f, "\n        %s  read %.1f KiB  written %.1f KiB  %.4g FLOPs", r->space ? r->space : "-", r->read / 1024, r->written / 1024, r->flops);
+    const char *path, *cls;
+    if (r->n && node_module(c->arena, r->n, &path, &cls)) fprintf(f, "  in %s (%s)", *path ? gg_quote(c, path) : "the model", gg_quote(c, cls));
+    fputc('\n', f);
   }
   if (c->nkernels > 400) fprintf(f, "  ... and %d more\n", c->nkernels - 400);
   if (c->nrefused) fprintf(f, "fusions refused: %d\n", c->nrefused);
@@ -335,7 +399,22 @@ static cJSON *value_json(const Graph *g, const Value *v) {
   return o;
 }
 
-char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled) {
+/* A node's module path and class, and the user's line, as fields of o (where the export has them) */
+void node_origin_json(Arena *a, const Node *n, cJSON *o) {
+  const char *path, *cls, *file, *code;
+  int line;
+  if (node_module(a, n, &path, &cls)) {
+    cJSON_AddStringToObject(o, "module", path);
+    cJSON_AddStringToObject(o, "module_class", cls);
+  }
+  if (node_source(a, n, &file, &line, &code)) {
+    cJSON_AddStringToObject(o, "file", file);
+    cJSON_AddNumberToObject(o, "line", line);
+    cJSON_AddStringToObject(o, "code", code);
+  }
+}
+
+cJSON *explain_obj(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled) {
   Ctx *c = g->ctx;
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "format", "gcc-graph explain");
@@ -409,6 +488,7 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
       cJSON_AddNumberToObject(o, "bytes_written", r->written);
       cJSON_AddNumberToObject(o, "flops", r->flops);
       for (int j = 0; j < r->nfused; j++) cJSON_AddItemToArray(fl, cJSON_CreateString(r->fused[j]->name));
+      if (r->n) node_origin_json(c->arena, r->n, o);
       cJSON_AddItemToArray(ks, o);
     }
     cJSON *rf = cJSON_AddArrayToObject(s, "refused");
@@ -435,6 +515,11 @@ char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     cJSON_AddNumberToObject(t, "matrix_flops_forward", graph_matrix_flops(fwd));
     cJSON_AddNumberToObject(t, "matrix_flops_backward", graph_matrix_flops(bwd));
   }
+  return m;
+}
+
+char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled) {
+  cJSON *m = explain_obj(g, fwd, bwd, st, scheduled);
   char *text = cJSON_Print(m);
   cJSON_Delete(m);
   return text;

@@ -47,6 +47,7 @@ typedef struct KernelRec {
 } KernelRec;
 
 typedef struct Refusal { const char *node, *reader, *why; } Refusal;   /* a fusion the emitter refused */
+typedef struct MemBufRec { int64_t offset, bytes; int first, last; } MemBufRec;   /* a scratch tensor's place and lifetime (kernel ids) */
 
 typedef struct Ctx {
   Arena *arena;
@@ -59,6 +60,8 @@ typedef struct Ctx {
   KernelRec *kernels; int nkernels, cap_kernels;
   Refusal *refused; int nrefused, cap_refused;
   int64_t scratch_naive, scratch_planned;
+  MemBufRec *membufs; int nmembufs;   /* the planned scratch tensors (at the symbols' example values when */
+  bool membufs_symbolic;              /* membufs_symbolic: then the code lays them out one after another) */
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
   int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
   int jobs;              /* compile -j: CUDA kernels go to as many parts as the other processes leave (module.c) */
@@ -81,6 +84,13 @@ void gg_log(Ctx *c, unsigned cat, const char *fmt, ...) __attribute__((format(pr
 #define GG_INTERNAL(c) gg_error((c), "internal error at %s:%d", __FILE__, __LINE__)
 /* A string from a model, made printable for a message: quotes and control characters escaped. */
 const char *gg_quote(Ctx *c, const char *s);
+
+/* What a failed guard's message says to do: the interpreter's guards and the compiled model's (module.c
+ * writes them into its code) alike. No '%' or '"' in them. */
+#define GG_HINT_STATIC_SIZE "; the model was exported with this size fixed: to vary it, export with dynamic_shapes (torch.export.Dim) and compile again"
+#define GG_HINT_RANGE "; to allow it, export with a wider torch.export.Dim range (min=, max=) and compile again"
+#define GG_HINT_SHARED "; sizes named by one symbol must agree (gcc-graph explain MODEL shows each input's sizes)"
+#define GG_HINT_RANK "; gcc-graph explain MODEL shows each input's sizes"
 
 /* ---------------------------------------------------------------- dtypes (dtype.c) */
 
@@ -571,7 +581,10 @@ typedef struct CompileOptions {
 } CompileOptions;
 int compile_model(Ctx *c, const CompileOptions *o);
 int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose, autograd (run --train) */
-int inference_graph(Graph *g);   /* functionalize, fold weights, decompose (as compile does for inference) */
+struct Pipeline;
+/* functionalize, fold weights, decompose (as compile does for inference); how: the target and precision
+ * (its cuda, precision and nchw; NULL: the CPU in float32) */
+int inference_graph(Graph *g, const struct Pipeline *how);
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
 int fold_weights(Graph *g);
 /* v rounded to dt now, as a new weight, when v is a constant float weight whose bytes are here
@@ -726,6 +739,8 @@ int compare_outputs(Ctx *c, const char *got, const char *want, double tol, FILE 
 /* ---------------------------------------------------------------- explain (explain.c) */
 int explain_graph(Graph *g, FILE *f);
 void graph_print(Graph *g, FILE *f);
+void node_print(Graph *g, const struct Node *n, FILE *f);   /* one node as graph_print writes it, no newline */
+char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const PartitionStats *ps, bool external, int64_t weight_bytes);   /* compile.c */
 double node_matrix_flops(const Graph *g, const struct Node *n);   /* a product's or convolution's FLOPs, else 0 */
 int64_t value_nbytes(const Graph *g, const Value *v);              /* at the example sizes */
 double graph_matrix_flops(const Graph *g);
@@ -738,6 +753,17 @@ struct cJSON *shape_json(const Graph *g, const Value *v);
 struct cJSON *symbols_json(const Graph *g, bool examples);       /* the kernels compile_schedule recorded */
 /* explain --json: the same facts as JSON (schemas/explain.schema.json); fwd/bwd/st for --train, or
  * NULL; scheduled: whether c holds a schedule. Returns a malloc'd string. */
-char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled);   /* one line per input, node and output */
+char *explain_json(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled);
+struct cJSON *explain_obj(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, bool scheduled);   /* the same, as cJSON */
+/* Where a node came from: the module path and class its nn_module_stack names, and the user's line of
+ * its stack trace (the innermost frame outside PyTorch); false when the export carries none */
+bool node_module(Arena *a, const struct Node *n, const char **path, const char **cls);
+bool node_source(Arena *a, const struct Node *n, const char **file, int *line, const char **code);
+void node_origin_json(Arena *a, const struct Node *n, struct cJSON *o);   /* both, as fields of o */
+/* explain --html: one self-contained page (report.c) of report (explain_obj's, with the stages' graphs
+ * and the memory plan added here), and the Chrome trace profile when given; written to path */
+int report_stage_graphs(Graph *g, const struct Pipeline *how, struct cJSON *report);   /* inference_graph's stages on g, keeping each one's graph */
+int report_add_graph(struct cJSON *report, Graph *g, const char *stage);   /* g as it is now, as the graph after stage */
+int report_write(Ctx *c, struct cJSON *report, const char *profile, const char *path);
 
 #endif

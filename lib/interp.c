@@ -2004,15 +2004,17 @@ static int bind_input(Interp *I, Value *v, Tensor *t) {
   Ctx *c = I->c;
   Graph *g = I->g;
   const char *nm = gg_quote(c, v->name);
-  if (t->dtype != v->dtype) return gg_error(c, "guard failed: tensor %s dtype mismatch. expected %s, actual %s", nm, dtype_name(v->dtype), dtype_name(t->dtype));
-  if (t->rank != v->rank) return gg_error(c, "guard failed: tensor %s rank mismatch. expected %d, actual %d", nm, v->rank, t->rank);
+  if (t->dtype != v->dtype)
+    return gg_error(c, "guard failed: tensor %s dtype mismatch. expected %s, actual %s; convert it (PyTorch: x.to(torch.%s)) or export the model with %s inputs", nm,
+                    dtype_name(v->dtype), dtype_name(t->dtype), dtype_name(v->dtype), dtype_name(t->dtype));
+  if (t->rank != v->rank) return gg_error(c, "guard failed: tensor %s rank mismatch. expected %d, actual %d" GG_HINT_RANK, nm, v->rank, t->rank);
   for (int d = 0; d < v->rank; d++) {
     const Expr *e = v->sizes[d];
     if (e->k != E_SYM) continue;
     int64_t *slot = &I->env[e->c];
     const Sym *s = &g->syms[e->c];
     if (t->sizes[d] < s->min || t->sizes[d] > s->max)
-      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %s in [%lld, %lld], actual %lld", nm, d, s->name,
+      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %s in [%lld, %lld], actual %lld" GG_HINT_RANGE, nm, d, s->name,
                       (long long)s->min, (long long)s->max, (long long)t->sizes[d]);
     *slot = t->sizes[d];
   }
@@ -2025,7 +2027,8 @@ static int check_sizes(Interp *I, Value *v, Tensor *t) {
     int64_t want;
     if (expr_eval(c, v->sizes[d], I->env, &want)) return -1;
     if (want != t->sizes[d])
-      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %lld, actual %lld", gg_quote(c, v->name), d, (long long)want, (long long)t->sizes[d]);
+      return gg_error(c, "guard failed: tensor %s size mismatch at index %d. expected %lld, actual %lld%s", gg_quote(c, v->name), d, (long long)want, (long long)t->sizes[d],
+                      v->sizes[d]->k == E_CONST ? GG_HINT_STATIC_SIZE : GG_HINT_SHARED);
   }
   return 0;
 }
@@ -2142,7 +2145,7 @@ int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, in
   memset(res, 0, sizeof *res);
   Value **users;
   int nusers = graph_user_inputs(g, &users);
-  if (ninputs != nusers) return gg_error(c, "guard failed: expected %d inputs, got %d", nusers, ninputs);
+  if (ninputs != nusers) return gg_error(c, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", nusers, ninputs);
   if (graph_check_supported(g)) return -1;
   for (int i = 0; i < nusers; i++) if (bind_input(I, users[i], inputs[i])) return -1;
   for (int i = 0; i < nusers; i++) {

@@ -53,12 +53,12 @@ static void emit_guard(Em *e, Value **users, int nusers) {
           const Sym *sy = &g->syms[x->c];
           bound[x->c] = true;
           fprintf(f, "  s[%lld] = in[%d].shape[%d];\n", (long long)x->c, i, d);
-          fprintf(f, "  if (s[%lld] < INT64_C(%lld) || s[%lld] > INT64_C(%lld)) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %s in [%lld, %lld], actual %%lld\", gg_input_names[%d], (long long)s[%lld]);\n",
+          fprintf(f, "  if (s[%lld] < INT64_C(%lld) || s[%lld] > INT64_C(%lld)) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %s in [%lld, %lld], actual %%lld" GG_HINT_RANGE "\", gg_input_names[%d], (long long)s[%lld]);\n",
                   (long long)x->c, (long long)sy->min, (long long)x->c, (long long)sy->max, d, sy->name, (long long)sy->min, (long long)sy->max, i,
                   (long long)x->c);
         } else if (pass == 1) {
-          fprintf(f, "  if (in[%d].shape[%d] != %s) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %%lld, actual %%lld\", gg_input_names[%d], (long long)(%s), (long long)in[%d].shape[%d]);\n",
-                  i, d, cx(e, x), d, i, cx(e, x), i, d);
+          fprintf(f, "  if (in[%d].shape[%d] != %s) return gg_rt_fail(err, errlen, \"guard failed: tensor '%%s' size mismatch at index %d. expected %%lld, actual %%lld%s\", gg_input_names[%d], (long long)(%s), (long long)in[%d].shape[%d]);\n",
+                  i, d, cx(e, x), d, x->k == E_CONST ? GG_HINT_STATIC_SIZE : GG_HINT_SHARED, i, cx(e, x), i, d);
         }
       }
     }
@@ -81,16 +81,29 @@ static void emit_output_shape(Em *e, const char *p, Value **outs, int n) {
 static int64_t plan_memory(Em *e) {
   MemBuf *b = arena_array(e->a, (size_t)e->nst + 1, sizeof *b);
   int *at = arena_array(e->a, (size_t)e->nst + 1, sizeof *at), n = 0;
+  bool symbolic = false;
   for (int i = 0; i < e->nst; i++) {
     const Stor *st = &e->st[i];
     if (st->kind != S_SCRATCH) continue;
     int64_t ne;
-    if (!expr_is_const(st->nelem, &ne)) return -1;
+    if (!expr_is_const(st->nelem, &ne)) {
+      if (!e->c->record) return -1;
+      symbolic = true;   /* explain draws the plan at the symbols' example values */
+      ne = expr_hint(e->g, st->nelem);
+    }
     int p = st->inplace - 1;
     at[i] = n;
     b[n++] = (MemBuf){i, (ne * dtype_info(st->dt)->size + 63) & ~INT64_C(63), st->first, st->last, p >= 0 && e->st[p].kind == S_SCRATCH ? at[p] + 1 : 0, 0};
   }
-  int64_t total = memplan(e->c, b, n, &e->scratch_naive);
+  int64_t naive, total = memplan(e->c, b, n, &naive);
+  if (e->c->record && !e->c->membufs) {   /* explain --html draws the plan (the first program's: the model's, or the forward) */
+    e->c->membufs = arena_array(e->c->arena, (size_t)n + 1, sizeof *e->c->membufs);
+    for (int i = 0; i < n; i++) e->c->membufs[i] = (MemBufRec){b[i].offset, b[i].bytes, b[i].first, b[i].last};
+    e->c->nmembufs = n;
+    e->c->membufs_symbolic = symbolic;
+  }
+  if (symbolic) return -1;
+  e->scratch_naive = naive;
   for (int i = 0; i < e->nst; i++)
     if (e->st[i].kind == S_SCRATCH) e->st[i].offset = b[at[i]].offset;
   e->scratch_planned = total;
@@ -153,6 +166,17 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
   r->read = rd;
   r->written = wr;
   r->flops = fl;
+}
+
+/* explain's figures for a node's second kernel: a pass over the node's output, read and written in
+ * place, a FLOP per element for each node the first kernel's record lists as fused */
+static void kernel_pass_stats(Em *e, KernelRec *r) {
+  const Node *n = r->n;
+  if (!n->nouts) return;
+  double ne;
+  r->space = hint_shape(e, n->outs[0]->rank, n->outs[0]->sizes, &ne);
+  r->read = r->written = (double)value_nbytes(e->g, n->outs[0]);
+  r->flops = ne;
 }
 
 /* ---------------------------------------------------------------- kernels that are the same code */
@@ -666,7 +690,12 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
       c->refused[c->nrefused++] = S->refused[k];
     }
     int *mark = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *mark);
-    for (int r = krec0; r < c->nkernels; r++) kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
+    for (int r = krec0; r < c->nkernels; r++) {
+      bool again = false;   /* a node's second kernel (CUDA: a product's epilogue, a pass over its output) */
+      for (int q = krec0; q < r && !again; q++) again = c->kernels[q].n && c->kernels[q].n == c->kernels[r].n;
+      if (again) kernel_pass_stats(e, &c->kernels[r]);
+      else kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
+    }
   }
   fprintf(out, "\n/* GCC_GRAPH_PROFILE: the time of each node's kernels. */\nstatic double gg_%s_prof[%d];\nstatic const char *const gg_%s_prof_names[] = {\n", p, nprof, p);
   for (int i = 0; i < nprof; i++) { fputs("  ", out); emit_c_string(out, prof[i]); fputs(",\n", out); }

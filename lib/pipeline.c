@@ -75,7 +75,8 @@ int training_graph(Graph *g, const TrainOptions *t) {
 }
 
 /* The graph explain shows the schedule of: the one compile builds for inference. */
-int inference_graph(Graph *g) {
+int inference_graph(Graph *g, const Pipeline *how) {
   Pipeline p = {.g = g, .fold = true};
+  if (how) p.precision = how->precision, p.cuda = how->cuda, p.nchw = how->nchw;
   return pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), NULL, NULL);
 }

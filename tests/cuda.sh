@@ -152,5 +152,31 @@ if python3 -c "import torch.export, torchvision" 2>/dev/null; then
 else
   echo "(torch with torch.export and torchvision are needed for the quickstart; not run)"
 fi
+echo "== CUDA: GCC_GRAPH_PROFILE (GPU time per node: the summary, a Chrome trace, explain --html --profile), same answers"
+C=tests/corpus/models/bert_tiny
+if "$GG" compile $C/model.pt2 --target cuda -o "$TMP/prof.so" >"$TMP/err" 2>&1 &&
+   GCC_GRAPH_PROFILE="$TMP/prof.json" "$GG" run "$TMP/prof.so" --inputs $C/io.safetensors -o "$TMP/prof_out.st" 2>"$TMP/perr" &&
+   "$BUILD/test-golden" --compare "$TMP/prof_out.st" $C/io.safetensors >>"$TMP/err" 2>&1 &&
+   grep -q "gcc-graph profile: run, 1 runs" "$TMP/perr" && python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1])); ev = [e for e in j['traceEvents'] if e['ph'] == 'X']
+assert j['otherData']['device'].startswith('cuda'), j['otherData']
+assert ev and all(e['dur'] >= 0 and e['cat'] == 'run' for e in ev) and sum(e['dur'] for e in ev) > 0, ev[:3]
+assert any(e['name'].startswith('linear') for e in ev) and all(a['ts'] <= b['ts'] for a, b in zip(ev, ev[1:]))" "$TMP/prof.json" >>"$TMP/err" 2>&1 &&
+   "$GG" explain $C/model.pt2 --target cuda --html "$TMP/prof.html" --profile "$TMP/prof.json" >>"$TMP/err" 2>&1 &&
+   grep -q '"target":"cuda (sm_' "$TMP/prof.html" &&
+   python3 tests/report_page.py "$TMP/prof.html" --profile >>"$TMP/err" 2>&1; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: GCC_GRAPH_PROFILE on a CUDA model: $(tail -n 5 "$TMP/err") $(tail -n 3 "$TMP/perr")"; fail=$((fail + 1))
+fi
+T=tests/corpus/train/mlp_train
+if "$GG" compile $T/model.pt2 --train --target cuda -o "$TMP/prof_t.so" >"$TMP/err" 2>&1 &&
+   GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/prof_t.so" --inputs $T/io.safetensors --iters 2 >"$TMP/perr" 2>&1 &&
+   grep -q "gcc-graph profile: backward, " "$TMP/perr" && grep -q "gcc-graph profile: forward, " "$TMP/perr"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: GCC_GRAPH_PROFILE on a CUDA training model: $(tail -n 5 "$TMP/err") $(tail -n 5 "$TMP/perr")"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

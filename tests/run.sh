@@ -233,6 +233,13 @@ else
   no "cannot build tests/guards.c: $(head -c 300 "$TMP/err")"
 fi
 expect 1 "guard failed: tensor 'x' size mismatch at index 0. expected s77 in [1, 64], actual 65" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b65.st" -o "$TMP/o.st"
+# a failed guard says what to do
+expect 1 "actual 9; the model was exported with this size fixed: to vary it, export with dynamic_shapes" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/b9.st" -o "$TMP/o.st"
+expect 1 "actual 9; the model was exported with this size fixed" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/b9.st" -o "$TMP/o.st"
+expect 1 "actual float64; convert it (PyTorch: x.to(torch.float32)) or export the model with float64 inputs" -- "$GG" run "$TMP/mlp.so" --inputs "$TMP/f64.st" -o "$TMP/o.st"
+expect 1 "actual float64; convert it (PyTorch: x.to(torch.float32))" -- "$GG" run $M/mlp/model.pt2 --inputs "$TMP/f64.st" -o "$TMP/o.st"
+expect 1 "actual 65; to allow it, export with a wider torch.export.Dim range" -- "$GG" run "$TMP/dyn.so" --inputs "$TMP/b65.st" -o "$TMP/o.st"
+expect 1 "(name them in.0 to in.0, or by the inputs' names" -- "$GG" run "$TMP/mlp.so" --inputs tests/corpus/ops/add_alpha/io.safetensors -o "$TMP/o.st"
 expect 0 "" -- "$GG" run "$TMP/dyn.so" --inputs $M/mlp_dynamic_batch/io.safetensors -o "$TMP/od.st"
 expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/od.st" $M/mlp_dynamic_batch/io.safetensors
 # the same model and flags give the same bytes, wherever they are built
@@ -533,6 +540,34 @@ expect 0 "backward forward" -- python3 -c "
 import json, sys
 print(*sorted({e.get('cat') for e in json.load(open(sys.argv[1]))['traceEvents'] if e['ph'] == 'X'}))" "$TMP/trace_t.json"
 expect 0 "cannot write /nonexistent/t.json" -- env GCC_GRAPH_PROFILE=/nonexistent/t.json "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 1
+# explain --html: one self-contained page (tests/report_page.py checks its data), drawn in headless
+# Chromium where it is installed (the DOM it renders: every kernel, stage and tensor, no script error,
+# a model's HTML-like names shown as text)
+expect 0 "wrote $TMP/bert.html" -- "$GG" explain $M/bert_tiny/model.pt2 --html "$TMP/bert.html"
+expect 0 "wrote $TMP/mlp.html" -- "$GG" explain $M/mlp/model.pt2 --html "$TMP/mlp.html" --profile "$TMP/trace.json"
+expect 0 "wrote $TMP/evil.html" -- "$GG" explain tests/bad/html_names.json --html "$TMP/evil.html"
+expect 0 "wrote $TMP/train.html" -- "$GG" explain tests/corpus/train/mlp_train/model.pt2 --train --html "$TMP/train.html"
+expect 0 "ok" -- python3 tests/report_page.py "$TMP/bert.html"
+expect 0 "ok" -- python3 tests/report_page.py "$TMP/mlp.html" --profile
+expect 0 "ok" -- python3 tests/report_page.py "$TMP/evil.html" --evil
+expect 0 '"saved_bytes"' -- grep -o '"saved_bytes"' "$TMP/train.html"
+expect 1 "not a Chrome trace" -- "$GG" explain $M/mlp/model.pt2 --html "$TMP/x.html" --profile $M/mlp/io.safetensors
+expect 1 "cannot open" -- "$GG" explain $M/mlp/model.pt2 --html "$TMP/x.html" --profile "$TMP/nonexistent.json"
+expect 1 "cannot write" -- "$GG" explain $M/mlp/model.pt2 --html /nonexistent/x.html
+expect 2 "--profile goes with --html" -- "$GG" explain $M/mlp/model.pt2 --profile "$TMP/trace.json"
+expect 2 "not a compiled .so" -- "$GG" explain "$TMP/mlp.so" --html "$TMP/x.html"
+CHROMIUM=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -n "$CHROMIUM" ]; then
+  for page in bert mlp:--profile evil:--evil train; do
+    name=${page%%:*} flag=""
+    [ "$name" != "$page" ] && flag=${page#*:}
+    timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$TMP/chromium" \
+      --dump-dom "file://$(realpath "$TMP/$name.html")" >"$TMP/$name.dom" 2>"$TMP/chromium.log"
+    expect 0 "ok" -- python3 tests/report_page.py "$TMP/$name.html" "$TMP/$name.dom" $flag
+  done
+else
+  echo "skipped: explain --html's page in a browser (no chromium: apt-get install chromium)"
+fi
 # explain a compiled model from its metadata
 expect 0 "in.0  'x'                      float32[8, 64]" -- "$GG" explain "$TMP/mlp.so"
 expect 0 "s77 in [1, 64]" -- "$GG" explain "$TMP/dyn.so"

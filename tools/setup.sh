@@ -4,11 +4,12 @@
 # everything installed it does nothing. GCC_GRAPH_NO_SETUP=1 skips it.
 #   build:  a C compiler, cJSON, minizip, OpenBLAS (its OpenMP build), DLPack's header
 #   tests:  NumPy and PyTorch (side-by-side answers, the Python package), clang with its sanitizer
-#           and fuzzer runtimes and libomp (TSan, libFuzzer), unzip, venv and pip (pip install ./python)
+#           and fuzzer runtimes and libomp (TSan, libFuzzer), unzip, venv and pip (pip install ./python),
+#           Chromium (explain --html's page, drawn headless)
 set -u
 [ "${GCC_GRAPH_NO_SETUP:-0}" = 1 ] && exit 0
 BUILD_PKGS="build-essential libcjson-dev libminizip-dev libopenblas-dev libopenblas0-openmp libdlpack-dev"
-TEST_PKGS="python3-numpy python3-torch python3-venv python3-pip clang libclang-rt-14-dev libomp-dev unzip"
+TEST_PKGS="python3-numpy python3-torch python3-venv python3-pip clang libclang-rt-14-dev libomp-dev unzip chromium"
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "setup: not a Debian system; install the equivalents of: $BUILD_PKGS (and for the tests: $TEST_PKGS)" >&2
   exit 0

@@ -65,55 +65,11 @@ static void scratch_give(gg_model *m, void *p, size_t bytes) {
   free(p);
 }
 
-/* ---------------------------------------------------------------- profile */
+/* ---------------------------------------------------------------- profile (the clock; the rest in gg_rt_common.c) */
 
-bool gg_rt_prof_on;
-static _Thread_local double prof_last __attribute__((tls_model("initial-exec")));   /* no __tls_get_addr: the .so needs no ld.so symbols */
-static int64_t prof_runs[2];
+static __thread double prof_last __attribute__((tls_model("initial-exec")));   /* no __tls_get_addr: the .so needs no ld.so symbols */
 
-static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
-
-/* Concurrent runs of one model blur the figures (each thread's ticks add up its own time), so the
- * sums are atomic: a data race would be undefined behaviour, not just a blur. */
-static void prof_add(double *slot, double v) {
-  double cur, next;
-  __atomic_load(slot, &cur, __ATOMIC_RELAXED);
-  do next = cur + v;
-  while (!__atomic_compare_exchange(slot, &cur, &next, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-}
-
-/* GCC_GRAPH_PROFILE=FILE.json: every node of every run as a Chrome trace event ("X": a start and a
- * duration, on the thread that ran the node), kept in memory and written to FILE when the model is
- * closed (and when the process exits, for callers that never close it). */
-typedef struct trace_ev { const char *name, *cat; double t, dur; int tid; } trace_ev;
-#define TRACE_MAX_EVENTS ((size_t)1 << 22)   /* 4M events, ~160 MB: later ones are dropped, and the file says so */
-static const char *trace_path;
-static trace_ev *trace_evs;
-static size_t trace_n, trace_cap, trace_dropped, trace_written = (size_t)-1;
-static double trace_t0;
-static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local int trace_tid __attribute__((tls_model("initial-exec")));
-static int trace_next_tid;
-
-static void trace_add(const double *slot, double t0, double t1) {
-  const char *name = NULL, *cat = NULL;
-  if (gg__desc.prof && slot >= gg__desc.prof && slot < gg__desc.prof + gg__desc.nprof)
-    name = gg__desc.prof_names[slot - gg__desc.prof], cat = gg__train.ngrads ? "forward" : "run";
-  else if (gg__train.prof && slot >= gg__train.prof && slot < gg__train.prof + gg__train.nprof)
-    name = gg__train.prof_names[slot - gg__train.prof], cat = "backward";
-  if (!name) return;
-  pthread_mutex_lock(&trace_lock);
-  if (!trace_tid) trace_tid = ++trace_next_tid;
-  if (trace_n == trace_cap && trace_cap < TRACE_MAX_EVENTS) {
-    size_t cap = trace_cap ? 2 * trace_cap : 4096;
-    trace_ev *e = (trace_ev *)realloc(trace_evs, cap * sizeof *e);
-    if (e) trace_evs = e, trace_cap = cap;
-  }
-  if (trace_n < trace_cap) trace_evs[trace_n++] = (trace_ev){name, cat, t0 - trace_t0, t1 - t0, trace_tid};
-  else trace_dropped++;
-  pthread_mutex_unlock(&trace_lock);
-}
-
+/* the time since the thread's last tick is the node's (slot NULL: a run begins) */
 void gg_rt_tick(double *slot) {
   double t = now_s();
   if (slot) {
@@ -123,100 +79,11 @@ void gg_rt_tick(double *slot) {
   prof_last = t;
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
-/* The trace so far, as a whole file (written again at each close: the last one has every event). */
-static void trace_write(void) {
-  if (!trace_path) return;
-  pthread_mutex_lock(&trace_lock);
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.%d.tmp", trace_path, (int)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    trace_written = trace_n;
-    fprintf(stderr, "gcc-graph profile: cannot write %s: %s\n", trace_path, strerror(errno));
-  } else {
-    fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"model\": ", f);
-    Dl_info di;
-    json_str(f, dladdr((void *)&trace_write, &di) && di.dli_fname ? di.dli_fname : "?");
-    fprintf(f, ", \"events_dropped\": %zu}, \"traceEvents\": [\n", trace_dropped);
-    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"gcc-graph model\"}}", (int)getpid());
-    for (size_t i = 0; i < trace_n; i++) {
-      const trace_ev *e = &trace_evs[i];
-      fputs(",\n{\"name\": ", f);
-      json_str(f, e->name);
-      fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e->cat, 1e6 * e->t, 1e6 * e->dur,
-              (int)getpid(), e->tid);
-    }
-    fputs("\n]}\n", f);
-    trace_written = trace_n;   /* written, or failed with a message: not again at exit for these */
-    if (fclose(f) || rename(tmp, trace_path)) fprintf(stderr, "gcc-graph profile: cannot write %s: %s\n", trace_path, strerror(errno));
-    else {
-      fprintf(stderr, "gcc-graph profile: %zu events in %s (a Chrome trace: Perfetto, chrome://tracing)\n", trace_n, trace_path);
-    }
-  }
-  pthread_mutex_unlock(&trace_lock);
-}
-
-__attribute__((destructor)) static void trace_at_exit(void) {
-  if (trace_path && trace_n != trace_written) trace_write();
-}
-
-static void prof_count(int which) {
-  if (gg_rt_prof_on) __atomic_fetch_add(&prof_runs[which], 1, __ATOMIC_RELAXED);
-}
-
-/* GCC_GRAPH_PROFILE, read once per process (at the first gg_open), so that opening a second model
- * never writes the flag that running ones read: 1 prints the nodes that took the most time at
- * gg_close; a name ending in .json also writes the Chrome trace there */
-static void prof_init(void) {
-  const char *pe = getenv("GCC_GRAPH_PROFILE");
-  gg_rt_prof_on = pe && *pe && strcmp(pe, "0");
-  size_t n = pe ? strlen(pe) : 0;
-  if (gg_rt_prof_on && n > 5 && !strcmp(pe + n - 5, ".json")) {
-    trace_path = strdup(pe);
-    trace_t0 = now_s();
-  }
-}
-static pthread_once_t prof_once = PTHREAD_ONCE_INIT;
-
-/* The profile, on stderr: the nodes that took the most time, over every run since gg_open. */
-static void prof_report(const char *what, int n, const double *prof, const char *const *names, int64_t runs) {
-  if (!n || !runs) return;
-  int order[64], k = 0;
-  double total = 0;
-  for (int i = 0; i < n; i++) total += prof[i];
-  for (int i = 0; i < n; i++) {   /* the 20 largest, by insertion */
-    int j;
-    if (k < 20) j = k++;
-    else if (prof[i] <= prof[order[19]]) continue;
-    else j = 19;
-    while (j > 0 && prof[order[j - 1]] < prof[i]) { order[j] = order[j - 1]; j--; }
-    order[j] = i;
-  }
-  fprintf(stderr, "gcc-graph profile: %s, %lld runs, %.3f ms per run; the nodes that took the most:\n", what, (long long)runs, 1e3 * total / (double)runs);
-  for (int i = 0; i < k; i++)
-    fprintf(stderr, "  %9.3f ms %5.1f%%  %s\n", 1e3 * prof[order[i]] / (double)runs, total > 0 ? 100 * prof[order[i]] / total : 0, names[order[i]]);
-}
-
 /* ---------------------------------------------------------------- entry points */
 
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
-  if (gg_rt_prof_on) {
-    prof_report(gg__train.ngrads ? "forward" : "run", gg__desc.nprof, gg__desc.prof, gg__desc.prof_names, prof_runs[0]);
-    prof_report("backward", gg__train.nprof, gg__train.prof, gg__train.prof_names, prof_runs[1]);
-    trace_write();
-  }
+  prof_close();
   if (m->map) munmap(m->map, m->maplen);
   for (int i = 0; i < gg__desc.nmutable; i++) free(m->mut[i]);
   free(m->mut);

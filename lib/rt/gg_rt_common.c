@@ -44,11 +44,13 @@ static bool same_dtype(DLDataType a, DLDataType want) {
 int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int ndim, int device, char *err, size_t errlen) {
   if (!t) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' is missing", name);
   if ((int)t->device.device_type != device)
-    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' device mismatch. expected %s, actual %s", name, device_name(device),
-                      device_name((int)t->device.device_type));
+    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' device mismatch. expected %s, actual %s; move it (PyTorch: x.to(\"%s\"))%s", name, device_name(device),
+                      device_name((int)t->device.device_type), device_name(device),
+                      t->device.device_type == kDLCUDA ? " or compile the model with --target cuda" : t->device.device_type == kDLCPU ? " or compile the model for the CPU (--target cpu)" : "");
   if (!same_dtype(t->dtype, want))
-    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' dtype mismatch. expected %s, actual %s", name, gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype));
-  if (t->ndim != ndim) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' rank mismatch. expected %d, actual %d", name, ndim, t->ndim);
+    return gg_rt_fail(err, errlen, "guard failed: tensor '%s' dtype mismatch. expected %s, actual %s; convert it (PyTorch: x.to(torch.%s)) or export the model with %s inputs",
+                      name, gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype), gg_rt_dtype_name(want), gg_rt_dtype_name(t->dtype));
+  if (t->ndim != ndim) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' rank mismatch. expected %d, actual %d; gcc-graph explain MODEL shows each input's sizes", name, ndim, t->ndim);
   if (ndim > 0 && !t->shape) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has no shape (a null pointer)", name);
   for (int d = 0; d < ndim; d++)
     if (t->shape[d] < 0) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has a negative size %lld at index %d", name, (long long)t->shape[d], d);
@@ -56,7 +58,7 @@ int gg_rt_check_tensor(const DLTensor *t, const char *name, DLDataType want, int
     int64_t s = 1;
     for (int d = ndim - 1; d >= 0; d--) {
       if (t->shape[d] != 1 && t->strides[d] != s)
-        return gg_rt_fail(err, errlen, "guard failed: tensor '%s' stride mismatch at index %d. expected %lld (row-major compact), actual %lld", name, d,
+        return gg_rt_fail(err, errlen, "guard failed: tensor '%s' stride mismatch at index %d. expected %lld (row-major compact), actual %lld; pass a contiguous tensor (PyTorch: x.contiguous())", name, d,
                           (long long)s, (long long)t->strides[d]);
       if (__builtin_mul_overflow(s, t->shape[d], &s)) return gg_rt_fail(err, errlen, "guard failed: tensor '%s' has more elements than 2^63", name);
     }
@@ -116,7 +118,7 @@ static int map_weights(const char *weights, void **map, size_t *len, char *err, 
   struct stat st;
   if (fstat(fd, &st) || st.st_size != gg__desc.external_size) {
     close(fd);
-    return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld)", weights,
+    return gg_rt_fail(err, errlen, "%s: not the weights file this model was compiled with (size %lld, expected %lld); give the .pt2 it was compiled from (gcc-graph explain MODEL.so names it)", weights,
                       (long long)st.st_size, (long long)gg__desc.external_size);
   }
   *len = (size_t)st.st_size;
@@ -142,7 +144,7 @@ static int check_data(const DLTensor *t, int n, const char *kind, char *err, siz
 
 static int check_call(const void *m, const DLTensor *in, int nin, int nout, int64_t *sym, char *err, size_t errlen) {
   if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
   if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
   if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
@@ -179,7 +181,7 @@ GG_EXPORT int gg_num_mutated_buffers(void) { return gg__desc.nmutable; }
 GG_EXPORT int gg_check(const gg_model *m, const DLTensor *in, int nin, char *err, size_t errlen) {
   (void)m;
   int64_t sym[64];
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   return gg__desc.guard(in, sym, err, errlen);
 }
@@ -328,7 +330,7 @@ static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t e
  * state's buffers for the values it saves; outs[] gets the user outputs, then the saved values. */
 static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
   st->ready = false;
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d", gg__desc.ninputs, nin);
+  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   if (gg__desc.guard(in, st->sym, err, errlen) || check_data(in, nin, "input", err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
   return train_saved_outs(st, outs, err, errlen);
@@ -483,4 +485,159 @@ GG_EXPORT int gg_gradient(const gg_train_state *st, int i, const char **name, DL
   v->dtype = gg__train.grad_dtypes[i];
   v->shape = (int64_t *)&st->grad_shapes[i * GG_RT_MAX_RANK];
   return 0;
+}
+
+/* ---------------------------------------------------------------- profile
+ * GCC_GRAPH_PROFILE: the run body ticks after each node that ran code (GG_TICK); each runtime's
+ * gg_rt_tick measures the time since the last tick (the CPU's clock; CUDA events on the run's
+ * stream, read after the run) and gives it to prof_add and trace_add here. */
+
+bool gg_rt_prof_on;
+static int64_t prof_runs[2];
+
+static double now_s(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+
+/* Concurrent runs of one model blur the figures (each thread's ticks add up its own time), so the
+ * sums are atomic: a data race would be undefined behaviour, not just a blur. */
+static void prof_add(double *slot, double v) {
+  double cur, next;
+  __atomic_load(slot, &cur, __ATOMIC_RELAXED);
+  do next = cur + v;
+  while (!__atomic_compare_exchange(slot, &cur, &next, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* GCC_GRAPH_PROFILE=FILE.json: every node of every run as a Chrome trace event ("X": a start and a
+ * duration, on the thread that ran the node), kept in memory and written to FILE when the model is
+ * closed (and when the process exits, for callers that never close it). */
+typedef struct trace_ev { const char *name, *cat; double t, dur; int tid; } trace_ev;
+#define TRACE_MAX_EVENTS ((size_t)1 << 22)   /* 4M events, ~160 MB: later ones are dropped, and the file says so */
+static const char *trace_path;
+static trace_ev *trace_evs;
+static size_t trace_n, trace_cap, trace_dropped, trace_written = (size_t)-1;
+static double trace_t0;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+#ifdef __CUDACC__
+static __thread int trace_tid;   /* a CUDA model's libraries leave no static TLS to spare (dlopen would fail) */
+#else
+static __thread int trace_tid __attribute__((tls_model("initial-exec")));   /* no __tls_get_addr: the .so needs no ld.so symbols */
+#endif
+static int trace_next_tid;
+
+static void trace_add(const double *slot, double t0, double t1) {
+  const char *name = NULL, *cat = NULL;
+  if (gg__desc.prof && slot >= gg__desc.prof && slot < gg__desc.prof + gg__desc.nprof)
+    name = gg__desc.prof_names[slot - gg__desc.prof], cat = gg__train.ngrads ? "forward" : "run";
+  else if (gg__train.prof && slot >= gg__train.prof && slot < gg__train.prof + gg__train.nprof)
+    name = gg__train.prof_names[slot - gg__train.prof], cat = "backward";
+  if (!name) return;
+  pthread_mutex_lock(&trace_lock);
+  if (!trace_tid) trace_tid = ++trace_next_tid;
+  if (trace_n == trace_cap && trace_cap < TRACE_MAX_EVENTS) {
+    size_t cap = trace_cap ? 2 * trace_cap : 4096;
+    trace_ev *e = (trace_ev *)realloc(trace_evs, cap * sizeof *e);
+    if (e) trace_evs = e, trace_cap = cap;
+  }
+  if (trace_n < trace_cap) {
+    trace_ev *e = &trace_evs[trace_n++];
+    e->name = name, e->cat = cat, e->t = t0 - trace_t0, e->dur = t1 - t0, e->tid = trace_tid;
+  } else trace_dropped++;
+  pthread_mutex_unlock(&trace_lock);
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* The trace so far, as a whole file (written again at each close: the last one has every event). */
+static void trace_write(void) {
+  if (!trace_path) return;
+  pthread_mutex_lock(&trace_lock);
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", trace_path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    trace_written = trace_n;
+    fprintf(stderr, "gcc-graph profile: cannot write %s: %s\n", trace_path, strerror(errno));
+  } else {
+    fputs("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"model\": ", f);
+    Dl_info di;
+    json_str(f, dladdr((void *)&trace_write, &di) && di.dli_fname ? di.dli_fname : "?");
+#ifdef __CUDACC__
+    fputs(", \"device\": \"cuda: GPU time per node, launched without the CUDA graph\"", f);
+#else
+    fputs(", \"device\": \"cpu\"", f);
+#endif
+    fprintf(f, ", \"events_dropped\": %zu}, \"traceEvents\": [\n", trace_dropped);
+    fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"gcc-graph model\"}}", (int)getpid());
+    for (size_t i = 0; i < trace_n; i++) {
+      const trace_ev *e = &trace_evs[i];
+      fputs(",\n{\"name\": ", f);
+      json_str(f, e->name);
+      fprintf(f, ", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e->cat, 1e6 * e->t, 1e6 * e->dur,
+              (int)getpid(), e->tid);
+    }
+    fputs("\n]}\n", f);
+    trace_written = trace_n;   /* written, or failed with a message: not again at exit for these */
+    if (fclose(f) || rename(tmp, trace_path)) fprintf(stderr, "gcc-graph profile: cannot write %s: %s\n", trace_path, strerror(errno));
+    else {
+      fprintf(stderr, "gcc-graph profile: %zu events in %s (a Chrome trace: Perfetto, chrome://tracing)\n", trace_n, trace_path);
+    }
+  }
+  pthread_mutex_unlock(&trace_lock);
+}
+
+__attribute__((destructor)) static void trace_at_exit(void) {
+  if (trace_path && trace_n != trace_written) trace_write();
+}
+
+static void prof_count(int which) {
+  if (gg_rt_prof_on) __atomic_fetch_add(&prof_runs[which], 1, __ATOMIC_RELAXED);
+}
+
+/* GCC_GRAPH_PROFILE, read once per process (at the first gg_open), so that opening a second model
+ * never writes the flag that running ones read: 1 prints the nodes that took the most time at
+ * gg_close; a name ending in .json also writes the Chrome trace there */
+static void prof_init(void) {
+  const char *pe = getenv("GCC_GRAPH_PROFILE");
+  gg_rt_prof_on = pe && *pe && strcmp(pe, "0");
+  size_t n = pe ? strlen(pe) : 0;
+  if (gg_rt_prof_on && n > 5 && !strcmp(pe + n - 5, ".json")) {
+    trace_path = strdup(pe);
+    trace_t0 = now_s();
+  }
+}
+static pthread_once_t prof_once = PTHREAD_ONCE_INIT;
+
+/* The profile, on stderr: the nodes that took the most time, over every run since gg_open. */
+static void prof_report(const char *what, int n, const double *prof, const char *const *names, int64_t runs) {
+  if (!n || !runs) return;
+  int order[64], k = 0;
+  double total = 0;
+  for (int i = 0; i < n; i++) total += prof[i];
+  for (int i = 0; i < n; i++) {   /* the 20 largest, by insertion */
+    int j;
+    if (k < 20) j = k++;
+    else if (prof[i] <= prof[order[19]]) continue;
+    else j = 19;
+    while (j > 0 && prof[order[j - 1]] < prof[i]) { order[j] = order[j - 1]; j--; }
+    order[j] = i;
+  }
+  fprintf(stderr, "gcc-graph profile: %s, %lld runs, %.3f ms per run; the nodes that took the most:\n", what, (long long)runs, 1e3 * total / (double)runs);
+  for (int i = 0; i < k; i++)
+    fprintf(stderr, "  %9.3f ms %5.1f%%  %s\n", 1e3 * prof[order[i]] / (double)runs, total > 0 ? 100 * prof[order[i]] / total : 0, names[order[i]]);
+}
+
+/* at gg_close: the summary on stderr, and the trace so far written */
+static void prof_close(void) {
+  if (!gg_rt_prof_on) return;
+  prof_report(gg__train.ngrads ? "forward" : "run", gg__desc.nprof, gg__desc.prof, gg__desc.prof_names, prof_runs[0]);
+  prof_report("backward", gg__train.nprof, gg__train.prof, gg__train.prof_names, prof_runs[1]);
+  trace_write();
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -41,6 +42,8 @@ typedef struct gg_slot {
   bool tuned;               /* a run was made uncaptured for the shapes tuned_syms (lt_fastest) */
   int64_t tuned_syms[64];
 } gg_slot;
+
+struct prof_tick { double *slot; cudaEvent_t ev; };
 
 struct gg_model {
   void *map;                /* external weights file, mapped while uploading */
@@ -91,9 +94,12 @@ struct gg_model {
   gg_train_state *dp_st;    /* the state of the backward being issued, while its all-reduces may be issued */
   int dp_issued;            /* all-reduces issued on dp_stream since the backward began */
   int dp_err;               /* an NCCL call failed (its result), reported after the run */
+  struct prof_tick *ticks;  /* GCC_GRAPH_PROFILE: the events the run's ticks recorded, and the slot of each */
+  int nticks, cap_ticks;
 };
 
 #include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
+
 
 /* The model whose run is being issued on this thread (the generated code asks for its stream). */
 static __thread gg_model *gg_cur;
@@ -137,6 +143,49 @@ static void rt_free(void *p) {
   if (p) cudaFree(p);
 }
 
+/* ---------------------------------------------------------------- profile: GPU time per node
+ * With GCC_GRAPH_PROFILE a model launches its kernels directly (no CUDA graph: a graph's kernels
+ * cannot be told apart), each tick records an event on the run's stream, and after the run the time
+ * between a tick's event and the one before it is its node's: GPU time, including the gaps where the
+ * GPU waited for the host to launch (what a graph would save). */
+void gg_rt_tick(double *slot) {
+  gg_model *m = gg_cur;
+  if (!m) return;
+  if (m->nticks == m->cap_ticks) {
+    int cap = m->cap_ticks ? 2 * m->cap_ticks : 256;
+    struct prof_tick *t = (struct prof_tick *)realloc(m->ticks, (size_t)cap * sizeof *t);
+    if (!t) return;
+    memset(t + m->cap_ticks, 0, (size_t)(cap - m->cap_ticks) * sizeof *t);
+    m->ticks = t;
+    m->cap_ticks = cap;
+  }
+  struct prof_tick *t = &m->ticks[m->nticks];
+  if ((!t->ev && cudaEventCreate(&t->ev) != cudaSuccess) || cudaEventRecord(t->ev, m->stream) != cudaSuccess) { cudaGetLastError(); return; }
+  t->slot = slot;
+  m->nticks++;
+}
+
+/* after a run whose stream is synchronized: each node's time from the events, into its slot and the
+ * trace (placed on the host's clock as the run's span ending now) */
+static void prof_collect(gg_model *m) {
+  float span = 0;
+  if (m->nticks >= 2 && cudaEventElapsedTime(&span, m->ticks[0].ev, m->ticks[m->nticks - 1].ev) == cudaSuccess) {
+    double at = now_s() - span * 1e-3;
+    for (int i = 1; i < m->nticks; i++) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, m->ticks[i - 1].ev, m->ticks[i].ev) != cudaSuccess) { cudaGetLastError(); continue; }
+      double d = ms * 1e-3;
+      if (m->ticks[i].slot) {
+        prof_add(m->ticks[i].slot, d);
+        if (trace_path) trace_add(m->ticks[i].slot, at, at + d);
+      }
+      at += d;
+    }
+  }
+  cudaGetLastError();
+  m->nticks = 0;
+}
+
 /* ---------------------------------------------------------------- open, close */
 
 static void drop_graphs(gg_model *m) {
@@ -146,6 +195,9 @@ static void drop_graphs(gg_model *m) {
 
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
+  prof_close();
+  for (int i = 0; i < m->cap_ticks; i++) if (m->ticks[i].ev) cudaEventDestroy(m->ticks[i].ev);
+  free(m->ticks);
   drop_graphs(m);
   if (m->blas) cublasDestroy(m->blas);
   lt_free(m);
@@ -187,7 +239,8 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
   const char *ge = getenv("GCC_GRAPH_CUDA_GRAPHS");
-  m->graphs = !(ge && !strcmp(ge, "0"));
+  pthread_once(&prof_once, prof_init);
+  m->graphs = !(ge && !strcmp(ge, "0")) && !gg_rt_prof_on;   /* a profile times each node: no graph */
   m->w = (void **)calloc((size_t)d->nweights + 1, sizeof *m->w);
   m->mut = (void **)calloc((size_t)d->nmutable + 1, sizeof *m->mut);
   m->opt_m = (float **)calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_m);
@@ -442,6 +495,14 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
     cudaError_t ce = cudaStreamSynchronize(m->stream);
     if (ce == cudaSuccess) ce = cudaGetLastError();
     if (ce != cudaSuccess) rc = cuda_fail(err, errlen, "the model's kernels failed", ce);
+  }
+  if (gg_rt_prof_on) {
+    if (!rc) {
+      if (a->what & FWD) prof_count(0);
+      if (a->what & BWD) prof_count(1);
+      prof_collect(m);
+    }
+    m->nticks = 0;
   }
   if (!rc && m->dp_err) {
     rc = gg_rt_fail(err, errlen, "data-parallel: an NCCL all-reduce failed (ncclResult_t %d)", m->dp_err);
