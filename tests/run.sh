@@ -540,6 +540,17 @@ expect 0 "backward forward" -- python3 -c "
 import json, sys
 print(*sorted({e.get('cat') for e in json.load(open(sys.argv[1]))['traceEvents'] if e['ph'] == 'X'}))" "$TMP/trace_t.json"
 expect 0 "cannot write /nonexistent/t.json" -- env GCC_GRAPH_PROFILE=/nonexistent/t.json "$GG" bench "$TMP/mlp.so" --inputs $M/mlp/io.safetensors --iters 1
+# a node name that is not UTF-8 (tests/bad/latin1_node.json) keeps the trace JSON: U+FFFD in its place
+"$GG" compile tests/bad/latin1_node.json -o "$TMP/l1.so" 2>"$TMP/err" || no "compile latin1_node: $(cat "$TMP/err")"
+python3 -c "
+import json, struct, sys
+h = json.dumps({n: {'dtype': 'F32', 'shape': [2, 3], 'data_offsets': [24 * i, 24 * i + 24]} for i, n in enumerate(['in.0', 'in.1'])}).encode()
+open(sys.argv[1], 'wb').write(struct.pack('<Q', len(h)) + h + bytes(48))" "$TMP/l1in.st"
+expect 0 "events in $TMP/l1.json" -- env GCC_GRAPH_PROFILE="$TMP/l1.json" "$GG" bench "$TMP/l1.so" --inputs "$TMP/l1in.st" --iters 2
+expect 0 "add\ufffd\ufffd\ufffd (add.Tensor)" -- python3 -c "
+import json, sys
+j = json.load(open(sys.argv[1], encoding='utf-8'))
+print(ascii(sorted({e['name'] for e in j['traceEvents'] if e['ph'] == 'X'})))" "$TMP/l1.json"
 # explain --html: one self-contained page (tests/report_page.py checks its data), drawn in headless
 # Chromium where it is installed (the DOM it renders: every kernel, stage and tensor, no script error,
 # a model's HTML-like names shown as text)

@@ -544,13 +544,22 @@ static void trace_add(const double *slot, double t0, double t1) {
   pthread_mutex_unlock(&trace_lock);
 }
 
+/* s as a JSON string: quotes, backslashes and control characters escaped, a byte that is not part of
+ * valid UTF-8 (a model's names are bytes) written as U+FFFD, so that the file stays JSON */
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    unsigned char ch = *p;
+    int n = ch < 0x80 ? 1 : ch >= 0xc2 && ch <= 0xdf ? 2 : ch >= 0xe0 && ch <= 0xef ? 3 : ch >= 0xf0 && ch <= 0xf4 ? 4 : 0;
+    for (int k = 1; k < n; k++)
+      if ((p[k] & 0xc0) != 0x80) n = 0;   /* a continuation byte missing (or the string's end) */
+    if (n == 3 && ((ch == 0xe0 && p[1] < 0xa0) || (ch == 0xed && p[1] >= 0xa0))) n = 0;   /* overlong, or a surrogate */
+    if (n == 4 && ((ch == 0xf0 && p[1] < 0x90) || (ch == 0xf4 && p[1] >= 0x90))) n = 0;   /* overlong, or past U+10FFFF */
+    if (!n) { fputs("\\ufffd", f); p++; continue; }
     if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
     else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
+    else fwrite(p, 1, (size_t)n, f);
+    p += n;
   }
   fputc('"', f);
 }

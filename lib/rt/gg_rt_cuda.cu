@@ -1397,8 +1397,69 @@ template <int DT, typename I> __global__ void dw_nhwc(gg_conv c, const void *x, 
   }
 }
 
+/* The same for 16-bit types with the channels a multiple of 8, 8 channels a thread: one 16-byte load
+ * of the image per tap, the filter taps of the block's 32 channels in shared memory as float
+ * [tap][channel] (two 16-byte reads per tap), 8 outputs rounded and stored as one 16-byte store. A
+ * block is 4 channel groups x 64 output pixels, looping over the pixels. The same sums in the same
+ * order: the same results as dw_nhwc. (The scalar kernel read each tap's weight 49 elements apart
+ * across a warp's channels: ConvNeXt-T's 7x7 convolutions took 0.11-0.49 ms each at batch 32,
+ * 25-50x their bytes' time; docs/BENCHMARKS.md.) */
+#define DW_CT 32   /* channels a block covers */
+#define DW_PIX 64  /* output pixels a block covers per pass */
+template <int DT> __global__ void __launch_bounds__(256) dw_nhwc_v8(gg_conv c, const uint16_t *x, const void *w, const void *bias, uint16_t *y) {
+  extern __shared__ float dw_w[];   /* [R * S][DW_CT] */
+  const int C = (int)c.Cout, R = (int)c.k[1], S = (int)c.k[2], RS = R * S;
+  const int c0 = blockIdx.x * DW_CT, ct = min(DW_CT, C - c0);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  for (int i = tid; i < RS * DW_CT; i += blockDim.x * blockDim.y) {
+    int tap = i / DW_CT, cl = i % DW_CT;
+    dw_w[i] = cl < ct ? dt_ld(DT, w, (int64_t)(c0 + cl) * RS + tap) : 0.f;
+  }
+  __syncthreads();
+  const int cl = threadIdx.x * 8;
+  if (cl >= ct) return;
+  const int64_t OH = c.out[1], OW = c.out[2], H = c.in[1], W = c.in[2], npix = c.N * OH * OW;
+  const int64_t sh = c.stride[1], sw = c.stride[2], ph = c.pad[1], pw = c.pad[2], dh = c.dil[1], dwl = c.dil[2];
+  float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; bias && k < 8; k++) b[k] = dt_ld(DT, bias, c0 + cl + k);
+  for (int64_t p = (int64_t)blockIdx.y * DW_PIX + threadIdx.y; p < npix; p += (int64_t)gridDim.y * DW_PIX) {
+    const int64_t ow = p % OW, q = p / OW, oh = q % OH, n = q / OH;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int r = 0; r < R; r++) {
+      const int64_t ih = oh * sh - ph + r * dh;
+      if (ih < 0 || ih >= H) continue;
+      const uint16_t *row = x + (n * H + ih) * W * C + c0 + cl;
+      for (int t = 0; t < S; t++) {
+        const int64_t iw = ow * sw - pw + t * dwl;
+        if (iw < 0 || iw >= W) continue;
+        const uint4 v = *(const uint4 *)(row + iw * C);
+        const float4 w0 = *(const float4 *)&dw_w[(r * S + t) * DW_CT + cl], w1 = *(const float4 *)&dw_w[(r * S + t) * DW_CT + cl + 4];
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+        const float wk[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        for (int k = 0; k < 8; k++) {
+          const uint16_t h = (uint16_t)(u[k / 2] >> (16 * (k % 2)));
+          acc[k] += (DT == 2 ? gg_h2f(h) : gg_bf2f(h)) * wk[k];
+        }
+      }
+    }
+    uint32_t o[4];
+    for (int k = 0; k < 4; k++) {
+      const float a = bias ? acc[2 * k] + b[2 * k] : acc[2 * k], e = bias ? acc[2 * k + 1] + b[2 * k + 1] : acc[2 * k + 1];
+      o[k] = (uint32_t)(DT == 2 ? gg_f2h(a) : gg_f2bf(a)) | (uint32_t)(DT == 2 ? gg_f2h(e) : gg_f2bf(e)) << 16;
+    }
+    *(uint4 *)(y + p * C + c0 + cl) = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 template <int DT> static void dw_nhwc_launch(const gg_conv *c, const void *x, const void *w, const void *bias, void *y) {
-  int64_t n = c->N * c->out[1] * c->out[2] * c->Cout, in = c->N * c->in[1] * c->in[2] * c->Cin;
+  int64_t n = c->N * c->out[1] * c->out[2] * c->Cout, in = c->N * c->in[1] * c->in[2] * c->Cin, rs = c->k[1] * c->k[2];
+  if (DT != 0 && c->Cout % 8 == 0 && rs <= 256 && ((uintptr_t)x | (uintptr_t)y) % 16 == 0) {
+    int64_t npix = c->N * c->out[1] * c->out[2], tiles = (c->Cout + DW_CT - 1) / DW_CT, py = (npix + DW_PIX - 1) / DW_PIX;
+    int64_t cap = 4096 / tiles > 0 ? 4096 / tiles : 1;   /* about 30 blocks an SM: the rest loop */
+    dim3 grid((unsigned)tiles, (unsigned)(py < cap ? py : cap < 65535 ? cap : 65535)), block(DW_CT / 8, DW_PIX);
+    dw_nhwc_v8<DT><<<grid, block, (size_t)rs * DW_CT * sizeof(float), gg_cur->stream>>>(*c, (const uint16_t *)x, w, bias, (uint16_t *)y);
+    return;
+  }
   if (n < (INT32_MAX >> 1) && in < INT32_MAX) dw_nhwc<DT, int32_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
   else dw_nhwc<DT, int64_t><<<gg_cu_blocks(n), 256, 0, gg_cur->stream>>>(*c, x, w, bias, y);
 }

@@ -130,6 +130,12 @@ case("diagonal", Fn(lambda s, x, y: (torch.diagonal(x, 0, 0, 1) * 2, torch.diago
 # on cuDNN; the CPU refuses them with a message
 case("conv_bf16", nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, groups=8, padding=1, bias=False),
                                 nn.Conv2d(8, 16, 1), nn.GELU()).to(torch.bfloat16), r(2, 3, 12, 12).to(torch.bfloat16))
+# bfloat16 depthwise convolutions, channels-last on the GPU: the 8-channel kernel (channels a multiple
+# of 8: 7x7, strided, dilated, a block's channels partly used) and the scalar one (12 channels)
+case("conv_dw_bf16", Fn(lambda s, a, b, c, d: (s.d1(a), torch.relu(s.d2(b)), s.d3(c), s.d4(d)),
+                        d1=nn.Conv2d(24, 24, 7, padding=3, groups=24), d2=nn.Conv2d(40, 40, 3, stride=2, padding=1, groups=40, bias=False),
+                        d3=nn.Conv2d(12, 12, 5, padding=2, groups=12), d4=nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)).to(torch.bfloat16),
+     r(2, 24, 19, 19).to(torch.bfloat16), r(2, 40, 17, 17).to(torch.bfloat16), r(2, 12, 15, 15).to(torch.bfloat16), r(2, 16, 13, 13).to(torch.bfloat16))
 # bfloat16 pooling (max with padding and ceil mode, average, adaptive average): on the GPU only
 case("pool_bf16", Fn(lambda s, x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1),
                                    F.adaptive_avg_pool2d(x, 1))), r(2, 4, 11, 11).to(torch.bfloat16))
