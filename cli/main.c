@@ -425,6 +425,12 @@ static int explain_so_json(Ctx *c, const char *path) {
   return 0;
 }
 
+/* --cuda-arch: sm_ and two or more digits, a letter after them at most */
+static bool bad_cuda_arch(const char *a) {
+  size_t d = strspn(a + (strncmp(a, "sm_", 3) ? 0 : 3), "0123456789");
+  return strncmp(a, "sm_", 3) || d < 2 || strlen(a + 3 + d) > 1;
+}
+
 static int cmd_explain(int argc, char **argv) {
   Opts o = {0};
   bool json = false;
@@ -432,8 +438,11 @@ static int cmd_explain(int argc, char **argv) {
   int n = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--html") && i + 1 < argc) html = argv[++i];
-    else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
+    else if ((!strcmp(argv[i], "--html") || !strcmp(argv[i], "--profile")) && i + 1 < argc) {
+      if (argv[i + 1][0] == '-' && argv[i + 1][1]) return usage_error(usage_explain, strcmp(argv[i], "--html") ? "--profile needs a file name, not '%s'" : "--html needs a file name, not '%s'", argv[i + 1]);
+      *(argv[i][2] == 'h' ? &html : &profile) = argv[i + 1];
+      i++;
+    }
     else argv[n++] = argv[i];
   }
   if (parse_opts(n, argv, &o, usage_explain, false)) return 2;
@@ -445,11 +454,16 @@ static int cmd_explain(int argc, char **argv) {
   CompileOptions how = {.model = o.model, .cuda_arch = o.cuda_arch, .nchw = o.nchw};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_explain, "unknown target '%s' (cpu or cuda)", o.target);
   how.cuda = o.target && !strcmp(o.target, "cuda");
+  if (o.cuda_arch && (!how.cuda || bad_cuda_arch(o.cuda_arch)))
+    return usage_error(usage_explain, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
   if (o.precision && ((how.precision = precision_parse(o.precision)) < 0 || (how.precision == PREC_TF32 && !how.cuda)))
     return usage_error(usage_explain, "bad precision '%s' (fp32, bf16 or fp16; tf32 with --target cuda)", o.precision);
   if (html) json = true;   /* the page is drawn from the JSON; nothing on stdout */
   Ctx *c = ctx_new();
   c->file = o.model;
+  c->cuda = how.cuda;
+  c->precision = how.precision;
+  c->cuda_sm = how.cuda ? build_cuda_sm(c, &how) : 0;
   size_t ml = strlen(o.model);
   if (ml > 3 && !strcmp(o.model + ml - 3, ".so")) {
     if (html) { ctx_free(c); return usage_error(usage_explain, "%s", "--html takes the exported model (.pt2 or .json), not a compiled .so"); }
@@ -473,9 +487,6 @@ static int cmd_explain(int argc, char **argv) {
     Graph *gs = graph_load(sc, o.model, o.weights);
     if (html) page = cJSON_CreateObject();
     Pipeline pl = {.fold = true, .precision = how.precision, .cuda = how.cuda, .nchw = how.nchw};
-    sc->cuda = how.cuda;
-    sc->precision = how.precision;
-    sc->cuda_sm = how.cuda ? build_cuda_sm(sc, &how) : 0;
     scheduled = gs && !verify_graph(gs) && !(html ? report_stage_graphs(gs, &pl, page) : inference_graph(gs, &pl)) && !compile_schedule(sc, gs);
     if (!scheduled) { c->has_err = false; c->err[0] = 0; c->nkernels = 0; }
     else if (!json) explain_schedule(c, stdout);
@@ -570,8 +581,7 @@ static int cmd_compile(int argc, char **argv) {
                        false, o.cuda_arch, getenv("NVCC"), PREC_FP32, o.nchw};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage_compile, "unknown target '%s' (cpu or cuda)", o.target);
   co.cuda = o.target && !strcmp(o.target, "cuda");
-  if (o.cuda_arch && (!co.cuda || strncmp(o.cuda_arch, "sm_", 3) || strspn(o.cuda_arch + 3, "0123456789") < 2 ||
-                      strlen(o.cuda_arch + 3 + strspn(o.cuda_arch + 3, "0123456789")) > 1))
+  if (o.cuda_arch && (!co.cuda || bad_cuda_arch(o.cuda_arch)))
     return usage_error(usage_compile, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
   if (o.precision && (co.precision = precision_parse(o.precision)) < 0) return usage_error(usage_compile, "unknown precision '%s' (fp32, tf32, bf16 or fp16)", o.precision);
   /* -MD: OUT.d beside the output (OUT's extension replaced, as gcc does); -MF names the file */

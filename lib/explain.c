@@ -132,7 +132,7 @@ bool node_source(Arena *a, const Node *n, const char **file, int *line, const ch
   if (!t) return false;
   for (const char *p = t; (p = strstr(p, "File \"")); p++) {
     const char *q = strchr(p + 6, '"');
-    if (!q || strncmp(q, "\", line ", 7)) continue;
+    if (!q || strncmp(q, "\", line ", 8)) continue;   /* all 8: q + 8 is at most the string's end */
     static const char *const pytorch[] = {"-packages/torch/", "/torch/nn/", "/torch/_", "/torch/fx/", "/torch/utils/", "/torch/autograd/", "/torch/functional.py"};
     bool torch = false;
     for (const char *x = p + 6; x < q && !torch; x++)

@@ -7,7 +7,8 @@
  * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
  * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
  * reduction over the channels or the plane with keepdim, adaptive average pooling to 1x1 (a mean over
- * the plane), concatenation, permutes (composed with the layout's). Each original value becomes a
+ * the plane), concatenation, permutes (composed with the layout's), and from any [N, H, W, C] tensor
+ * viewed NCHW by a permute (a product's output in ConvNeXt). Each original value becomes a
  * permute view of its channels-last version under its own name, so the nodes that need NCHW read it
  * there (their kernels copy it contiguous) and `check` compares every value by name; views nothing
  * reads are dropped. */
@@ -173,6 +174,24 @@ static int remap(L *l, Node *n) {
   return track(l, n->outs[0], rw_node(&l->r, NULL, n->op, args));
 }
 
+/* x.permute(0, 3, 1, 2) of a 4-d x not in the layout (a product's [N, H, W, C] output made NCHW, as
+ * ConvNeXt's blocks do): x is its channels-last version already, so the pointwise nodes after it are
+ * carried (a layer scale, a residual add) and read x in its order; the node stays */
+static bool nchw_view(L *l, const Node *n) {
+  if (!n->op || strcmp(n->op->name, "permute") || n->args[0].k != AK_TENSOR || n->args[0].u.t->rank != 4 || cl_of(l, n->args[0].u.t)) return false;
+  const Arg *d = rw_arg(n, "dims");
+  int64_t v;
+  for (int i = 0; i < 4; i++)
+    if (!d || d->k != AK_INTS || d->n != 4 || !expr_is_const(d->u.is[i], &v) || (v % 4 + 4) % 4 != TO_CF[i]) return false;
+  return true;
+}
+
+static int adopt(L *l, Node *n) {
+  rw_push(&l->r, n);
+  if (n->outs[0]->id < l->nv) l->cl[n->outs[0]->id] = n->args[0].u.t;
+  return 0;
+}
+
 /* a view of a value now held as a permute view: a reshape, which copies where strides do not allow
  * a view (what the code generator does for either; the interpreter's view keeps PyTorch's rule) */
 static bool strict_view(L *l, const Node *n) {
@@ -191,7 +210,7 @@ int channels_last(Graph *g, bool fold) {
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : NULL;
+    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

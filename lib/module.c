@@ -169,7 +169,7 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
 }
 
 /* explain's figures for a node's second kernel: a pass over the node's output, read and written in
- * place, a FLOP per element for each node the first kernel's record lists as fused */
+ * place, a FLOP per element */
 static void kernel_pass_stats(Em *e, KernelRec *r) {
   const Node *n = r->n;
   if (!n->nouts) return;

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,20 +113,13 @@ static int cmp_ev(const void *a, const void *b) {
 static int profile_json(Ctx *c, const char *path, cJSON *report) {
   FILE *f = fopen(path, "rb");
   if (!f) return gg_error(c, "%s: cannot open: %s", path, strerror(errno));
-  char *text = NULL;
-  size_t len = 0, cap = 0, n;
-  char chunk[1 << 16];
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (len + n + 1 > cap) {
-      cap = (len + n + 1) * 2;
-      if (cap > ((size_t)1 << 31)) { fclose(f); free(text); return gg_error(c, "%s: a trace over 1 GiB (profile fewer runs)", path); }
-      char *t = realloc(text, cap);
-      if (!t) { fclose(f); free(text); return gg_error(c, "%s: out of memory", path); }
-      text = t;
-    }
-    memcpy(text + len, chunk, n);
-    len += n;
-  }
+  struct stat sb;
+  if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) { fclose(f); return gg_error(c, "%s: not a regular file", path); }
+  if (sb.st_size > ((off_t)256 << 20)) { fclose(f); return gg_error(c, "%s: a trace over 256 MiB (profile fewer runs: the page uses medians)", path); }
+  size_t len = (size_t)sb.st_size;
+  char *text = malloc(len + 1);
+  if (!text) { fclose(f); return gg_error(c, "%s: out of memory", path); }
+  if (fread(text, 1, len, f) != len) { fclose(f); free(text); return gg_error(c, "%s: cannot read", path); }
   fclose(f);
   cJSON *t = text ? cJSON_ParseWithLength(text, len) : NULL;
   free(text);

@@ -567,6 +567,9 @@ expect 1 "cannot open" -- "$GG" explain $M/mlp/model.pt2 --html "$TMP/x.html" --
 expect 1 "cannot write" -- "$GG" explain $M/mlp/model.pt2 --html /nonexistent/x.html
 expect 2 "--profile goes with --html" -- "$GG" explain $M/mlp/model.pt2 --profile "$TMP/trace.json"
 expect 2 "not a compiled .so" -- "$GG" explain "$TMP/mlp.so" --html "$TMP/x.html"
+expect 2 "--html needs a file name, not '--train'" -- "$GG" explain $M/mlp/model.pt2 --html --train
+expect 2 "--cuda-arch takes sm_XY" -- "$GG" explain $M/mlp/model.pt2 --target cuda --cuda-arch garbage --html "$TMP/x.html"
+expect 2 "goes with --target cuda" -- "$GG" explain $M/mlp/model.pt2 --cuda-arch sm_90
 CHROMIUM=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -n "$CHROMIUM" ]; then
   for page in bert mlp:--profile evil:--evil train; do
