@@ -1406,18 +1406,20 @@ template <int DT, typename I> __global__ void dw_nhwc(gg_conv c, const void *x, 
  * 25-50x their bytes' time; docs/BENCHMARKS.md.) */
 #define DW_CT 32   /* channels a block covers */
 #define DW_PIX 64  /* output pixels a block covers per pass */
+/* The block's filter taps into shared memory as float [tap][channel] (0 past the channels), by all
+ * its threads; then whether this thread's 8 channels (from cl in the block's) exist */
+template <int DT> __device__ bool dw_taps(float *dw_w, const void *w, int c0, int C, int RS, int cl) {
+  const int ct = min(DW_CT, C - c0);
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < RS * DW_CT; i += blockDim.x * blockDim.y)
+    dw_w[i] = i % DW_CT < ct ? dt_ld(DT, w, (int64_t)(c0 + i % DW_CT) * RS + i / DW_CT) : 0.f;
+  __syncthreads();
+  return cl < ct;
+}
+
 template <int DT> __global__ void __launch_bounds__(256) dw_nhwc_v8(gg_conv c, const uint16_t *x, const void *w, const void *bias, uint16_t *y) {
   extern __shared__ float dw_w[];   /* [R * S][DW_CT] */
-  const int C = (int)c.Cout, R = (int)c.k[1], S = (int)c.k[2], RS = R * S;
-  const int c0 = blockIdx.x * DW_CT, ct = min(DW_CT, C - c0);
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int i = tid; i < RS * DW_CT; i += blockDim.x * blockDim.y) {
-    int tap = i / DW_CT, cl = i % DW_CT;
-    dw_w[i] = cl < ct ? dt_ld(DT, w, (int64_t)(c0 + cl) * RS + tap) : 0.f;
-  }
-  __syncthreads();
-  const int cl = threadIdx.x * 8;
-  if (cl >= ct) return;
+  const int C = (int)c.Cout, R = (int)c.k[1], S = (int)c.k[2], c0 = blockIdx.x * DW_CT, cl = threadIdx.x * 8;
+  if (!dw_taps<DT>(dw_w, w, c0, C, R * S, cl)) return;
   const int64_t OH = c.out[1], OW = c.out[2], H = c.in[1], W = c.in[2], npix = c.N * OH * OW;
   const int64_t sh = c.stride[1], sw = c.stride[2], ph = c.pad[1], pw = c.pad[2], dh = c.dil[1], dwl = c.dil[2];
   float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -1458,16 +1460,8 @@ template <int DT> __global__ void __launch_bounds__(256) dw_nhwc_v8(gg_conv c, c
 #define DW_OWT 4
 template <int DT, int KW> __global__ void __launch_bounds__(256) dw_nhwc_v8w(gg_conv c, const uint16_t *x, const void *w, const void *bias, uint16_t *y) {
   extern __shared__ float dw_w[];   /* [R * KW][DW_CT] */
-  const int C = (int)c.Cout, R = (int)c.k[1], RS = R * KW;
-  const int c0 = blockIdx.x * DW_CT, ct = min(DW_CT, C - c0);
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-  for (int i = tid; i < RS * DW_CT; i += blockDim.x * blockDim.y) {
-    int tap = i / DW_CT, cl = i % DW_CT;
-    dw_w[i] = cl < ct ? dt_ld(DT, w, (int64_t)(c0 + cl) * RS + tap) : 0.f;
-  }
-  __syncthreads();
-  const int cl = threadIdx.x * 8;
-  if (cl >= ct) return;
+  const int C = (int)c.Cout, R = (int)c.k[1], c0 = blockIdx.x * DW_CT, cl = threadIdx.x * 8;
+  if (!dw_taps<DT>(dw_w, w, c0, C, R * KW, cl)) return;
   const int64_t OH = c.out[1], OW = c.out[2], H = c.in[1], W = c.in[2], OWQ = (OW + DW_OWT - 1) / DW_OWT, nq = c.N * OH * OWQ;
   const int64_t sh = c.stride[1], ph = c.pad[1], pw = c.pad[2], dh = c.dil[1];
   float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
