@@ -487,7 +487,7 @@ static int cmd_explain(int argc, char **argv) {
     Graph *gs = graph_load(sc, o.model, o.weights);
     if (html) page = cJSON_CreateObject();
     Pipeline pl = {.fold = true, .precision = how.precision, .cuda = how.cuda, .nchw = how.nchw};
-    scheduled = gs && !verify_graph(gs) && !(html ? report_stage_graphs(gs, &pl, page) : inference_graph(gs, &pl)) && !compile_schedule(sc, gs);
+    scheduled = gs && !verify_graph(gs) && !(html ? report_stage_graphs(gs, &pl, page) : inference_graph(gs, &pl, NULL, NULL)) && !compile_schedule(sc, gs);
     if (!scheduled) { c->has_err = false; c->err[0] = 0; c->nkernels = 0; }
     else if (!json) explain_schedule(c, stdout);
     graph_release(gs);
@@ -511,7 +511,7 @@ static int cmd_explain(int argc, char **argv) {
     cJSON *guards = meta ? cJSON_DetachItemFromObject(meta, "guards") : NULL;
     if (guards) cJSON_AddItemToObject(r, "guards", guards);
     cJSON_Delete(meta);
-    if (!rc && report_write(c, r, profile, html)) rc = report(c);
+    if (!rc && report_write(g0, r, profile, html)) rc = report(c);
     else if (!rc) fprintf(stderr, "gcc-graph: wrote %s (open it in a browser)\n", html);
     cJSON_Delete(r);
   } else if (json && !rc) {

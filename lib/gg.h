@@ -584,7 +584,8 @@ int training_graph(Graph *g, const TrainOptions *t); /* functionalize, decompose
 struct Pipeline;
 /* functionalize, fold weights, decompose (as compile does for inference); how: the target and precision
  * (its cuda, precision and nchw; NULL: the CPU in float32) */
-int inference_graph(Graph *g, const struct Pipeline *how);
+struct Stage;
+int inference_graph(Graph *g, const struct Pipeline *how, void (*each)(void *arg, const struct Stage *s), void *arg);   /* each: as pipeline_run's */
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
 int fold_weights(Graph *g);
 /* v rounded to dt now, as a new weight, when v is a constant float weight whose bytes are here
@@ -764,6 +765,6 @@ void node_origin_json(Arena *a, const struct Node *n, struct cJSON *o);   /* bot
  * and the memory plan added here), and the Chrome trace profile when given; written to path */
 int report_stage_graphs(Graph *g, const struct Pipeline *how, struct cJSON *report);   /* inference_graph's stages on g, keeping each one's graph */
 int report_add_graph(struct cJSON *report, Graph *g, const char *stage);   /* g as it is now, as the graph after stage */
-int report_write(Ctx *c, struct cJSON *report, const char *profile, const char *path);
+int report_write(Graph *g, struct cJSON *report, const char *profile, const char *path);   /* g: the model (its context; the trace is mapped with it) */
 
 #endif

@@ -75,8 +75,8 @@ int training_graph(Graph *g, const TrainOptions *t) {
 }
 
 /* The graph explain shows the schedule of: the one compile builds for inference. */
-int inference_graph(Graph *g, const Pipeline *how) {
+int inference_graph(Graph *g, const Pipeline *how, void (*each)(void *arg, const Stage *s), void *arg) {
   Pipeline p = {.g = g, .fold = true};
   if (how) p.precision = how->precision, p.cuda = how->cuda, p.nchw = how->nchw;
-  return pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), NULL, NULL);
+  return pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), each, arg);
 }

@@ -12,7 +12,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,21 +78,19 @@ int report_add_graph(cJSON *report, Graph *g, const char *stage) {
   return 0;
 }
 
-typedef struct Snap { Pipeline *p; cJSON *report; int rc; } Snap;
+typedef struct Snap { Graph *g; cJSON *report; int rc; } Snap;
 
 static void snapshot(void *arg, const Stage *s) {
   Snap *sn = arg;
-  if (report_add_graph(sn->report, sn->p->g, s->after)) sn->rc = -1;
+  if (report_add_graph(sn->report, sn->g, s->after)) sn->rc = -1;
 }
 
 /* compile's inference stages on g (as inference_graph runs them), with g's graph after loading and
  * after each one added to report's "stages" */
 int report_stage_graphs(Graph *g, const Pipeline *how, cJSON *report) {
-  Pipeline p = {.g = g, .fold = true};
-  if (how) p.precision = how->precision, p.cuda = how->cuda, p.nchw = how->nchw;
-  Snap sn = {&p, report, 0};
+  Snap sn = {g, report, 0};
   snapshot(&sn, &gg_stages[stage_index("verify")]);
-  int rc = pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), snapshot, &sn);
+  int rc = inference_graph(g, how, snapshot, &sn);
   return rc ? rc : sn.rc;
 }
 
@@ -110,19 +107,13 @@ static int cmp_ev(const void *a, const void *b) {
 /* A Chrome trace's complete events ("ph": "X"), summed by category and name: each node's total time
  * how many times it ran, and its median time (a model's first runs, which make handles and tune,
  * take longer). */
-static int profile_json(Ctx *c, const char *path, cJSON *report) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return gg_error(c, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) { fclose(f); return gg_error(c, "%s: not a regular file", path); }
-  if (sb.st_size > ((off_t)256 << 20)) { fclose(f); return gg_error(c, "%s: a trace over 256 MiB (profile fewer runs: the page uses medians)", path); }
-  size_t len = (size_t)sb.st_size;
-  char *text = malloc(len + 1);
-  if (!text) { fclose(f); return gg_error(c, "%s: out of memory", path); }
-  if (fread(text, 1, len, f) != len) { fclose(f); free(text); return gg_error(c, "%s: cannot read", path); }
-  fclose(f);
-  cJSON *t = text ? cJSON_ParseWithLength(text, len) : NULL;
-  free(text);
+static int profile_json(Graph *g, const char *path, cJSON *report) {
+  Ctx *c = g->ctx;
+  size_t len;
+  const uint8_t *text = map_file(c, g, path, &len);   /* kept mapped until g is released */
+  if (!text) return -1;
+  if (len > ((size_t)256 << 20)) return gg_error(c, "%s: a trace over 256 MiB (profile fewer runs: the page uses medians)", path);
+  cJSON *t = cJSON_ParseWithLength((const char *)text, len);
   const cJSON *evs = cJSON_GetObjectItemCaseSensitive(t, "traceEvents");
   if (!cJSON_IsArray(evs)) { cJSON_Delete(t); return gg_error(c, "%s: not a Chrome trace (no traceEvents list): write one with GCC_GRAPH_PROFILE=FILE.json", path); }
   cJSON *prof = cJSON_AddObjectToObject(report, "profile"), *nodes = cJSON_AddArrayToObject(prof, "nodes");
@@ -165,7 +156,8 @@ static int profile_json(Ctx *c, const char *path, cJSON *report) {
 
 /* ---------------------------------------------------------------- the page */
 
-int report_write(Ctx *c, cJSON *report, const char *profile, const char *path) {
+int report_write(Graph *g, cJSON *report, const char *profile, const char *path) {
+  Ctx *c = g->ctx;
   cJSON_AddStringToObject(report, "compiler", "gcc-graph " GG_VERSION);
   cJSON_AddStringToObject(report, "target", c->cuda ? arena_printf(c->arena, "cuda (sm_%d)", c->cuda_sm) : "cpu");
   cJSON_AddStringToObject(report, "precision", precision_name(c->precision));
@@ -182,7 +174,7 @@ int report_write(Ctx *c, cJSON *report, const char *profile, const char *path) {
       cJSON_AddItemToArray(m, x);
     }
   }
-  if (profile && profile_json(c, profile, report)) return -1;
+  if (profile && profile_json(g, profile, report)) return -1;
   const char *page = NULL;
   for (const EmbeddedFile *e = gg_report_files; e->name; e++)
     if (!strcmp(e->name, "report.html")) page = e->text;

@@ -211,7 +211,7 @@ static const char *check_rewrite(const char *dir) {
   const char *res = NULL;
   if (!g0 || verify_graph(g0)) { res = c->err; goto out; }
   g1 = graph_load(c, model, NULL);
-  if (!g1 || verify_graph(g1) || inference_graph(g1, NULL)) {
+  if (!g1 || verify_graph(g1) || inference_graph(g1, NULL, NULL, NULL)) {
     /* a graph the compiler refuses (in-place through a view) has nothing to compare */
     res = strstr(c->err, "through a view") ? NULL : c->err;
     goto out;

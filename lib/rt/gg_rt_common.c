@@ -142,9 +142,14 @@ static int check_data(const DLTensor *t, int n, const char *kind, char *err, siz
   return 0;
 }
 
+static int bad_input_count(int nin, char *err, size_t errlen) {
+  if (nin == gg__desc.ninputs) return 0;
+  return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
+}
+
 static int check_call(const void *m, const DLTensor *in, int nin, int nout, int64_t *sym, char *err, size_t errlen) {
   if (!m) return gg_rt_fail(err, errlen, "model is not open");
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
+  if (bad_input_count(nin, err, errlen)) return 1;
   if (nout != gg__desc.noutputs) return gg_rt_fail(err, errlen, "expected %d outputs, got %d", gg__desc.noutputs, nout);
   if (nin > GG_MAX_IO || nout > GG_MAX_IO) return gg_rt_fail(err, errlen, "too many inputs or outputs");
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
@@ -181,7 +186,7 @@ GG_EXPORT int gg_num_mutated_buffers(void) { return gg__desc.nmutable; }
 GG_EXPORT int gg_check(const gg_model *m, const DLTensor *in, int nin, char *err, size_t errlen) {
   (void)m;
   int64_t sym[64];
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
+  if (bad_input_count(nin, err, errlen)) return 1;
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   return gg__desc.guard(in, sym, err, errlen);
 }
@@ -330,7 +335,7 @@ static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t e
  * state's buffers for the values it saves; outs[] gets the user outputs, then the saved values. */
 static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
   st->ready = false;
-  if (nin != gg__desc.ninputs) return gg_rt_fail(err, errlen, "guard failed: expected %d inputs, got %d (gcc-graph explain MODEL lists them)", gg__desc.ninputs, nin);
+  if (bad_input_count(nin, err, errlen)) return 1;
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   if (gg__desc.guard(in, st->sym, err, errlen) || check_data(in, nin, "input", err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
   return train_saved_outs(st, outs, err, errlen);

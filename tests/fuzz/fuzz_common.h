@@ -47,7 +47,7 @@ static inline void fuzz_model_file(const char *path) {
     explain_graph(g, fuzz_null());
     if (!rc && !g->nunsupported && !graph_check_supported(g)) {
       Graph *gs = graph_load(c, path, NULL);
-      if (gs && !verify_graph(gs) && !inference_graph(gs, NULL)) compile_schedule(c, gs);
+      if (gs && !verify_graph(gs) && !inference_graph(gs, NULL, NULL, NULL)) compile_schedule(c, gs);
       graph_release(gs);
     }
     graph_release(g);
