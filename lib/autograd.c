@@ -612,40 +612,21 @@ int grad_conv(Ad *a, Node *n) {
 
 /* average pooling (and adaptive pooling whose windows tile the input): each window spreads its
  * gradient evenly, a depthwise transposed convolution with a constant kernel */
+/* average pooling, plain or adaptive, 2-d: decompose.c's gradients (any ceil mode, divisor, overlap) */
 int grad_avg_pool(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
   Value *x = n->args[0].u.t, *g = G(a, n, 0);
-  int nsp = 2;
-  if (x->rank != 4) return gg_error(c, "%s: node %s: average pooling gradients need a batched 4-d input", a->g->path, gg_quote(c, n->name));
-  int64_t k[2], st[2], pd[2] = {0, 0}, in[2], out[2], C;
-  for (int i = 0; i < 2; i++)
-    if (!expr_is_const(x->sizes[2 + i], &in[i]) || !expr_is_const(g->sizes[2 + i], &out[i]))
-      return gg_error(c, "%s: node %s: average pooling gradients need static sizes", a->g->path, gg_quote(c, n->name));
-  if (!expr_is_const(x->sizes[1], &C)) return gg_error(c, "%s: node %s: average pooling gradients need static sizes", a->g->path, gg_quote(c, n->name));
-  if (strstr(n->op->name, "adaptive")) {
-    for (int i = 0; i < 2; i++) {
-      if (in[i] % out[i]) return gg_error(c, "%s: node %s: adaptive pooling whose windows overlap has no derivative rule", a->g->path, gg_quote(c, n->name));
-      k[i] = st[i] = in[i] / out[i];
-    }
-  } else {
-    const Arg *ka = rw_arg(n, "kernel_size"), *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *dv = rw_arg(n, "divisor_override");
-    for (int i = 0; i < 2; i++) {
-      expr_is_const(ka->u.is[ka->n == 1 ? 0 : i], &k[i]);
-      st[i] = k[i];
-      if (sa->n) expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]);
-      expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]);
-    }
-    bool cip = rw_arg(n, "count_include_pad")->u.b, ceil = rw_arg(n, "ceil_mode")->u.b;
-    if (ceil || (!cip && (pd[0] || pd[1])) || (dv && dv->k != AK_NONE))
-      return gg_error(c, "%s: node %s: average pooling with ceil_mode, count_include_pad=False or a divisor has no derivative rule", a->g->path, gg_quote(c, n->name));
+  if (x->rank != 3 && x->rank != 4) return gg_error(c, "%s: node %s: average pooling gradients need a [N,] C, H, W input", a->g->path, gg_quote(c, n->name));
+  if (strstr(n->op->name, "adaptive")) return acc(a, x, adaptive_avg_pool_grad(&a->r, g, x, NULL));
+  const Arg *ka = rw_arg(n, "kernel_size"), *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding");
+  int64_t k[2], st[2], pd[2];
+  for (int i = 0; i < 2; i++) {
+    expr_is_const(ka->u.is[ka->n == 1 ? 0 : i], &k[i]);
+    st[i] = k[i];
+    if (sa->n) expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]);
+    expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]);
   }
-  const Expr *ws[4] = {x->sizes[1], expr_const(c->arena, 1), expr_const(c->arena, k[0]), expr_const(c->arena, k[1])};
-  Value *kern = CALL(&a->r, NULL, "full", "size", EXPRS(&a->r, 4, ws), "fill_value", FL(1.0 / (double)(k[0] * k[1])), "dtype", DT(x->dtype));
-  int64_t op[2], one[2] = {1, 1};
-  for (int i = 0; i < 2; i++) op[i] = (in[i] + 2 * pd[i] - k[i]) - (out[i] - 1) * st[i];
-  return acc(a, x, kern ? CALL(&a->r, NULL, "convolution", "input", T(g), "weight", T(kern), "bias", NONE(), "stride", INTS(&a->r, nsp, st), "padding",
-                               INTS(&a->r, nsp, pd), "dilation", INTS(&a->r, nsp, one), "transposed", BO(true), "output_padding", INTS(&a->r, nsp, op),
-                               "groups", INT(&a->r, C)) : NULL);
+  return acc(a, x, avg_pool_grad(&a->r, g, x, k, st, pd, rw_arg(n, "count_include_pad")->u.b, rw_arg(n, "divisor_override"), NULL));
 }
 
 /* nearest upsampling by whole factors: each input element's gradient sums its copies */

@@ -582,6 +582,128 @@ int decomp_layer_norm_backward(Rw *r, Node *n) {
   return CALL(r, n->outs[1], "sum.dim_IntList", "self", T(gx), "dim", INTS(r, nb, bd)) && CALL(r, n->outs[2], "sum.dim_IntList", "self", T(g), "dim", INTS(r, nb, bd)) ? 0 : -1;
 }
 
+static void pool3(const Node *n, const char *name, const int64_t *dflt, int64_t *v);
+
+/* native_group_norm_backward: layer norm's backward over each (sample, group), weight per channel */
+int decomp_group_norm_backward(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Value *g = rw_targ(n, "grad_out"), *x = rw_targ(n, "input"), *w = rw_targ(n, "weight");
+  int64_t G = (int64_t)rw_farg(n, "group", 1);
+  const Expr *N = x->sizes[0], *Cx = x->sizes[1], *m1 = expr_const(c->arena, -1), *one = expr_const(c->arena, 1);
+  const Expr *c3[3] = {N, Cx, m1}, *g3[3] = {N, expr_const(c->arena, G), m1}, *gs[3] = {N, expr_const(c->arena, G), one}, *w3[3] = {one, Cx, one};
+  Value *x3 = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, c3));
+  Value *gc = x3 ? CALL(r, NULL, "reshape", "self", T(g), "shape", EXPRS(r, 3, c3)) : NULL;
+  Value *wc = gc && w ? CALL(r, NULL, "reshape", "self", T(w), "shape", EXPRS(r, 3, w3)) : NULL;
+  Value *ghc = wc ? CALL(r, NULL, "mul.Tensor", "self", T(gc), "other", T(wc)) : gc;
+  Value *xg = ghc ? CALL(r, NULL, "reshape", "self", T(x3), "shape", EXPRS(r, 3, g3)) : NULL;
+  Value *gh = xg ? CALL(r, NULL, "reshape", "self", T(ghc), "shape", EXPRS(r, 3, g3)) : NULL;
+  Value *m = gh ? CALL(r, NULL, "reshape", "self", T(rw_targ(n, "mean")), "shape", EXPRS(r, 3, gs)) : NULL;
+  Value *rs = m ? CALL(r, NULL, "reshape", "self", T(rw_targ(n, "rstd")), "shape", EXPRS(r, 3, gs)) : NULL;
+  if (!rs) return -1;
+  int64_t last[1] = {2}, bd[2] = {0, 2};
+  Value *a = CALL(r, NULL, "mean.dim", "self", T(gh), "dim", INTS(r, 1, last), "keepdim", BO(true));
+  Value *ghx = a ? CALL(r, NULL, "mul.Tensor", "self", T(gh), "other", T(ln_xh(r, xg, m, rs))) : NULL;
+  Value *b = ghx ? CALL(r, NULL, "mean.dim", "self", T(ghx), "dim", INTS(r, 1, last), "keepdim", BO(true)) : NULL;
+  Value *t1 = b ? CALL(r, NULL, "sub.Tensor", "self", T(gh), "other", T(a)) : NULL;
+  Value *t2 = t1 ? CALL(r, NULL, "mul.Tensor", "self", T(ln_xh(r, xg, m, rs)), "other", T(b)) : NULL;
+  Value *t3 = t2 ? CALL(r, NULL, "sub.Tensor", "self", T(t1), "other", T(t2)) : NULL;
+  Value *dx = t3 ? CALL(r, NULL, "mul.Tensor", "self", T(t3), "other", T(rs)) : NULL;
+  if (!dx || !CALL(r, n->outs[0], "reshape", "self", T(dx), "shape", EXPRS(r, x->rank, x->sizes))) return -1;
+  Value *xh = ln_xh(r, xg, m, rs);
+  Value *xhc = xh ? CALL(r, NULL, "reshape", "self", T(xh), "shape", EXPRS(r, 3, c3)) : NULL;
+  Value *gx = xhc ? CALL(r, NULL, "mul.Tensor", "self", T(gc), "other", T(xhc)) : NULL;
+  return gx && CALL(r, n->outs[1], "sum.dim_IntList", "self", T(gx), "dim", INTS(r, 2, bd)) && CALL(r, n->outs[2], "sum.dim_IntList", "self", T(gc), "dim", INTS(r, 2, bd)) ? 0 : -1;
+}
+
+/* Average pooling's input gradient: the output gradient over each window's divisor (per dim, so an
+ * outer product of two vectors), spread over its window by a transposed convolution with a kernel of
+ * ones (every plane as one channel), then cropped (or zero-extended) from padded coordinates to the
+ * input's. Any ceil mode, count_include_pad or divisor_override. Static spatial sizes. */
+Value *avg_pool_grad(Rw *r, Value *g, Value *x, const int64_t *k, const int64_t *st, const int64_t *pd, bool cip, const Arg *dov, Value *into) {
+  Ctx *c = r->g->ctx;
+  int64_t in[2], on[2];
+  for (int i = 0; i < 2; i++)
+    if (!expr_is_const(x->sizes[x->rank - 2 + i], &in[i]) || !expr_is_const(g->sizes[g->rank - 2 + i], &on[i])) {
+      gg_error(c, "%s: node %s: average pooling's gradient needs static spatial sizes", r->g->path, gg_quote(c, r->orig->name));
+      return NULL;
+    }
+  Value *gs = g;
+  if (dov && dov->k == AK_INT) {
+    int64_t d;
+    expr_is_const(dov->u.i, &d);
+    gs = CALL(r, NULL, "div.Tensor", "self", T(g), "other", FL((double)d));
+  } else {
+    Value *e[2];
+    for (int i = 0; i < 2; i++) {   /* the window's extent along dim i, for each output position */
+      Value *o = CALL(r, NULL, "arange", "end", INT(r, on[i]), "dtype", DT(g->dtype));
+      Value *lo = o ? CALL(r, NULL, "add.Tensor", "self", T(CALL(r, NULL, "mul.Tensor", "self", T(o), "other", FL((double)st[i]))), "other", FL((double)-pd[i])) : NULL;
+      Value *hi = lo ? CALL(r, NULL, "add.Tensor", "self", T(lo), "other", FL((double)k[i])) : NULL;
+      hi = hi ? CALL(r, NULL, "clamp_max", "self", T(hi), "max", FL((double)(in[i] + (cip ? pd[i] : 0)))) : NULL;
+      if (!cip && lo) lo = CALL(r, NULL, "clamp_min", "self", T(lo), "min", FL(0));
+      int64_t shape[2] = {i ? 1 : on[0], i ? on[1] : 1};
+      Value *ext = hi && lo ? CALL(r, NULL, "sub.Tensor", "self", T(hi), "other", T(lo)) : NULL;
+      if (!ext || !(e[i] = CALL(r, NULL, "reshape", "self", T(ext), "shape", INTS(r, 2, shape)))) return NULL;
+    }
+    Value *div = CALL(r, NULL, "mul.Tensor", "self", T(e[0]), "other", T(e[1]));
+    gs = div ? CALL(r, NULL, "div.Tensor", "self", T(g), "other", T(div)) : NULL;
+  }
+  int64_t g4[4] = {-1, 1, on[0], on[1]}, k4[4] = {1, 1, k[0], k[1]}, zero[2] = {0, 0}, one[2] = {1, 1};
+  Value *gv = gs ? CALL(r, NULL, "reshape", "self", T(gs), "shape", INTS(r, 4, g4)) : NULL;
+  Value *ones = gv ? CALL(r, NULL, "full", "size", INTS(r, 4, k4), "fill_value", FL(1), "dtype", DT(g->dtype)) : NULL;
+  Value *y = ones ? CALL(r, NULL, "convolution", "input", T(gv), "weight", T(ones), "bias", NONE(), "stride", INTS(r, 2, st), "padding", INTS(r, 2, zero),
+                         "dilation", INTS(r, 2, one), "transposed", BO(true), "output_padding", INTS(r, 2, zero), "groups", INT(r, 1)) : NULL;
+  if (!y) return NULL;
+  int64_t L[2] = {(on[0] - 1) * st[0] + k[0], (on[1] - 1) * st[1] + k[1]};
+  int64_t pads[4] = {-pd[1], in[1] + pd[1] - L[1], -pd[0], in[0] + pd[0] - L[0]};
+  Value *crop = CALL(r, NULL, "constant_pad_nd", "self", T(y), "pad", INTS(r, 4, pads));
+  return crop ? CALL(r, into, "reshape", "self", T(crop), "shape", EXPRS(r, x->rank, x->sizes)) : NULL;
+}
+
+/* [out, in]: row i averages input [floor(i in / out), ceil((i + 1) in / out)), adaptive pooling's windows */
+static Value *adaptive_matrix(Rw *r, int64_t in, int64_t out, DType dt) {
+  Value *i = CALL(r, NULL, "arange", "end", INT(r, out), "dtype", DT(DT_I64));
+  Value *ii = i ? CALL(r, NULL, "mul.Tensor", "self", T(i), "other", INT(r, in)) : NULL;
+  Value *lo = ii ? CALL(r, NULL, "floor_divide", "self", T(ii), "other", INT(r, out)) : NULL;
+  Value *hn = lo ? CALL(r, NULL, "add.Tensor", "self", T(ii), "other", INT(r, in + out - 1)) : NULL;
+  Value *hi = hn ? CALL(r, NULL, "floor_divide", "self", T(hn), "other", INT(r, out)) : NULL;
+  int64_t col[2] = {out, 1}, row[2] = {1, in};
+  Value *lo2 = hi ? CALL(r, NULL, "reshape", "self", T(lo), "shape", INTS(r, 2, col)) : NULL;
+  Value *hi2 = lo2 ? CALL(r, NULL, "reshape", "self", T(hi), "shape", INTS(r, 2, col)) : NULL;
+  Value *h = hi2 ? CALL(r, NULL, "arange", "end", INT(r, in), "dtype", DT(DT_I64)) : NULL;
+  Value *h2 = h ? CALL(r, NULL, "reshape", "self", T(h), "shape", INTS(r, 2, row)) : NULL;
+  Value *ge = h2 ? CALL(r, NULL, "ge.Tensor", "self", T(h2), "other", T(lo2)) : NULL;
+  Value *lt = ge ? CALL(r, NULL, "lt.Tensor", "self", T(h2), "other", T(hi2)) : NULL;
+  Value *m = lt ? CALL(r, NULL, "logical_and", "self", T(ge), "other", T(lt)) : NULL;
+  Value *len = m ? CALL(r, NULL, "sub.Tensor", "self", T(hi2), "other", T(lo2)) : NULL;
+  Value *mf = len ? CALL(r, NULL, "_to_copy", "self", T(m), "dtype", DT(dt)) : NULL;
+  return mf ? CALL(r, NULL, "div.Tensor", "self", T(mf), "other", T(len)) : NULL;
+}
+
+/* Adaptive average pooling's input gradient: the pooling is A_h X A_w^T, so the gradient is
+ * A_h^T G A_w, two products with the window matrices (any window overlap). */
+Value *adaptive_avg_pool_grad(Rw *r, Value *g, Value *x, Value *into) {
+  int64_t in[2], on[2];
+  for (int i = 0; i < 2; i++)
+    if (!expr_is_const(x->sizes[x->rank - 2 + i], &in[i]) || !expr_is_const(g->sizes[g->rank - 2 + i], &on[i])) {
+      gg_error(r->g->ctx, "%s: node %s: adaptive pooling's gradient needs static spatial sizes", r->g->path, gg_quote(r->g->ctx, r->orig->name));
+      return NULL;
+    }
+  Value *ah = adaptive_matrix(r, in[0], on[0], g->dtype), *aw = ah ? adaptive_matrix(r, in[1], on[1], g->dtype) : NULL;
+  Value *aht = aw ? CALL(r, NULL, "t", "self", T(ah)) : NULL;
+  Value *t = aht ? CALL(r, NULL, "matmul", "self", T(aht), "other", T(g)) : NULL;
+  return t ? CALL(r, into, "matmul", "self", T(t), "other", T(aw)) : NULL;
+}
+
+int decomp_avg_pool_backward(Rw *r, Node *n) {
+  Value *g = rw_targ(n, "grad_output"), *x = rw_targ(n, "self");
+  if (!rw_arg(n, "kernel_size")) return adaptive_avg_pool_grad(r, g, x, n->outs[0]) ? 0 : -1;
+  int64_t zero[3] = {0, 0, 0}, k[3], st[3], pd[3];
+  pool3(n, "kernel_size", zero, k);
+  pool3(n, "stride", k, st);
+  pool3(n, "padding", zero, pd);
+  return avg_pool_grad(r, g, x, k, st, pd, rw_arg(n, "count_include_pad")->u.b, rw_arg(n, "divisor_override"), n->outs[0]) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;
@@ -634,6 +756,87 @@ int decomp_adaptive_avg_pool(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "mean.dim", "self", T(x), "dim", INTS(r, 2, dims), "keepdim", BO(true)) ? 0 : -1;
 }
 
+
+/* a pooling argument's values, up to 3 (one given: all; none, or fewer than 3: dflt's) */
+static void pool3(const Node *n, const char *name, const int64_t *dflt, int64_t *v) {
+  const Arg *a = rw_arg(n, name);
+  for (int i = 0; i < 3; i++) {
+    v[i] = dflt[i];
+    if (a && a->k == AK_INTS && (a->n == 1 || i < a->n)) expr_is_const(a->u.is[a->n == 1 ? 0 : i], &v[i]);
+  }
+}
+
+/* 3-d pooling as 2-d pooling over (H, W) with the depth as channels, then over (D, 1) of the result
+ * viewed [M, 1, D, Ho*Wo]: windows, padding, ceil mode and both divisors are per dim, so the two
+ * passes give the same windows (sums first, divided once, under divisor_override); max pooling's
+ * flat indices d*H*W + h*W + w put together from the two passes' indices. */
+int decomp_pool3d(Rw *r, Node *n) {
+  Ctx *c = r->g->ctx;
+  Arena *a = c->arena;
+  Value *x = rw_targ(n, "self");
+  int lead = x->rank - 3;
+  const Expr *M = expr_const(a, 1);
+  for (int d = 0; d < lead; d++) M = expr_bin(a, E_MUL, M, x->sizes[d]);
+  const Expr *D = x->sizes[lead], *H = x->sizes[lead + 1], *W = x->sizes[lead + 2];
+  const Expr *s4[4] = {M, D, H, W};
+  Value *x4 = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 4, s4));
+  if (!x4) return -1;
+  const char *name = n->op->name;
+  Value *y1, *y2, *i1 = NULL, *i2 = NULL;
+  if (strstr(name, "adaptive")) {
+    const Arg *os = rw_arg(n, "output_size");
+    const Expr *hw[2] = {os->u.is[1], os->u.is[2]};
+    y1 = CALL(r, NULL, "_adaptive_avg_pool2d", "self", T(x4), "output_size", EXPRS(r, 2, hw));
+    if (!y1) return -1;
+    const Expr *v4[4] = {M, expr_const(a, 1), D, expr_bin(a, E_MUL, y1->sizes[2], y1->sizes[3])};
+    Value *v = CALL(r, NULL, "reshape", "self", T(y1), "shape", EXPRS(r, 4, v4));
+    const Expr *dd[2] = {os->u.is[0], v4[3]};
+    y2 = v ? CALL(r, NULL, "_adaptive_avg_pool2d", "self", T(v), "output_size", EXPRS(r, 2, dd)) : NULL;
+  } else {
+    int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0}, k[3], st[3], pd[3], dl[3];
+    pool3(n, "kernel_size", one, k);
+    pool3(n, "stride", k, st);
+    pool3(n, "padding", zero, pd);
+    pool3(n, "dilation", one, dl);
+    bool ceil = rw_arg(n, "ceil_mode")->u.b, max = !strncmp(name, "max", 3);
+    int64_t k2[2] = {k[1], k[2]}, s2[2] = {st[1], st[2]}, p2[2] = {pd[1], pd[2]}, d2[2] = {dl[1], dl[2]};
+    int64_t kd[2] = {k[0], 1}, sd[2] = {st[0], 1}, pdd[2] = {pd[0], 0}, dd[2] = {dl[0], 1};
+    if (max) {
+      y1 = CALL(r, NULL, "max_pool2d_with_indices", "self", T(x4), "kernel_size", INTS(r, 2, k2), "stride", INTS(r, 2, s2), "padding", INTS(r, 2, p2),
+                "dilation", INTS(r, 2, d2), "ceil_mode", BO(ceil));
+      if (!y1) return -1;
+      i1 = y1->def->outs[1];
+    } else {
+      const Arg *dv = rw_arg(n, "divisor_override");
+      bool cip = rw_arg(n, "count_include_pad")->u.b, over = dv && dv->k == AK_INT;
+      y1 = CALL(r, NULL, "avg_pool2d", "self", T(x4), "kernel_size", INTS(r, 2, k2), "stride", INTS(r, 2, s2), "padding", INTS(r, 2, p2),
+                "ceil_mode", BO(ceil), "count_include_pad", BO(cip), "divisor_override", over ? INT(r, 1) : NONE());
+      if (!y1) return -1;
+      const Expr *v4[4] = {M, expr_const(a, 1), D, expr_bin(a, E_MUL, y1->sizes[2], y1->sizes[3])};
+      Value *v = CALL(r, NULL, "reshape", "self", T(y1), "shape", EXPRS(r, 4, v4));
+      y2 = v ? CALL(r, NULL, "avg_pool2d", "self", T(v), "kernel_size", INTS(r, 2, kd), "stride", INTS(r, 2, sd), "padding", INTS(r, 2, pdd),
+                    "ceil_mode", BO(ceil), "count_include_pad", BO(cip), "divisor_override", over ? dv[0] : NONE()) : NULL;
+      return y2 && CALL(r, n->outs[0], "reshape", "self", T(y2), "shape", EXPRS(r, n->outs[0]->rank, n->outs[0]->sizes)) ? 0 : -1;
+    }
+    const Expr *v4[4] = {M, expr_const(a, 1), D, expr_bin(a, E_MUL, y1->sizes[2], y1->sizes[3])};
+    Value *v = CALL(r, NULL, "reshape", "self", T(y1), "shape", EXPRS(r, 4, v4));
+    y2 = v ? CALL(r, NULL, "max_pool2d_with_indices", "self", T(v), "kernel_size", INTS(r, 2, kd), "stride", INTS(r, 2, sd), "padding", INTS(r, 2, pdd),
+                  "dilation", INTS(r, 2, dd), "ceil_mode", BO(ceil)) : NULL;
+    if (!y2) return -1;
+    i2 = y2->def->outs[1];
+    if (n->nouts < 2) goto values;   /* d * Ho*Wo + q over [D, Ho*Wo]; i1 at (d, q) gives h*W + w */
+    const Expr *f3[3] = {M, expr_const(a, 1), expr_bin(a, E_MUL, D, v4[3])}, *g3[3] = {M, expr_const(a, 1), expr_const(a, -1)};
+    Value *i1f = CALL(r, NULL, "reshape", "self", T(i1), "shape", EXPRS(r, 3, f3));
+    Value *i2f = i1f ? CALL(r, NULL, "reshape", "self", T(i2), "shape", EXPRS(r, 3, g3)) : NULL;
+    Value *hw = i2f ? CALL(r, NULL, "gather", "self", T(i1f), "dim", INT(r, 2), "index", T(i2f)) : NULL;
+    Value *dsel = hw ? CALL(r, NULL, "floor_divide", "self", T(i2f), "other", (Arg){.k = AK_INT, .u.i = v4[3]}) : NULL;
+    Value *dofs = dsel ? CALL(r, NULL, "mul.Tensor", "self", T(dsel), "other", (Arg){.k = AK_INT, .u.i = expr_bin(a, E_MUL, H, W)}) : NULL;
+    Value *flat = dofs ? CALL(r, NULL, "add.Tensor", "self", T(dofs), "other", T(hw)) : NULL;
+    if (!flat || !CALL(r, n->outs[1], "reshape", "self", T(flat), "shape", EXPRS(r, n->outs[1]->rank, n->outs[1]->sizes))) return -1;
+  }
+values:
+  return y2 && CALL(r, n->outs[0], "reshape", "self", T(y2), "shape", EXPRS(r, n->outs[0]->rank, n->outs[0]->sizes)) ? 0 : -1;
+}
 
 /* The rules, by op name. */
 

@@ -1416,4 +1416,6 @@ DECOMPOSED(emit_embedding_backward)
 DECOMPOSED(emit_max_pool_backward)
 DECOMPOSED(emit_layer_norm_backward)
 DECOMPOSED(emit_bn_train)
+DECOMPOSED(emit_avg_pool_backward)
+DECOMPOSED(emit_group_norm_backward)
 

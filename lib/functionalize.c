@@ -145,6 +145,30 @@ static int write_back(F *f, Value *self, Value *val) {
   return 0;
 }
 
+/* A batch norm that updates its running statistics in place (aten.batch_norm in training mode,
+ * _native_batch_norm_legit) becomes _native_batch_norm_legit_functional, whose two extra outputs
+ * are the new statistics, written back into rm and rv (the original values). */
+static int stats_outputs(F *f, Node *n, Value *rm, Value *rv) {
+  Graph *g = f->r.g;
+  Ctx *c = g->ctx;
+  const OpDef *fn = ops_find("_native_batch_norm_legit_functional");
+  Arg *args = remap_args(g, n->op, n->args, fn);
+  Value **outs = arena_array(c->arena, 6, sizeof *outs);
+  const char *suffix[] = {"", "_save_mean", "_save_invstd", "_running_mean", "_running_var"};
+  for (int i = 0; i < 5; i++) {
+    if (i < n->nouts && i < 3) { outs[i] = n->outs[i]; continue; }
+    outs[i] = graph_new_value(g, arena_printf(c->arena, "%s%s", n->name, suffix[i]));
+    if (!outs[i]) return -1;
+    outs[i]->kind = VK_TENSOR;
+    outs[i]->def = n;
+  }
+  n->op = fn;
+  n->args = args;
+  n->outs = outs;
+  n->nouts = 5;
+  return write_back(f, rm, outs[3]) || write_back(f, rv, outs[4]) ? -1 : 0;
+}
+
 int functionalize(Graph *g) {
   Ctx *c = g->ctx;
   F f = {{.g = g}, NULL, NULL, NULL, g->nvalues, NULL};
@@ -170,6 +194,12 @@ int functionalize(Graph *g) {
     f.r.k = 0;
     if (!n->op) { rw_push(&f.r, n); continue; }
     Value *self = n->op->inplace ? n->args[0].u.t : NULL;
+    /* out= variants (atan2.out) write their result into `out`; _native_batch_norm_legit writes
+     * its running statistics: the original values written, before uses are resolved */
+    int oa = n->op->outarg;
+    Value *out_dst = oa >= 0 && n->args[oa].k == AK_TENSOR ? n->args[oa].u.t : NULL;
+    bool legit = !strcmp(n->op->name, "_native_batch_norm_legit");
+    Value *rm_dst = legit ? n->args[ops_arg_index(n->op, "running_mean")].u.t : NULL, *rv_dst = legit ? n->args[ops_arg_index(n->op, "running_var")].u.t : NULL;
     for (int i = 0; i < n->op->nargs; i++) {
       Arg *a = &n->args[i];
       if (a->k == AK_TENSOR && !(a->u.t = resolve(&f, a->u.t))) return -1;
@@ -196,31 +226,40 @@ int functionalize(Graph *g) {
       }
       continue;
     }
+    if (oa >= 0) {
+      char stem[128];
+      const char *dot = strrchr(n->op->name, '.');
+      snprintf(stem, sizeof stem, "%.*s", (int)(dot - n->op->name), n->op->name);
+      const OpDef *twin = ops_find(stem);
+      if (!twin || !out_dst) return gg_error(c, "%s: node %s: no functional form of %s", g->path, gg_quote(c, n->name), gg_quote(c, n->op->name));
+      n->args = remap_args(g, n->op, n->args, twin);
+      gg_log(c, LOG_FUNCTIONALIZE, "node %s: %s -> %s, writing %s", gg_quote(c, n->name), n->op->name, twin->name, gg_quote(c, out_dst->name));
+      n->op = twin;
+      rw_push(&f.r, n);
+      if (write_back(&f, out_dst, n->outs[0])) return -1;
+      Value *root = root_of(&f, out_dst);
+      if (out_dst != root) f.gen[n->outs[0]->id] = f.ver[root->id];
+      continue;
+    }
+    if (legit && !n->args[ops_arg_index(n->op, "training")].u.b) {   /* evaluation mode writes nothing */
+      const OpDef *fn = ops_find("_native_batch_norm_legit_no_training");
+      n->args = remap_args(g, n->op, n->args, fn);
+      n->op = fn;
+    }
     rw_push(&f.r, n);
     for (int i = 0; i < n->nouts; i++) {
       Value *v = n->outs[i];
       if (v->id < f.nvalues) f.gen[v->id] = f.ver[root_of(&f, v)->id];
     }
+    if (legit && n->op != ops_find("_native_batch_norm_legit_no_training")) {
+      if (rm_dst && rv_dst && stats_outputs(&f, n, rm_dst, rv_dst)) return -1;
+      continue;
+    }
     /* aten.batch_norm in training mode updates the running statistics in place */
     if (!strcmp(n->op->name, "batch_norm") && n->args[ops_arg_index(n->op, "training")].u.b &&
         n->args[ops_arg_index(n->op, "running_mean")].k == AK_TENSOR) {
-      const OpDef *fn = ops_find("_native_batch_norm_legit_functional");
       Value *rm0 = nodes[k]->args[ops_arg_index(n->op, "running_mean")].u.t, *rv0 = nodes[k]->args[ops_arg_index(n->op, "running_var")].u.t;
-      Arg *args = remap_args(g, n->op, n->args, fn);
-      Value **outs = arena_array(c->arena, 6, sizeof *outs);
-      outs[0] = n->outs[0];
-      const char *suffix[] = {"", "_save_mean", "_save_invstd", "_running_mean", "_running_var"};
-      for (int i = 1; i < 5; i++) {
-        outs[i] = graph_new_value(g, arena_printf(c->arena, "%s%s", n->name, suffix[i]));
-        if (!outs[i]) return -1;
-        outs[i]->kind = VK_TENSOR;
-        outs[i]->def = n;
-      }
-      n->op = fn;
-      n->args = args;
-      n->outs = outs;
-      n->nouts = 5;
-      if (write_back(&f, rm0, outs[3]) || write_back(&f, rv0, outs[4])) return -1;
+      if (stats_outputs(&f, n, rm0, rv0)) return -1;
     }
   }
   g->nodes = f.r.nodes;

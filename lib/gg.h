@@ -241,6 +241,7 @@ typedef struct OpDef {
   int nrets;              /* -1: returns Tensor[] of variable length */
   bool inplace;           /* first argument is Tensor(a!): the op writes into it */
   bool view;              /* returns an alias of its first argument: Tensor(a) */
+  int outarg;             /* out= variants (atan2.out): the argument written with the result, else -1 */
 } OpDef;
 
 int ops_init(Ctx *c);                 /* parse every schema; fails only on a bug in ops.def */

@@ -433,6 +433,83 @@ int eval_layer_norm_backward(E *e) {
   return 0;
 }
 
+/* avg_pool2d_backward: each output's gradient over its divisor, added to every input of its window */
+int eval_avg_pool_backward(E *e) {
+  Interp *I = e->I;
+  Tensor *g = T(e, "grad_output"), *x = T(e, "self"), *out = out0(e);
+  bool adaptive = A(e, "kernel_size") == NULL;
+  int64_t k[2] = {1, 1}, st[2] = {1, 1}, pd[2] = {0, 0};
+  if (!adaptive) {
+    RArg *ka = A(e, "kernel_size"), *sa = A(e, "stride"), *pa = A(e, "padding");
+    for (int i = 0; i < 2; i++) {
+      k[i] = ka->is[ka->n == 1 ? 0 : i];
+      st[i] = sa->n == 0 ? k[i] : sa->is[sa->n == 1 ? 0 : i];
+      pd[i] = pa->is[pa->n == 1 ? 0 : i];
+    }
+  }
+  bool cip = adaptive || B(e, "count_include_pad");
+  RArg *dov = A(e, "divisor_override");
+  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], OH = g->sizes[g->rank - 2], OW = g->sizes[g->rank - 1];
+  int64_t planes = H * W != 0 ? tensor_numel(x) / (H * W) : 0;
+  double *gv = read_f64(I, g), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+  for (int64_t p = 0; p < planes; p++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t h0, h1, w0, w1, pool;
+        if (adaptive) {
+          h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH, w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+          pool = (h1 - h0) * (w1 - w0);
+        } else {
+          h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
+          h1 = h0 + k[0] < H + pd[0] ? h0 + k[0] : H + pd[0], w1 = w0 + k[1] < W + pd[1] ? w0 + k[1] : W + pd[1];
+          pool = (h1 - h0) * (w1 - w0);
+          if (h0 < 0) h0 = 0;
+          if (w0 < 0) w0 = 0;
+          if (h1 > H) h1 = H;
+          if (w1 > W) w1 = W;
+        }
+        int64_t div = dov && dov->k == AK_INT ? dov->i : cip ? pool : (h1 - h0) * (w1 - w0);
+        double v = gv[(p * OH + oh) * OW + ow] / (double)div;
+        for (int64_t h = h0; h < h1; h++)
+          for (int64_t w = w0; w < w1; w++) r[p * H * W + h * W + w] += v;
+      }
+  write_f64(out, r);
+  return 0;
+}
+
+/* native_group_norm_backward: layer norm's formula over each (sample, group) of C/group channels */
+int eval_group_norm_backward(E *e) {
+  Interp *I = e->I;
+  Tensor *g = T(e, "grad_out"), *x = T(e, "input"), *w = T(e, "weight");
+  int64_t G = I64(e, "group", 1), N = x->sizes[0], C = x->sizes[1], n = tensor_numel(x);
+  int64_t HW = N * C != 0 ? n / (N * C) : 0, L = C / G * HW;
+  double *gv = read_f64(I, g), *xv = read_f64(I, x), *mv = read_f64(I, T(e, "mean")), *rv = read_f64(I, T(e, "rstd")), *wv = w ? read_f64(I, w) : NULL;
+  double *dx = arena_array(I->c->arena, (size_t)n + 1, sizeof *dx), *dw = arena_array(I->c->arena, (size_t)C + 1, sizeof *dw),
+         *db = arena_array(I->c->arena, (size_t)C + 1, sizeof *db);
+  for (int64_t r = 0; r < N * G; r++) {
+    double a = 0, b = 0, m = mv[r], rs = rv[r];
+    for (int64_t j = 0; j < L; j++) {
+      int64_t i = r * L + j, c = (r % G) * (C / G) + j / HW;
+      double xh = (xv[i] - m) * rs, gh = gv[i] * (wv ? wv[c] : 1);
+      a += gh;
+      b += gh * xh;
+      dw[c] += gv[i] * xh;
+      db[c] += gv[i];
+    }
+    a /= (double)L;
+    b /= (double)L;
+    for (int64_t j = 0; j < L; j++) {
+      int64_t i = r * L + j, c = (r % G) * (C / G) + j / HW;
+      double xh = (xv[i] - m) * rs, gh = gv[i] * (wv ? wv[c] : 1);
+      dx[i] = (gh - a - xh * b) * rs;
+    }
+  }
+  write_f64(e->outs[0], dx);
+  write_f64(e->outs[1], dw);
+  write_f64(e->outs[2], db);
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));
@@ -838,90 +915,106 @@ int eval_conv_nhwc(E *e) {
 
 /* ---------------------------------------------------------------- pooling and resampling */
 
+/* Pooling over the last 1, 2 or 3 dims: 1-d and 2-d pooling are 3-d pooling of depth and height 1. */
 int eval_pool(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "self"), *out = out0(e);
   bool is_max = !strncmp(e->n->op->name, "max", 3);
   RArg *ka = A(e, "kernel_size"), *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
-  /* 1-d pooling is 2-d pooling of height 1 */
-  int nsp = e->n->op->args[ops_arg_index(e->n->op, "kernel_size")].fixed_len, off = 2 - nsp;
-  int64_t k[2] = {1, 1}, st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1};
+  int nsp = e->n->op->args[ops_arg_index(e->n->op, "kernel_size")].fixed_len, off = 3 - nsp;
+  int64_t k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, on[3] = {1, 1, 1};
   for (int i = 0; i < nsp; i++) {
     k[i + off] = ka->is[ka->n == 1 ? 0 : i];
     st[i + off] = sa->n == 0 ? k[i + off] : sa->is[sa->n == 1 ? 0 : i];
     pd[i + off] = pa->is[pa->n == 1 ? 0 : i];
     if (da) dl[i + off] = da->is[da->n == 1 ? 0 : i];
+    in[i + off] = x->sizes[x->rank - nsp + i];
+    on[i + off] = out->sizes[out->rank - nsp + i];
   }
-  int64_t H = nsp == 2 ? x->sizes[x->rank - 2] : 1, W = x->sizes[x->rank - 1];
-  int64_t OH = nsp == 2 ? out->sizes[out->rank - 2] : 1, OW = out->sizes[out->rank - 1];
-  int64_t planes = tensor_numel(x) / ((H * W) != 0 ? H * W : 1);
-  if (H * W == 0) planes = 0;
+  int64_t vol = in[0] * in[1] * in[2], ovol = on[0] * on[1] * on[2];
+  int64_t planes = vol != 0 ? tensor_numel(x) / vol : 0;
   bool cip = A(e, "count_include_pad") ? B(e, "count_include_pad") : true;
   RArg *dov = A(e, "divisor_override");
   double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
   int64_t *iv = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *iv);
   for (int64_t p = 0; p < planes; p++)
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        const double *xp = xv + p * H * W;
-        int64_t o = (p * OH + oh) * OW + ow;
-        if (is_max) {
-          double m = -INFINITY;
-          int64_t mi = -1;
-          for (int64_t a = 0; a < k[0]; a++)
-            for (int64_t b = 0; b < k[1]; b++) {
-              int64_t h = oh * st[0] - pd[0] + a * dl[0], w = ow * st[1] - pd[1] + b * dl[1];
-              if (h < 0 || h >= H || w < 0 || w >= W) continue;
-              double v = xp[h * W + w];
-              if (mi < 0 || v > m || isnan(v)) { if (!(mi >= 0 && isnan(m))) { m = v; mi = h * W + w; } }
+    for (int64_t o = 0; o < ovol; o++) {
+      int64_t oc[3] = {o / (on[1] * on[2]), o / on[2] % on[1], o % on[2]};
+      const double *xp = xv + p * vol;
+      int64_t lo[3], hi[3], pool = 1, cnt = 1;
+      if (is_max) {
+        double m = -INFINITY;
+        int64_t mi = -1;
+        for (int64_t a = 0; a < k[0]; a++)
+          for (int64_t b = 0; b < k[1]; b++)
+            for (int64_t cc = 0; cc < k[2]; cc++) {
+              int64_t q[3] = {oc[0] * st[0] - pd[0] + a * dl[0], oc[1] * st[1] - pd[1] + b * dl[1], oc[2] * st[2] - pd[2] + cc * dl[2]};
+              if (q[0] < 0 || q[0] >= in[0] || q[1] < 0 || q[1] >= in[1] || q[2] < 0 || q[2] >= in[2]) continue;
+              int64_t at = (q[0] * in[1] + q[1]) * in[2] + q[2];
+              double v = xp[at];
+              if (mi < 0 || v > m || isnan(v)) { if (!(mi >= 0 && isnan(m))) { m = v; mi = at; } }
             }
-          ov[o] = m;
-          iv[o] = mi;
-        } else {
-          int64_t h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
-          int64_t h1 = h0 + k[0] < H + pd[0] ? h0 + k[0] : H + pd[0], w1 = w0 + k[1] < W + pd[1] ? w0 + k[1] : W + pd[1];
-          int64_t pool = (h1 - h0) * (w1 - w0);
-          if (h0 < 0) h0 = 0;
-          if (w0 < 0) w0 = 0;
-          if (h1 > H) h1 = H;
-          if (w1 > W) w1 = W;
-          double s = 0;
-          for (int64_t h = h0; h < h1; h++) for (int64_t w = w0; w < w1; w++) s += xp[h * W + w];
-          int64_t div = dov && dov->k == AK_INT ? dov->i : cip ? pool : (h1 - h0) * (w1 - w0);
-          ov[o] = s / (double)div;
-        }
+        ov[p * ovol + o] = m;
+        iv[p * ovol + o] = mi;
+        continue;
       }
+      /* the window clipped to the padded input (count_include_pad's divisor), then to the input */
+      for (int i = 0; i < 3; i++) {
+        lo[i] = oc[i] * st[i] - pd[i];
+        hi[i] = lo[i] + k[i] < in[i] + pd[i] ? lo[i] + k[i] : in[i] + pd[i];
+        pool *= hi[i] - lo[i];
+        if (lo[i] < 0) lo[i] = 0;
+        if (hi[i] > in[i]) hi[i] = in[i];
+        cnt *= hi[i] - lo[i];
+      }
+      double sum = 0;
+      for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+          for (int64_t cc = lo[2]; cc < hi[2]; cc++) sum += xp[(a * in[1] + b) * in[2] + cc];
+      int64_t div = dov && dov->k == AK_INT ? dov->i : cip ? pool : cnt;
+      ov[p * ovol + o] = sum / (double)div;
+    }
   write_f64(out, ov);
   if (e->n->nouts == 2) write_i64(e->outs[1], iv);
   return 0;
 }
 
+/* Adaptive pooling over the last 1, 2 or 3 dims: output i averages (or maxes) input
+ * [floor(i in / out), ceil((i + 1) in / out)) in each. */
 int eval_adaptive_pool(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "self"), *out = out0(e);
   bool is_max = strstr(e->n->op->name, "max") != NULL;
-  int nsp = e->n->op->args[ops_arg_index(e->n->op, "output_size")].fixed_len;
-  int64_t H = nsp == 2 ? x->sizes[x->rank - 2] : 1, W = x->sizes[x->rank - 1];
-  int64_t OH = nsp == 2 ? out->sizes[out->rank - 2] : 1, OW = out->sizes[out->rank - 1];
-  int64_t planes = (H * W) != 0 ? tensor_numel(x) / (H * W) : 0;
+  int nsp = e->n->op->args[ops_arg_index(e->n->op, "output_size")].fixed_len, off = 3 - nsp;
+  int64_t in[3] = {1, 1, 1}, on[3] = {1, 1, 1};
+  for (int i = 0; i < nsp; i++) {
+    in[i + off] = x->sizes[x->rank - nsp + i];
+    on[i + off] = out->sizes[out->rank - nsp + i];
+  }
+  int64_t vol = in[0] * in[1] * in[2], ovol = on[0] * on[1] * on[2];
+  int64_t planes = vol != 0 ? tensor_numel(x) / vol : 0;
   double *xv = read_f64(I, x), *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
   int64_t *iv = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *iv);
   for (int64_t p = 0; p < planes; p++)
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH, w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
-        double s = 0, m = -INFINITY;
-        int64_t mi = -1;
-        for (int64_t h = h0; h < h1; h++)
-          for (int64_t w = w0; w < w1; w++) {
-            double v = xv[p * H * W + h * W + w];
-            s += v;
-            if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = h * W + w; }
-          }
-        int64_t o = (p * OH + oh) * OW + ow;
-        ov[o] = is_max ? m : s / (double)((h1 - h0) * (w1 - w0));
-        iv[o] = mi;
+    for (int64_t o = 0; o < ovol; o++) {
+      int64_t oc[3] = {o / (on[1] * on[2]), o / on[2] % on[1], o % on[2]}, lo[3], hi[3];
+      for (int i = 0; i < 3; i++) {
+        lo[i] = oc[i] * in[i] / on[i];
+        hi[i] = ((oc[i] + 1) * in[i] + on[i] - 1) / on[i];
       }
+      double sum = 0, m = -INFINITY;
+      int64_t mi = -1;
+      for (int64_t a = lo[0]; a < hi[0]; a++)
+        for (int64_t b = lo[1]; b < hi[1]; b++)
+          for (int64_t cc = lo[2]; cc < hi[2]; cc++) {
+            int64_t at = (a * in[1] + b) * in[2] + cc;
+            double v = xv[p * vol + at];
+            sum += v;
+            if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = at; }
+          }
+      ov[p * ovol + o] = is_max ? m : sum / (double)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+      iv[p * ovol + o] = mi;
+    }
   write_f64(out, ov);
   if (e->n->nouts == 2) write_i64(e->outs[1], iv);
   return 0;
@@ -1079,10 +1172,10 @@ int eval_norm(E *e) {
       }
   }
   write_f64(out, ov);
-  if (!strcmp(name, "batch_norm")) {
-    if (training && rm) { write_f64(rm, rmv); mark_write(I, rm); }   /* aten.batch_norm updates in place */
+  if (!strcmp(name, "batch_norm") || !strcmp(name, "_native_batch_norm_legit")) {
+    if (training && rm) { write_f64(rm, rmv); mark_write(I, rm); }   /* these update the statistics in place */
     if (training && rv) { write_f64(rv, rvv); mark_write(I, rv); }
-    return 0;
+    if (!strcmp(name, "batch_norm")) return 0;
   }
   if (training) { write_f64(e->outs[1], mean); write_f64(e->outs[2], invstd); }
   if (whole) write_f64(e->outs[3], bvar);
@@ -2106,9 +2199,9 @@ static int run_node(Interp *I, Node *n) {
     if (!n->op->view && use_exported_strides(I, v, e.outs[i])) return -1;
   }
   if (n->op->eval(&e)) return -1;
-  if (n->op->inplace) {
-    /* the op computed its result out of place; write it into self, which the output aliases */
-    Tensor *self = e.args[0].t;
+  if (n->op->inplace || n->op->outarg >= 0) {
+    /* the op computed its result out of place; write it into self (or out=), which the output aliases */
+    Tensor *self = e.args[n->op->inplace ? 0 : n->op->outarg].t;
     copy_into(self, e.outs[0]);
     mark_write(I, self);
     e.outs[0] = self;

@@ -20,7 +20,7 @@
 
 static OpDef table[] = {
 #define OP(schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, doc) \
-  {NULL, schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false},
+  {NULL, schema, shape, eval, emit, grad, decomp, red, pwf, pwi, pwout, #pwf, #pwi, doc, 0, NULL, 0, false, false, -1},
 #include "ops.def"
 #undef OP
 };
@@ -182,6 +182,9 @@ static int parse_schema(SP *p, OpDef *op) {
   op->args = arena_array(p->a, (size_t)(n ? n : 1), sizeof *op->args);
   memcpy(op->args, specs, sizeof *specs * (size_t)n);
   op->inplace = n > 0 && op->args[0].mutated;
+  op->outarg = -1;
+  for (int i = 1; i < n; i++)
+    if (op->args[i].mutated && !strcmp(op->args[i].name, "out")) op->outarg = i;
   const char *ret = strstr(rp, "->");
   if (!ret) return bad_schema(p, "no return");
   ret += 2;

@@ -35,5 +35,8 @@ Value *rw_targ(const Node *n, const char *name);
 double rw_farg(const Node *n, const char *name, double dflt);
 /* Drop the nodes `droppable` accepts (pure: views, casts) whose results nothing reads, last first. */
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
+/* Pooling gradients (decompose.c), shared by autograd's rules and the exported backward ops. */
+Value *avg_pool_grad(Rw *r, Value *g, Value *x, const int64_t *k, const int64_t *st, const int64_t *pd, bool cip, const Arg *dov, Value *into);
+Value *adaptive_avg_pool_grad(Rw *r, Value *g, Value *x, Value *into);
 #define CALL(r, into, op, ...) rw_call(r, into, op, __VA_ARGS__, (const char *)NULL)
 #endif

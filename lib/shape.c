@@ -159,9 +159,11 @@ int shape_pointwise(S *s) {
     const Arg *a = &s->n->args[i];
     if (a->k == AK_TENSOR && broadcast_into(s, sizes, &rank, a->u.t)) return -1;
   }
-  if (s->n->op->inplace) {
-    const Value *self = s->n->args[0].u.t;
-    if (rank != self->rank) return fail(s, "%s", "in-place result would not fit self");
+  if (s->n->op->inplace || s->n->op->outarg >= 0) {
+    const Value *self = s->n->args[s->n->op->inplace ? 0 : s->n->op->outarg].u.t;
+    if (!self || rank != self->rank) return fail(s, "%s", "in-place result would not fit self");
+    for (int d = 0; d < rank; d++)
+      if (!expr_same(s->g, sizes[d], self->sizes[d])) return fail(s, "%s", "the result's shape is not out's");
     like(s, 0, self, self->dtype);
     return 0;
   }
@@ -474,12 +476,12 @@ static const Expr *pool_out(S *s, const Expr *in, int64_t k, int64_t st, int64_t
   return ADD(s, DIV(s, ADD(s, in, C(s, 2 * pd - dl * (k - 1) - 1 + (ceil_mode ? st - 1 : 0))), C(s, st)), C(s, 1));
 }
 
-/* Pooling over the last 1 or 2 dims (kernel_size's length says which). */
+/* Pooling over the last 1, 2 or 3 dims (kernel_size's length says which). */
 int shape_pool(S *s) {
   Value *x = tensor(s, "self");
   int nsp = s->n->op->args[ops_arg_index(s->n->op, "kernel_size")].fixed_len;
   if (x->rank != nsp + 1 && x->rank != nsp + 2) return fail(s, "%s", "pooling input has the wrong rank");
-  int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
+  int64_t k[3], st[3], pd[3], dl[3] = {1, 1, 1};
   int n;
   if (spatial_list(s, "kernel_size", nsp, k) || ints_arg(s, "stride", st, nsp, &n)) return -1;
   if (n == 0) memcpy(st, k, sizeof k);
@@ -1097,6 +1099,54 @@ int shape_max_pool_backward(S *s) {
     if (!expr_same(s->g, g->sizes[d], ix->sizes[d]) || (d < g->rank - 2 && !expr_same(s->g, g->sizes[d], x->sizes[d])))
       return fail(s, "%s", "grad_output and indices must have the pooled shape");
   like(s, 0, x, g->dtype);
+  return 0;
+}
+
+/* avg_pool2d_backward, _adaptive_avg_pool2d_backward: self's shape, from a float gradient of the
+ * pooled shape (avg_pool2d's output size for its arguments) */
+int shape_avg_pool_backward(S *s) {
+  Value *g = tensor(s, "grad_output"), *x = tensor(s, "self");
+  if ((x->rank != 3 && x->rank != 4) || g->rank != x->rank || !dtype_is_float(g->dtype) || g->dtype != x->dtype)
+    return fail(s, "%s", "average pooling's gradient needs float [N,] C, H, W tensors of one dtype");
+  for (int d = 0; d < g->rank - 2; d++)
+    if (!expr_same(s->g, g->sizes[d], x->sizes[d])) return fail(s, "%s", "grad_output must have self's batch and channel sizes");
+  if (arg(s, "kernel_size")) {
+    int64_t k[2], st[2], pd[2];
+    int n;
+    if (spatial_list(s, "kernel_size", 2, k) || ints_arg(s, "stride", st, 2, &n)) return -1;
+    if (n == 0) memcpy(st, k, sizeof k);
+    else if (spatial_list(s, "stride", 2, st)) return -1;
+    if (spatial_list(s, "padding", 2, pd)) return -1;
+    for (int i = 0; i < 2; i++) {
+      if (k[i] < 1 || st[i] < 1 || pd[i] < 0 || pd[i] * 2 > k[i]) return fail(s, "%s", "kernel and stride must be positive, padding at most half the kernel");
+      int d = x->rank - 2 + i;
+      if (!expr_same(s->g, g->sizes[d], pool_out(s, x->sizes[d], k[i], st[i], pd[i], 1, bool_arg(s, "ceil_mode"))))
+        return fail(s, "%s", "grad_output must have the pooled shape");
+    }
+  }
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
+/* native_group_norm_backward: the input's shape, and one value per channel for weight and bias */
+int shape_group_norm_backward(S *s) {
+  Value *g = tensor(s, "grad_out"), *x = tensor(s, "input"), *m = tensor(s, "mean"), *r = tensor(s, "rstd"), *w = tensor(s, "weight");
+  int64_t G, Cn;
+  if (int_arg(s, "group", &G) || int_arg(s, "C", &Cn)) return -1;
+  if (x->rank < 2 || !dtype_is_float(x->dtype) || g->dtype != x->dtype || g->rank != x->rank || m->rank != 2 || r->rank != 2)
+    return fail(s, "%s", "grad_out and input must be float tensors of one shape, mean and rstd [N, group]");
+  for (int d = 0; d < x->rank; d++)
+    if (!expr_same(s->g, g->sizes[d], x->sizes[d])) return fail(s, "%s", "grad_out must have the input's shape");
+  if (G < 1 || !expr_same(s->g, x->sizes[1], C(s, Cn)) || Cn % G) return fail(s, "%s", "C must be the input's channels, a multiple of group");
+  for (int k = 0; k < 2; k++) {
+    const Value *v = k ? r : m;
+    if (!expr_same(s->g, v->sizes[0], x->sizes[0]) || !expr_same(s->g, v->sizes[1], C(s, G))) return fail(s, "%s", "mean and rstd must be [N, group]");
+  }
+  if (w && (w->rank != 1 || !expr_same(s->g, w->sizes[0], x->sizes[1]))) return fail(s, "%s", "weight must have one value per channel");
+  like(s, 0, x, x->dtype);
+  const Expr *c1[1] = {x->sizes[1]};
+  set_out(s, 1, x->dtype, 1, c1);
+  set_out(s, 2, x->dtype, 1, c1);
   return 0;
 }
 

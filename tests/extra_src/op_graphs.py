@@ -62,9 +62,9 @@ def arg_json(v):
         return {"as_float": v}
     if isinstance(v, str):
         return {"as_string": v}
-    if isinstance(v, list) and all(isinstance(x, Ref) for x in v):
+    if isinstance(v, list) and v and all(isinstance(x, Ref) for x in v):
         return {"as_tensors": [{"name": x.name} for x in v]}
-    if isinstance(v, list) and all(isinstance(x, bool) for x in v):
+    if isinstance(v, list) and v and all(isinstance(x, bool) for x in v):
         return {"as_bools": v}
     if isinstance(v, list):
         return {"as_ints": v}
@@ -105,7 +105,7 @@ class Graph:
         return [Ref(n) for n in names]
 
     def evaluate(s, wide):
-        env = {k: (v.double() if wide and v.is_floating_point() else v) for k, v in s.inputs.items()}
+        env = {k: (v.double() if wide and v.is_floating_point() else v.clone()) for k, v in s.inputs.items()}   # ops may write into inputs
         for target, args, fn, names, _ in s.nodes:
             def val(a):
                 if isinstance(a, (Ref, SymRef)):
@@ -343,6 +343,94 @@ def matmul_batch_dims():   # products over several batch dims: size-1 and broadc
     kt = g.node("permute.default", [("self", Q), ("dims", [0, 2, 3, 1])], lambda t, d: t.permute(d), out=False)
     g.node("matmul.default", [("self", qp), ("other", kt)], torch.matmul)
     g.node("matmul.default", [("self", Cv), ("other", D)], torch.matmul)
+    return g
+
+
+@case
+def out_and_stats():   # atan2.out into an empty tensor; _native_batch_norm_legit updating its running statistics in place (and not, in evaluation)
+    a = torch.randn(3, 5)
+    b = torch.randn(1, 5)
+    x = torch.randn(4, 3, 5, 2)
+    g = Graph("out_and_stats", a=a, b=b, x=x, w=torch.rand(3) + 0.5, bias=torch.randn(3), rm=torch.randn(3), rv=torch.rand(3) + 0.5,
+              rm2=torch.randn(3), rv2=torch.rand(3) + 0.5)
+    A, Bv, X, W, Bi, RM, RV, RM2, RV2 = (Ref(n) for n in ("a", "b", "x", "w", "bias", "rm", "rv", "rm2", "rv2"))
+    e = g.node("empty.memory_format", [("size", [3, 5]), ("dtype", torch.float32)], lambda sz, dt: torch.empty(sz, dtype=dt), out=False)
+    o = g.node("atan2.out", [("self", A), ("other", Bv), ("out", e)], lambda x, y, out: torch.atan2(x, y, out=out))
+    g.node("mul.Tensor", [("self", e), ("other", 2.0)], lambda t, k: t * k)   # e reads the result too
+    bn = lambda x, w, b, rm, rv, tr, mom, eps: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, tr, mom, eps)   # 1.13 lacks _legit; same semantics
+    g.multi("_native_batch_norm_legit.default", [("input", X), ("weight", W), ("bias", Bi), ("running_mean", RM), ("running_var", RV), ("training", True),
+                                                 ("momentum", 0.1), ("eps", 1e-5)], bn, 3, [0, 1, 2])
+    g.node("clone.default", [("self", RM)], torch.clone)
+    g.node("clone.default", [("self", RV)], torch.clone)
+    g.multi("_native_batch_norm_legit.default", [("input", X), ("weight", W), ("bias", Bi), ("running_mean", RM2), ("running_var", RV2), ("training", False),
+                                                 ("momentum", 0.1), ("eps", 1e-5)], bn, 3, [0])
+    g.node("clone.default", [("self", RM2)], torch.clone)
+    return g
+
+
+@case
+def pool3d():   # 3-d average, max (with indices) and adaptive pooling: padding, ceil mode, divisors, dilation, unbatched input
+    x = torch.randn(2, 3, 7, 9, 8)
+    xu = torch.randn(2, 5, 6, 7)
+    g = Graph("pool3d", x=x, xu=xu)
+    X, XU = Ref("x"), Ref("xu")
+    ap = torch.ops.aten.avg_pool3d
+    g.node("avg_pool3d.default", [("self", X), ("kernel_size", [3, 2, 3]), ("stride", [2, 2, 1]), ("padding", [1, 1, 0]), ("ceil_mode", True),
+                                  ("count_include_pad", True), ("divisor_override", None)], ap)
+    g.node("avg_pool3d.default", [("self", X), ("kernel_size", [3, 3, 3]), ("stride", [2, 3, 2]), ("padding", [1, 1, 1]), ("ceil_mode", True),
+                                  ("count_include_pad", False), ("divisor_override", None)], ap)
+    g.node("avg_pool3d.default", [("self", XU), ("kernel_size", [2]), ("stride", []), ("padding", [0]), ("ceil_mode", False),
+                                  ("count_include_pad", True), ("divisor_override", 5)], ap)
+    g.multi("max_pool3d_with_indices.default", [("self", X), ("kernel_size", [3, 3, 2]), ("stride", [2, 2, 2]), ("padding", [1, 1, 1]),
+                                                ("dilation", [1, 2, 1]), ("ceil_mode", True)], torch.ops.aten.max_pool3d_with_indices, 2, [0, 1])
+    g.multi("max_pool3d_with_indices.default", [("self", XU), ("kernel_size", [2, 3, 3]), ("stride", [1, 2, 2]), ("padding", [0, 1, 0]),
+                                                ("dilation", [1, 1, 1]), ("ceil_mode", False)], torch.ops.aten.max_pool3d_with_indices, 2, [0, 1])
+    g.node("_adaptive_avg_pool3d.default", [("self", X), ("output_size", [3, 4, 5])], torch.ops.aten._adaptive_avg_pool3d)
+    g.node("_adaptive_avg_pool3d.default", [("self", XU), ("output_size", [1, 1, 1])], torch.ops.aten._adaptive_avg_pool3d)
+    return g
+
+
+@case
+def pool_norm_backward():   # avg_pool2d_backward (ceil mode, padding, both divisors, an override), _adaptive_avg_pool2d_backward (overlapping windows), native_group_norm_backward
+    x = torch.randn(2, 3, 9, 8)
+    g1 = torch.randn(2, 3, 5, 5)
+    g2 = torch.randn(2, 3, 4, 3)
+    g3 = torch.randn(3, 4, 4)
+    xa = torch.randn(2, 3, 7, 10)
+    ga = torch.randn(2, 3, 3, 4)
+    xg = torch.randn(4, 6, 5, 3)
+    gy = torch.randn(4, 6, 5, 3)
+    g = Graph("pool_norm_backward", x=x, g1=g1, g2=g2, g3=g3, xa=xa, ga=ga, xg=xg, gy=gy, w=torch.rand(6) + 0.5, b=torch.randn(6))
+    X, G1, G2, G3, XA, GA, XG, GY, W, Bv = (Ref(n) for n in ("x", "g1", "g2", "g3", "xa", "ga", "xg", "gy", "w", "b"))
+    ab = torch.ops.aten.avg_pool2d_backward
+    g.node("avg_pool2d_backward.default", [("grad_output", G1), ("self", X), ("kernel_size", [3, 3]), ("stride", [2, 2]), ("padding", [1, 1]),
+                                           ("ceil_mode", True), ("count_include_pad", True), ("divisor_override", None)], ab)
+    g.node("avg_pool2d_backward.default", [("grad_output", G2), ("self", X), ("kernel_size", [3, 2]), ("stride", [3, 3]), ("padding", [1, 1]),
+                                           ("ceil_mode", True), ("count_include_pad", False), ("divisor_override", None)], ab)
+    xs = g.node("select.int", [("self", X), ("dim", 0), ("index", 1)], lambda t, d, i: t.select(d, i), out=False)
+    g.node("avg_pool2d_backward.default", [("grad_output", G3), ("self", xs), ("kernel_size", [2, 2]), ("stride", [2, 2]), ("padding", [0, 0]),
+                                           ("ceil_mode", False), ("count_include_pad", True), ("divisor_override", 3)], ab)
+    g.node("_adaptive_avg_pool2d_backward.default", [("grad_output", GA), ("self", XA)], torch.ops.aten._adaptive_avg_pool2d_backward)
+    gn = g.multi("native_group_norm.default", [("input", XG), ("weight", W), ("bias", Bv), ("N", 4), ("C", 6), ("HxW", 15), ("group", 3), ("eps", 1e-5)],
+                 torch.ops.aten.native_group_norm, 3, [])
+    g.multi("native_group_norm_backward.default", [("grad_out", GY), ("input", XG), ("mean", gn[1]), ("rstd", gn[2]), ("weight", W), ("N", 4), ("C", 6),
+                                                   ("HxW", 15), ("group", 3), ("output_mask", [True, True, True])],
+            torch.ops.aten.native_group_norm_backward, 3, [0, 1, 2])
+    return g
+
+
+@case
+def avg_pool_modes():   # average pooling whose derivative rule is avg_pool2d_backward's: ceil mode, count_include_pad=False, a divisor, overlapping adaptive windows
+    x = torch.randn(2, 3, 9, 8)
+    xa = torch.randn(2, 3, 7, 10)
+    g = Graph("avg_pool_modes", x=x, xa=xa)
+    X, XA = Ref("x"), Ref("xa")
+    ap = torch.ops.aten.avg_pool2d
+    g.node("avg_pool2d.default", [("self", X), ("kernel_size", [3, 3]), ("stride", [2, 2]), ("padding", [1, 1]), ("ceil_mode", True),
+                                  ("count_include_pad", False), ("divisor_override", None)], ap)
+    g.node("avg_pool2d.default", [("self", X), ("kernel_size", [2, 3]), ("stride", [2, 2]), ("padding", [0, 1]), ("ceil_mode", False),
+                                  ("count_include_pad", True), ("divisor_override", 4)], ap)
+    g.node("_adaptive_avg_pool2d.default", [("self", XA), ("output_size", [3, 4])], torch.ops.aten._adaptive_avg_pool2d)
     return g
 
 
