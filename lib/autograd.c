@@ -428,7 +428,16 @@ int grad_reduce(Ad *a, Node *n) {
   Value *yk = unreduce(a, y, x, reduced, keepdim), *gk = unreduce(a, g, x, reduced, keepdim);
   if (rk == R_NORM) {   /* g sign(x) |x|^(p-1) / y^(p-1) */
     double p = rw_farg(n, "ord", 2);
-    if (!(p > 0) || isinf(p)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a %g-norm is not supported", a->g->path, gg_quote(a->g->ctx, n->name), p);
+    if (p == 0) return 0;   /* a count of nonzeros: no gradient */
+    if (!(p > 0)) return gg_error(a->g->ctx, "%s: node %s: the gradient of a %g-norm is not supported", a->g->path, gg_quote(a->g->ctx, n->name), p);
+    if (isinf(p)) {   /* amax of |x|: g sign(x) to the largest elements, shared among ties */
+      int64_t dims[GG_MAX_RANK];
+      int nd = 0;
+      for (int d = 0; d < x->rank; d++) if (reduced[d]) dims[nd++] = d;
+      Value *m = as_float(a, binop(a, "eq.Tensor", unop(a, "abs", x), yk), x->dtype);
+      Value *cnt = m ? CALL(&a->r, NULL, "sum.dim_IntList", "self", T(m), "dim", INTS(&a->r, nd, dims), "keepdim", BO(true)) : NULL;
+      return acc(a, x, binop(a, "div.Tensor", mul(a, mul(a, gk, unop(a, "sign", x)), m), cnt));
+    }
     if (p == 1) return acc(a, x, mul(a, gk, unop(a, "sign", x)));
     if (p == 2) return acc(a, x, binop(a, "div.Tensor", mul(a, gk, x), yk));
     Value *ax = unop(a, "abs", x);
@@ -667,6 +676,42 @@ int grad_max_pool(Ad *a, Node *n) {
   return acc(a, x, reshape(a, s, x->rank, x->sizes));
 }
 
+/* as_strided: each output element's gradient added at the input element it read (offset + sum i_d
+ * stride_d: index vectors from arange, summed by broadcasting), by index_put with accumulate */
+int grad_as_strided(Ad *a, Node *n) {
+  Value *x = n->args[0].u.t, *g = G(a, n, 0), *y = n->outs[0];
+  if (!g) return 0;
+  const Arg *st = rw_arg(n, "stride"), *so = rw_arg(n, "storage_offset");
+  int64_t off = 0, all[1] = {-1};
+  if (so && so->k == AK_INT) expr_is_const(so->u.i, &off);
+  Value *idx = NULL;
+  for (int d = 0; d < y->rank; d++) {
+    int64_t sz, sd, shape[GG_MAX_RANK];
+    expr_is_const(y->sizes[d], &sz);
+    expr_is_const(st->u.is[d], &sd);
+    for (int k = 0; k < y->rank; k++) shape[k] = k == d ? sz : 1;
+    Value *ar = CALL(&a->r, NULL, "arange", "end", INT(&a->r, sz), "dtype", DT(DT_I64));
+    Value *m = ar ? CALL(&a->r, NULL, "mul.Tensor", "self", T(ar), "other", INT(&a->r, sd)) : NULL;
+    Value *v = m ? CALL(&a->r, NULL, "reshape", "self", T(m), "shape", INTS(&a->r, y->rank, shape)) : NULL;
+    idx = v && idx ? CALL(&a->r, NULL, "add.Tensor", "self", T(idx), "other", T(v)) : v;
+    if (!idx) return -1;
+  }
+  if (!idx) idx = CALL(&a->r, NULL, "full", "size", INTS(&a->r, 0, all), "fill_value", FL(0), "dtype", DT(DT_I64));
+  Value *io = idx ? CALL(&a->r, NULL, "add.Tensor", "self", T(idx), "other", INT(&a->r, off)) : NULL;
+  Value *ie = io ? CALL(&a->r, NULL, "expand", "self", T(io), "size", EXPRS(&a->r, y->rank, y->sizes)) : NULL;
+  Value *fi = ie ? CALL(&a->r, NULL, "reshape", "self", T(ie), "shape", INTS(&a->r, 1, all)) : NULL;
+  Value *fg = fi ? CALL(&a->r, NULL, "reshape", "self", T(g), "shape", INTS(&a->r, 1, all)) : NULL;
+  const Expr *numel = expr_const(a->g->ctx->arena, 1);
+  for (int d = 0; d < x->rank; d++) numel = expr_bin(a->g->ctx->arena, E_MUL, numel, x->sizes[d]);
+  Value *z = fg ? CALL(&a->r, NULL, "zeros", "size", EXPRS(&a->r, 1, &numel), "dtype", DT(x->dtype)) : NULL;
+  if (!z) return -1;
+  Arg ix = {.k = AK_TENSORS, .n = 1};
+  ix.u.ts = arena_array(a->g->ctx->arena, 2, sizeof *ix.u.ts);
+  ix.u.ts[0] = fi;
+  Value *s = CALL(&a->r, NULL, "index_put", "self", T(z), "indices", ix, "values", T(fg), "accumulate", BO(true));
+  return acc(a, x, s ? CALL(&a->r, NULL, "reshape", "self", T(s), "shape", EXPRS(&a->r, x->rank, x->sizes)) : NULL);
+}
+
 /* ops whose outputs do not change with their inputs' values almost anywhere: no gradient (PyTorch's
  * rules give zeros: floor, sign, ...; creation ops like full_like read only the shape) */
 int grad_nothing(Ad *a, Node *n) { (void)a; (void)n; return 0; }
@@ -791,14 +836,10 @@ int grad_pad(Ad *a, Node *n) {
   const Arg *pd = rw_arg(n, "pad"), *mode = rw_arg(n, "mode");
   if (mode && mode->k == AK_STR && strcmp(mode->u.s, "constant"))
     return gg_error(a->g->ctx, "%s: node %s: %s padding has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name), mode->u.s);
-  for (int i = 0; g && i < pd->n / 2; i++) {
-    int d = x->rank - 1 - i;
-    int64_t lo;
-    if (!expr_is_const(pd->u.is[2 * i], &lo) || lo < 0) return gg_error(a->g->ctx, "%s: node %s: cropping pads have no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
-    Arg len = {.k = AK_INT, .u.i = x->sizes[d]};
-    g = CALL(&a->r, NULL, "narrow", "self", T(g), "dim", INT(&a->r, d), "start", INT(&a->r, lo), "length", len);
-  }
-  return acc(a, x, g);
+  /* constant padding's gradient is the opposite padding of g: the pad cut off, a crop zero-filled back */
+  const Expr *neg[2 * GG_MAX_RANK];
+  for (int i = 0; i < pd->n && i < 2 * GG_MAX_RANK; i++) neg[i] = expr_bin(a->g->ctx->arena, E_MUL, expr_const(a->g->ctx->arena, -1), pd->u.is[i]);
+  return acc(a, x, g ? CALL(&a->r, NULL, "constant_pad_nd", "self", T(g), "pad", EXPRS(&a->r, pd->n, neg)) : NULL);
 }
 
 /* indices for index_put: [None] * dim + [index] */

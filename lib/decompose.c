@@ -704,6 +704,94 @@ int decomp_avg_pool_backward(Rw *r, Node *n) {
   return avg_pool_grad(r, g, x, k, st, pd, rw_arg(n, "count_include_pad")->u.b, rw_arg(n, "divisor_override"), n->outs[0]) ? 0 : -1;
 }
 
+/* as_strided: of self flattened (a view where self is contiguous, else a copy in order), whose
+ * layout the view rule then sets from size, stride and offset */
+int decomp_as_strided(Rw *r, Node *n) {
+  int64_t all[1] = {-1};
+  Value *flat = CALL(r, NULL, "reshape", "self", T(rw_targ(n, "self")), "shape", INTS(r, 1, all));
+  Arg *args = arena_array(r->g->ctx->arena, (size_t)n->op->nargs + 1, sizeof *args);
+  memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+  args[0] = T(flat);
+  return flat && rw_node(r, n->outs[0], n->op, args) ? 0 : -1;
+}
+
+/* col2im (fold): a transposed convolution of the columns, viewed [N, C*K, Lh, Lw], with a one-hot
+ * kernel (tap t of each channel's K taps to kernel position t; C groups), over the padded output,
+ * then cropped to it */
+int decomp_col2im(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "self"), *y = n->outs[0];
+  int64_t os[2], k[2], dl[2], pd[2], st[2], nb[2], one[2] = {1, 1}, zero[2] = {0, 0};
+  pool3(n, "output_size", one, os);
+  pool3(n, "kernel_size", one, k);
+  pool3(n, "dilation", one, dl);
+  pool3(n, "padding", zero, pd);
+  pool3(n, "stride", one, st);
+  int64_t K = k[0] * k[1], C;
+  expr_is_const(y->sizes[y->rank - 3], &C);
+  for (int i = 0; i < 2; i++) nb[i] = (os[i] + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
+  int64_t x4[4] = {-1, C * K, nb[0], nb[1]}, kc[2] = {K, 1}, kr[2] = {1, K}, w5[5] = {1, K, 1, k[0], k[1]}, we[5] = {C, K, 1, k[0], k[1]}, w4[4] = {C * K, 1, k[0], k[1]};
+  Value *xv = CALL(r, NULL, "reshape", "self", T(x), "shape", INTS(r, 4, x4));
+  Value *ar = xv ? CALL(r, NULL, "arange", "end", INT(r, K), "dtype", DT(DT_I64)) : NULL;
+  Value *col = ar ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kc)) : NULL;
+  Value *row = col ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kr)) : NULL;
+  Value *eye = row ? CALL(r, NULL, "eq.Tensor", "self", T(col), "other", T(row)) : NULL;
+  Value *ef = eye ? CALL(r, NULL, "_to_copy", "self", T(eye), "dtype", DT(x->dtype)) : NULL;
+  Value *e5 = ef ? CALL(r, NULL, "reshape", "self", T(ef), "shape", INTS(r, 5, w5)) : NULL;
+  Value *ex = e5 ? CALL(r, NULL, "expand", "self", T(e5), "size", INTS(r, 5, we)) : NULL;
+  Value *w = ex ? CALL(r, NULL, "reshape", "self", T(ex), "shape", INTS(r, 4, w4)) : NULL;
+  Value *t = w ? CALL(r, NULL, "convolution", "input", T(xv), "weight", T(w), "bias", NONE(), "stride", INTS(r, 2, st), "padding", INTS(r, 2, zero),
+                      "dilation", INTS(r, 2, dl), "transposed", BO(true), "output_padding", INTS(r, 2, zero), "groups", INT(r, C)) : NULL;
+  if (!t) return -1;
+  int64_t L[2] = {(nb[0] - 1) * st[0] + dl[0] * (k[0] - 1) + 1, (nb[1] - 1) * st[1] + dl[1] * (k[1] - 1) + 1};
+  int64_t pads[4] = {-pd[1], os[1] + pd[1] - L[1], -pd[0], os[0] + pd[0] - L[0]};
+  Value *crop = CALL(r, NULL, "constant_pad_nd", "self", T(t), "pad", INTS(r, 4, pads));
+  return crop && CALL(r, y, "reshape", "self", T(crop), "shape", EXPRS(r, y->rank, y->sizes)) ? 0 : -1;
+}
+
+/* p-norm of d along its last dim (linalg_vector_norm: every p, 0 and infinity included) */
+static Value *pnorm_last(Rw *r, Value *d, double p, Value *into) {
+  int64_t last[1] = {-1};
+  return CALL(r, into, "linalg_vector_norm", "self", T(d), "ord", FL(p), "dim", INTS(r, 1, last));
+}
+
+/* _cdist_forward: the norm of x1[..., :, None, :] - x2[..., None, :, :] over the last dim */
+int decomp_cdist(Rw *r, Node *n) {
+  Value *a = rw_targ(n, "x1"), *b = rw_targ(n, "x2");
+  Value *au = CALL(r, NULL, "unsqueeze", "self", T(a), "dim", INT(r, -2));
+  Value *bu = au ? CALL(r, NULL, "unsqueeze", "self", T(b), "dim", INT(r, -3)) : NULL;
+  Value *d = bu ? CALL(r, NULL, "sub.Tensor", "self", T(au), "other", T(bu)) : NULL;
+  return d && pnorm_last(r, d, rw_farg(n, "p", 2), n->outs[0]) ? 0 : -1;
+}
+
+/* _pdist_forward: rows i and j of each pair k (row order of i < j) picked by index_select, with i
+ * and j from k in closed form: i = N - 2 - floor((sqrt(4N(N-1) - 7 - 8k) - 1) / 2) (the square
+ * root of an integer: exact where it is one, so the floor is too), j = k + i + 1 - N(N-1)/2 +
+ * (N-i)(N-i-1)/2 */
+int decomp_pdist(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "self");
+  int64_t N;
+  expr_is_const(x->sizes[0], &N);
+  int64_t K = N * (N - 1) / 2;
+  Value *k = CALL(r, NULL, "arange", "end", INT(r, K), "dtype", DT(DT_F64));
+  Value *m = k ? CALL(r, NULL, "mul.Tensor", "self", T(k), "other", FL(-8)) : NULL;
+  m = m ? CALL(r, NULL, "add.Tensor", "self", T(m), "other", FL((double)(4 * N * (N - 1) - 7))) : NULL;
+  Value *sq = m ? CALL(r, NULL, "sqrt", "self", T(m)) : NULL;
+  Value *h = sq ? CALL(r, NULL, "mul.Tensor", "self", T(CALL(r, NULL, "sub.Tensor", "self", T(sq), "other", FL(1))), "other", FL(0.5)) : NULL;
+  Value *fl = h ? CALL(r, NULL, "floor", "self", T(h)) : NULL;
+  Value *i = fl ? CALL(r, NULL, "rsub.Scalar", "self", T(fl), "other", FL((double)(N - 2))) : NULL;
+  Value *ni = i ? CALL(r, NULL, "rsub.Scalar", "self", T(i), "other", FL((double)N)) : NULL;
+  Value *tri = ni ? CALL(r, NULL, "mul.Tensor", "self", T(ni), "other", T(CALL(r, NULL, "sub.Tensor", "self", T(ni), "other", FL(1)))) : NULL;
+  tri = tri ? CALL(r, NULL, "mul.Tensor", "self", T(tri), "other", FL(0.5)) : NULL;
+  Value *j = tri ? CALL(r, NULL, "add.Tensor", "self", T(CALL(r, NULL, "add.Tensor", "self", T(k), "other", T(i))), "other", T(tri)) : NULL;
+  j = j ? CALL(r, NULL, "add.Tensor", "self", T(j), "other", FL((double)(1 - K))) : NULL;
+  Value *ii = j ? CALL(r, NULL, "_to_copy", "self", T(i), "dtype", DT(DT_I64)) : NULL;
+  Value *jj = ii ? CALL(r, NULL, "_to_copy", "self", T(j), "dtype", DT(DT_I64)) : NULL;
+  Value *xi = jj ? CALL(r, NULL, "index_select", "self", T(x), "dim", INT(r, 0), "index", T(ii)) : NULL;
+  Value *xj = xi ? CALL(r, NULL, "index_select", "self", T(x), "dim", INT(r, 0), "index", T(jj)) : NULL;
+  Value *d = xj ? CALL(r, NULL, "sub.Tensor", "self", T(xi), "other", T(xj)) : NULL;
+  return d && pnorm_last(r, d, rw_farg(n, "p", 2), n->outs[0]) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

@@ -1418,4 +1418,6 @@ DECOMPOSED(emit_layer_norm_backward)
 DECOMPOSED(emit_bn_train)
 DECOMPOSED(emit_avg_pool_backward)
 DECOMPOSED(emit_group_norm_backward)
+DECOMPOSED(emit_col2im)
+DECOMPOSED(emit_cdist)
 

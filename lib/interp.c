@@ -510,6 +510,75 @@ int eval_group_norm_backward(E *e) {
   return 0;
 }
 
+/* col2im: each column's values added into the output at their block's positions */
+int eval_col2im(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *ka = A(e, "kernel_size"), *da = A(e, "dilation"), *pa = A(e, "padding"), *sa = A(e, "stride");
+  int64_t k[2], dl[2], pd[2], st[2], nb[2];
+  for (int i = 0; i < 2; i++) {
+    k[i] = ka->is[ka->n == 1 ? 0 : i], dl[i] = da->is[da->n == 1 ? 0 : i], pd[i] = pa->is[pa->n == 1 ? 0 : i], st[i] = sa->is[sa->n == 1 ? 0 : i];
+  }
+  int64_t H = out->sizes[out->rank - 2], W = out->sizes[out->rank - 1], C = out->sizes[out->rank - 3], N = out->rank == 4 ? out->sizes[0] : 1;
+  for (int i = 0; i < 2; i++) nb[i] = ((i ? W : H) + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
+  double *xv = read_f64(I, x), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t a = 0; a < k[0]; a++)
+        for (int64_t b = 0; b < k[1]; b++)
+          for (int64_t bh = 0; bh < nb[0]; bh++)
+            for (int64_t bw = 0; bw < nb[1]; bw++) {
+              int64_t h = bh * st[0] - pd[0] + a * dl[0], w = bw * st[1] - pd[1] + b * dl[1];
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              r[((n * C + c) * H + h) * W + w] += xv[((n * C + c) * k[0] * k[1] + a * k[1] + b) * nb[0] * nb[1] + bh * nb[1] + bw];
+            }
+  write_f64(out, r);
+  return 0;
+}
+
+static double pnorm_dist(const double *a, const double *b, int64_t m, double p) {
+  double acc = 0;
+  for (int64_t j = 0; j < m; j++) {
+    double d = fabs(a[j] - b[j]);
+    if (p == 0) acc += d != 0;
+    else if (isinf(p)) acc = d > acc || isnan(d) ? d : acc;
+    else acc += p == 1 ? d : p == 2 ? d * d : pow(d, p);
+  }
+  return p == 0 || p == 1 || isinf(p) ? acc : p == 2 ? sqrt(acc) : pow(acc, 1 / p);
+}
+
+/* _cdist_forward and _pdist_forward: p-norm distances of rows */
+int eval_cdist(E *e) {
+  Interp *I = e->I;
+  Tensor *out = out0(e);
+  double p = F64(e, "p", 2);
+  if (!strcmp(e->n->op->name, "_pdist_forward")) {
+    Tensor *x = T(e, "self");
+    int64_t n = x->sizes[0], m = x->sizes[1], k = 0;
+    double *xv = read_f64(I, x), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = i + 1; j < n; j++) r[k++] = pnorm_dist(xv + i * m, xv + j * m, m, p);
+    write_f64(out, r);
+    return 0;
+  }
+  int rk = out->rank;
+  int64_t bsz[GG_MAX_RANK];
+  memcpy(bsz, out->sizes, sizeof(int64_t) * (size_t)(rk - 2));
+  Tensor *a = T(e, "x1"), *b = T(e, "x2");
+  int64_t P = a->sizes[a->rank - 2], R = b->sizes[b->rank - 2], M = a->sizes[a->rank - 1];
+  bsz[rk - 2] = P, bsz[rk - 1] = M;
+  Tensor *ae = expand_to(I, a, rk, bsz);
+  bsz[rk - 2] = R;
+  Tensor *be = expand_to(I, b, rk, bsz);
+  double *av = read_f64(I, ae), *bv = read_f64(I, be), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+  int64_t nb = P * R != 0 ? tensor_numel(out) / (P * R) : 0;
+  for (int64_t q = 0; q < nb; q++)
+    for (int64_t i = 0; i < P; i++)
+      for (int64_t j = 0; j < R; j++) r[(q * P + i) * R + j] = pnorm_dist(av + (q * P + i) * M, bv + (q * R + j) * M, M, p);
+  write_f64(out, r);
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));
@@ -1438,6 +1507,13 @@ int eval_view(E *e) {
   Tensor *v = view_of(e->I, x);
   e->outs[0] = v;
   if (!strcmp(name, "alias") || !strcmp(name, "detach")) return 0;
+  if (!strcmp(name, "as_strided")) {   /* the shape rule checked the reach; storage_offset absolute, as PyTorch's */
+    RArg *sz = A(e, "size"), *st = A(e, "stride"), *so = A(e, "storage_offset");
+    v->rank = sz->n;
+    for (int d = 0; d < sz->n; d++) { v->sizes[d] = sz->is[d]; v->strides[d] = st->is[d]; }
+    if (so && so->k == AK_INT) v->offset = so->i;
+    return 0;
+  }
   if (!strcmp(name, "expand_as")) { e->outs[0] = expand_to(e->I, x, e->n->outs[0]->rank, e->osizes[0]); return 0; }
   if (!strcmp(name, "movedim.int")) {
     int src, dst, perm[GG_MAX_RANK], k = 0;

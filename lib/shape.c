@@ -733,6 +733,96 @@ static const Expr *slice_bound(S *s, const Arg *a, const Expr *size, int64_t dfl
   return expr_bin(s->a, E_MIN, a->u.i, size);
 }
 
+/* as_strided(self, size, stride, storage_offset): self's elements, in their contiguous order, read
+ * at offset + sum(i_d * stride_d). Static sizes, strides and offset, every element read inside self;
+ * self a tensor of its own (not a view of another's storage, whose layout a functional graph does
+ * not have). */
+int shape_as_strided(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *sz = arg(s, "size"), *st = arg(s, "stride"), *so = arg(s, "storage_offset");
+  if (sz->k != AK_INTS || st->k != AK_INTS || sz->n != st->n || sz->n > GG_MAX_RANK) return fail(s, "%s", "size and stride must be lists of one length");
+  const Node *vd = x->def && x->def->op && x->def->op->view ? x->def : NULL;   /* a reshape of a tensor (decompose.c's) is one */
+  if (vd && (!strcmp(vd->op->name, "reshape") || !strcmp(vd->op->name, "view")) && vd->args[0].k == AK_TENSOR && !(vd->args[0].u.t->def && vd->args[0].u.t->def->op && vd->args[0].u.t->def->op->view)) vd = NULL;
+  if (vd && strcmp(vd->op->name, "alias") && strcmp(vd->op->name, "detach"))
+    return fail(s, "%s", "as_strided of a view reads its base's storage, which is not represented here (take it of a contiguous tensor)");
+  int64_t numel = 1, last = 0, off = 0, v, w;
+  bool empty = false;
+  for (int d = 0; d < x->rank; d++) {
+    if (!expr_is_const(x->sizes[d], &v)) return fail(s, "%s", "as_strided needs static input sizes");
+    numel *= v;
+  }
+  if (so && so->k == AK_INT && (!expr_is_const(so->u.i, &off) || off < 0 || off > GG_MAX_ELEMS)) return fail(s, "%s", "storage_offset must be a static number >= 0");
+  for (int i = 0; i < sz->n; i++) {
+    if (!expr_is_const(sz->u.is[i], &v) || !expr_is_const(st->u.is[i], &w)) return fail(s, "%s", "as_strided needs static sizes and strides");
+    if (v < 0 || w < 0 || v > GG_MAX_ELEMS || w > GG_MAX_ELEMS) return fail(s, "%s", "sizes and strides must be >= 0 and in range");
+    empty |= v == 0;
+    if (v) last += (v - 1) * w;
+  }
+  if (!empty && off + last >= numel) return fail(s, "%s", "the strides reach past the input's elements");
+  set_out(s, 0, x->dtype, sz->n, sz->u.is);
+  return 0;
+}
+
+/* col2im (fold): [N,] C*kh*kw, L -> [N,] C, H, W, where L is the count of sliding blocks in H, W */
+int shape_col2im(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t os[2], k[2], dl[2], pd[2], st[2], K = 1, L = 1, CK, l;
+  if (spatial_list(s, "output_size", 2, os) || spatial_list(s, "kernel_size", 2, k) || spatial_list(s, "dilation", 2, dl) ||
+      spatial_list(s, "padding", 2, pd) || spatial_list(s, "stride", 2, st)) return -1;
+  if (x->rank != 2 && x->rank != 3) return fail(s, "%s", "col2im needs a [N,] C*kh*kw, L input");
+  for (int i = 0; i < 2; i++) {
+    if (k[i] < 1 || dl[i] < 1 || st[i] < 1 || pd[i] < 0 || os[i] < 0) return fail(s, "%s", "kernel, dilation and stride must be positive, padding and output_size >= 0");
+    int64_t n = os[i] + 2 * pd[i] - dl[i] * (k[i] - 1) - 1;
+    if (n < 0) return fail(s, "%s", "the kernel does not fit the padded output");
+    K *= k[i];
+    L *= n / st[i] + 1;
+  }
+  if (!expr_is_const(x->sizes[x->rank - 2], &CK) || !expr_is_const(x->sizes[x->rank - 1], &l) || CK % K || l != L)
+    return fail(s, "%s", "the input must have C*kh*kw channels and one column per sliding block");
+  const Expr *sizes[4];
+  int r = 0;
+  if (x->rank == 3) sizes[r++] = x->sizes[0];
+  sizes[r++] = C(s, CK / K);
+  sizes[r++] = C(s, os[0]);
+  sizes[r++] = C(s, os[1]);
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
+/* _cdist_forward: [..., P, M] and [..., R, M] -> [..., P, R], the batch dims broadcast */
+int shape_cdist(S *s) {
+  Value *a = tensor(s, "x1"), *b = tensor(s, "x2");
+  const Arg *p = arg(s, "p");
+  if (a->rank < 2 || b->rank < 2 || !expr_same(s->g, a->sizes[a->rank - 1], b->sizes[b->rank - 1]) || !dtype_is_float(a->dtype) || a->dtype != b->dtype)
+    return fail(s, "%s", "x1 and x2 must be float tensors of one dtype, [..., P, M] and [..., R, M]");
+  if (p->k != AK_FLOAT || !(p->u.f >= 0)) return fail(s, "%s", "p must be >= 0");
+  const Expr *sizes[GG_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < 2; i++) {
+    Value *t = i ? b : a;
+    Value bt = *t;
+    bt.rank = t->rank - 2;
+    if (broadcast_into(s, sizes, &r, &bt)) return -1;
+  }
+  if (r + 2 > GG_MAX_RANK) return fail(s, "%s", "too many dims");
+  sizes[r++] = a->sizes[a->rank - 2];
+  sizes[r++] = b->sizes[b->rank - 2];
+  set_out(s, 0, a->dtype, r, sizes);
+  return 0;
+}
+
+/* _pdist_forward: [N, M] -> [N (N - 1) / 2], the distances of the pairs i < j in row order */
+int shape_pdist(S *s) {
+  Value *x = tensor(s, "self");
+  const Arg *p = arg(s, "p");
+  int64_t n;
+  if (x->rank != 2 || !dtype_is_float(x->dtype) || !expr_is_const(x->sizes[0], &n)) return fail(s, "%s", "pdist needs a float [N, M] input, N static");
+  if (p->k != AK_FLOAT || !(p->u.f >= 0)) return fail(s, "%s", "p must be >= 0");
+  const Expr *sz[1] = {C(s, n * (n - 1) / 2)};
+  set_out(s, 0, x->dtype, 1, sz);
+  return 0;
+}
+
 /* diagonal(self, offset, dim1, dim2): dim1 and dim2 removed, the diagonal's length appended */
 int shape_diagonal(S *s) {
   Value *x = tensor(s, "self");

@@ -251,6 +251,13 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     v.sizes[k] = view_diagonal_len(a, t->sizes[d1], t->sizes[d2], off);
     v.strides[k++] = ADD(a, t->strides[d1], t->strides[d2]);
     v.rank = k;
+  } else if (!strcmp(name, "as_strided")) {   /* decompose.c made self 1-d (a copy where it was not contiguous) */
+    const Arg *sz = &n->args[ops_arg_index(n->op, "size")], *st = &n->args[ops_arg_index(n->op, "stride")], *so = &n->args[ops_arg_index(n->op, "storage_offset")];
+    int64_t one;
+    if (t->rank != 1 || !(expr_is_const(t->strides[0], &one) && one == 1)) return vfail(g, n, "as_strided of a strided tensor (internal error)");
+    v.rank = sz->n;
+    for (int d = 0; d < sz->n; d++) { v.sizes[d] = sz->u.is[d]; v.strides[d] = st->u.is[d]; }
+    if (so->k == AK_INT) v.offset = ADD(a, t->offset, so->u.i);
   } else if (strcmp(name, "alias") && strcmp(name, "detach") && strcmp(name, "contiguous"))
     return vfail(g, n, "no view rule in the code generator");
   if (v.rank != y->rank) return vfail(g, n, arena_printf(a, "internal error: view rank %d, expected %d", v.rank, y->rank));

@@ -58,8 +58,8 @@ def arg_json(v):
         return {"as_bool": v}
     if isinstance(v, int):
         return {"as_int": v}
-    if isinstance(v, float):
-        return {"as_float": v}
+    if isinstance(v, float):   # as torch.export writes them: non-finite floats as strings
+        return {"as_float": v if v == v and abs(v) != float("inf") else "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"}
     if isinstance(v, str):
         return {"as_string": v}
     if isinstance(v, list) and v and all(isinstance(x, Ref) for x in v):
@@ -431,6 +431,40 @@ def avg_pool_modes():   # average pooling whose derivative rule is avg_pool2d_ba
     g.node("avg_pool2d.default", [("self", X), ("kernel_size", [2, 3]), ("stride", [2, 2]), ("padding", [0, 1]), ("ceil_mode", False),
                                   ("count_include_pad", True), ("divisor_override", 4)], ap)
     g.node("_adaptive_avg_pool2d.default", [("self", XA), ("output_size", [3, 4])], torch.ops.aten._adaptive_avg_pool2d)
+    return g
+
+
+@case
+def as_strided_windows():   # as_strided: overlapping windows (unfold's way), a zero stride, an offset, of an input and of a computed tensor
+    x = torch.randn(4, 6)
+    y = torch.randn(20)
+    g = Graph("as_strided_windows", x=x, y=y)
+    X, Y = Ref("x"), Ref("y")
+    ast = lambda t, sz, st, so=None: torch.as_strided(t, sz, st, so)
+    g.node("as_strided.default", [("self", X), ("size", [4, 3, 3]), ("stride", [6, 1, 1])], ast)
+    g.node("as_strided.default", [("self", Y), ("size", [3, 4]), ("stride", [0, 2]), ("storage_offset", 5)], ast)
+    e = g.node("exp.default", [("self", X)], torch.exp, out=False)
+    g.node("as_strided.default", [("self", e), ("size", [2, 2, 2]), ("stride", [12, 6, 2]), ("storage_offset", 1)], ast)
+    return g
+
+
+@case
+def fold_dist():   # col2im (strided, padded, dilated; unbatched), _cdist_forward (p 2, 1, 0, inf, 3; broadcast batch dims), _pdist_forward
+    cols = torch.randn(2, 3 * 2 * 3, 5 * 3)
+    cols2 = torch.randn(2 * 2 * 2, 3 * 3)
+    a = torch.randn(2, 1, 5, 4)
+    b = torch.randn(3, 6, 4)
+    b[0, 1] = a[0, 0, 2]                          # a zero distance
+    x = torch.randn(7, 3)
+    g = Graph("fold_dist", cols=cols, cols2=cols2, a=a, b=b, x=x)
+    CO, CO2, A, Bv, X = (Ref(n) for n in ("cols", "cols2", "a", "b", "x"))
+    c2i = torch.ops.aten.col2im
+    g.node("col2im.default", [("self", CO), ("output_size", [8, 7]), ("kernel_size", [2, 3]), ("dilation", [1, 2]), ("padding", [1, 1]), ("stride", [2, 2])], c2i)
+    g.node("col2im.default", [("self", CO2), ("output_size", [4, 4]), ("kernel_size", [2, 2]), ("dilation", [1, 1]), ("padding", [0, 0]), ("stride", [1, 1])], c2i)
+    for p in (2.0, 1.0, 0.0, float("inf"), 3.0):
+        g.node("_cdist_forward.default", [("x1", A), ("x2", Bv), ("p", p), ("compute_mode", None)], torch.ops.aten._cdist_forward)
+    for p in (2.0, 1.0, 0.5):
+        g.node("_pdist_forward.default", [("self", X), ("p", p)], torch.ops.aten._pdist_forward)
     return g
 
 
