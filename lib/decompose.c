@@ -792,6 +792,35 @@ int decomp_pdist(Rw *r, Node *n) {
   return d && pnorm_last(r, d, rw_farg(n, "p", 2), n->outs[0]) ? 0 : -1;
 }
 
+/* scatter_reduce.two: without include_self, self's written positions first set to the reduction's
+ * identity (scatter.value); mean as the sum over a count of contributions (scatter_add of ones),
+ * integer means rounded down as PyTorch's. What is left is scatter_reduce with include_self of sum,
+ * prod, amax or amin, emit_scatter's kernel. */
+int decomp_scatter_reduce(Rw *r, Node *n) {
+  const char *red = rw_arg(n, "reduce")->u.s;
+  bool self = rw_arg(n, "include_self")->u.b, mean = !strcmp(red, "mean");
+  if (self && !mean) { rw_push(r, n); return 0; }
+  Value *x = rw_targ(n, "self"), *ix = rw_targ(n, "index"), *src = rw_targ(n, "src");
+  const Arg *dim = rw_arg(n, "dim");
+  const DTypeInfo *di = dtype_info(x->dtype);
+  bool fl = di->is_float;
+  int bits = 8 * di->size;
+  Arg ident = FL(0);
+  if (!strcmp(red, "prod")) ident = FL(1);
+  else if (!strcmp(red, "amax")) ident = fl ? FL(-INFINITY) : INT(r, x->dtype == DT_BOOL ? 0 : di->is_signed ? (bits == 64 ? INT64_MIN : -((int64_t)1 << (bits - 1))) : 0);
+  else if (!strcmp(red, "amin")) ident = fl ? FL(INFINITY) : INT(r, x->dtype == DT_BOOL ? 1 : di->is_signed ? (bits == 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1) : (bits == 64 ? -1 : ((int64_t)1 << bits) - 1));
+  Value *base = self ? x : CALL(r, NULL, "scatter.value", "self", T(x), "dim", *dim, "index", T(ix), "value", ident);
+  if (!base) return -1;
+  if (!mean) return CALL(r, n->outs[0], "scatter_reduce.two", "self", T(base), "dim", *dim, "index", T(ix), "src", T(src), "reduce", *rw_arg(n, "reduce"), "include_self", BO(true)) ? 0 : -1;
+  Value *sum = CALL(r, NULL, "scatter_add", "self", T(base), "dim", *dim, "index", T(ix), "src", T(src));
+  Value *c0 = sum ? CALL(r, NULL, "ones_like", "self", T(x)) : NULL;
+  if (c0 && !self) c0 = CALL(r, NULL, "scatter.value", "self", T(c0), "dim", *dim, "index", T(ix), "value", FL(0));
+  Value *one = c0 ? CALL(r, NULL, "ones_like", "self", T(src)) : NULL;
+  Value *cnt = one ? CALL(r, NULL, "scatter_add", "self", T(c0), "dim", *dim, "index", T(ix), "src", T(one)) : NULL;
+  if (!cnt) return -1;   /* >= 1 everywhere: positions no index reaches keep self over 1 */
+  return CALL(r, n->outs[0], fl ? "div.Tensor" : "floor_divide", "self", T(sum), "other", T(cnt)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

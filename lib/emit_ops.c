@@ -1189,7 +1189,10 @@ int emit_scatter(Em *e, Node *n) {
   TV *out = alloc_value(e, n->outs[0]);
   copy_kernel(e, n, out, x);
   int d = dim_wrap(node_int_arg(n, "dim", 0), x->rank);
-  bool add = !strcmp(n->op->name, "scatter_add"), fl = dtype_is_float(out->dt), atomic = add && atomic_dtype(e, out->dt);
+  /* scatter_reduce.two reaches here with include_self (decompose.c): sum, prod, amax or amin */
+  int ri = ops_arg_index(n->op, "reduce");
+  const char *red = ri >= 0 ? n->args[ri].u.s : NULL;
+  bool add = !strcmp(n->op->name, "scatter_add") || (red && !strcmp(red, "sum")), fl = dtype_is_float(out->dt), atomic = add && atomic_dtype(e, out->dt);
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, atomic ? "scatter (atomic adds)" : "scatter");
@@ -1213,7 +1216,19 @@ int emit_scatter(Em *e, Node *n) {
     fclose(bf);
     v = arena_strdup(e->a, buf);
     free(buf);
-  } else v = arena_printf(e->a, fl ? "%.17g" : "(int64_t)%.17g", scalar_arg(n, "value", 0));
+  } else {
+    const Arg *va = &n->args[ops_arg_index(n->op, "value")];
+    int64_t iv;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *bf = open_memstream(&buf, &len);
+    if (va->k == AK_INT && expr_is_const(va->u.i, &iv)) fprintf(bf, iv == INT64_MIN ? "INT64_MIN" : "INT64_C(%lld)", (long long)iv);   /* exact, the identities of integer amax/amin included */
+    else if (fl) fmt_double(bf, scalar_arg(n, "value", 0));
+    else fprintf(bf, "(int64_t)%.17g", scalar_arg(n, "value", 0));
+    fclose(bf);
+    v = arena_strdup(e->a, buf);
+    free(buf);
+  }
   char *cur = NULL;
   size_t cl2 = 0;
   FILE *cf = open_memstream(&cur, &cl2);
@@ -1221,7 +1236,13 @@ int emit_scatter(Em *e, Node *n) {
   fclose(cf);
   fputs("    ", f);
   if (atomic) fprintf(f, "atomicAdd(&y[%s], (%s)(%s));\n", yi, ctype(out->dt), v);
-  else store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
+  else if (red && !add) {   /* in order, one thread: NaN wins amax and amin, as PyTorch's */
+    const char *c2 = arena_printf(e->a, "(%s)", cur), *v2 = arena_printf(e->a, "(%s)", v);
+    const char *comb = !strcmp(red, "prod") ? arena_printf(e->a, "%s * %s", c2, v2)
+                       : fl ? arena_printf(e->a, "(%s != %s || %s %s %s) ? %s : %s", c2, c2, c2, !strcmp(red, "amax") ? ">=" : "<=", v2, c2, v2)
+                            : arena_printf(e->a, "%s %s %s ? %s : %s", c2, !strcmp(red, "amax") ? ">=" : "<=", v2, c2, v2);
+    store(f, out->dt, fl, "y", yi, comb);
+  } else store(f, out->dt, fl, "y", yi, add ? arena_printf(e->a, "%s + %s", cur, v) : v);
   free(cur);
   close_loops(e, cl);
   kreturn_bad(e, id);

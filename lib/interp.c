@@ -2026,12 +2026,51 @@ int eval_view_scatter(E *e) {
   return 0;
 }
 
+/* scatter_reduce.two: src's values combined into self at index by sum, prod, mean, amax or amin; with
+ * include_self=False the positions written start from src's values alone. In float64 / int64. */
+static int scatter_reduce(E *e, Tensor *x, Tensor *ix, Tensor *src, Tensor *out, int d) {
+  const char *red = A(e, "reduce")->s;
+  bool self = B(e, "include_self"), fl = dtype_is_float(out->dtype);
+  int64_t n = tensor_numel(ix), m = tensor_numel(x), idx[GG_MAX_RANK];
+  int64_t *iv = read_i64(e->I, ix), *cnt = arena_array(e->I->c->arena, (size_t)m + 1, sizeof *cnt);
+  double *acc = read_f64(e->I, x);
+  int64_t *iacc = read_i64(e->I, x);
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, ix->rank, ix->sizes, idx);
+    int64_t si = ravel(src->rank, src->sizes, idx);
+    if (x->rank) {
+      int64_t k = iv[i];
+      if (check_index(e, &k, x->sizes[d], d)) return -1;
+      idx[d] = k;
+    }
+    int64_t o = ravel(x->rank, x->sizes, idx);
+    double v = dtype_load_f64(src->dtype, elem_ptr(src, si));
+    int64_t w = dtype_load_i64(src->dtype, elem_ptr(src, si));
+    bool first = !self && cnt[o] == 0;
+    cnt[o]++;
+    if (!strcmp(red, "sum") || !strcmp(red, "mean")) { acc[o] = first ? v : acc[o] + v; iacc[o] = first ? w : iacc[o] + w; }
+    else if (!strcmp(red, "prod")) { acc[o] = first ? v : acc[o] * v; iacc[o] = first ? w : iacc[o] * w; }
+    else if (!strcmp(red, "amax")) { acc[o] = first || v > acc[o] || isnan(v) ? (isnan(acc[o]) && !first ? acc[o] : v) : acc[o]; iacc[o] = first || w > iacc[o] ? w : iacc[o]; }
+    else { acc[o] = first || v < acc[o] || isnan(v) ? (isnan(acc[o]) && !first ? acc[o] : v) : acc[o]; iacc[o] = first || w < iacc[o] ? w : iacc[o]; }
+  }
+  if (!strcmp(red, "mean"))
+    for (int64_t o = 0; o < m; o++) {
+      int64_t c = cnt[o] + (self ? 1 : 0);
+      if (!cnt[o] || !c) continue;
+      acc[o] /= (double)c;
+      iacc[o] = (int64_t)floor((double)iacc[o] / (double)c);
+    }
+  if (fl) write_f64(out, acc); else write_i64(out, iacc);
+  return 0;
+}
+
 int eval_scatter(E *e) {
   Tensor *x = T(e, "self"), *ix = T(e, "index"), *src = T(e, "src"), *out = out0(e);
   bool add = !strcmp(e->n->op->name, "scatter_add");
   double value = F64(e, "value", 0);
   int d;
   if (wrap_dim(e, I64(e, "dim", 0), x->rank, &d)) return -1;
+  if (A(e, "reduce")) return scatter_reduce(e, x, ix, src, out, d);
   copy_into(out, x);
   int64_t *iv = read_i64(e->I, ix), n = tensor_numel(ix), idx[GG_MAX_RANK];
   for (int64_t i = 0; i < n; i++) {

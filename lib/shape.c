@@ -1093,6 +1093,10 @@ int shape_scatter(S *s) {
     return fail(s, "%s", "index must be an integer tensor of the input's rank");
   if (src && src->rank != idx->rank && !(idx->rank <= 1 && src->rank <= 1)) return fail(s, "%s", "src must have the index's rank");
   if (index_within(s, idx, x, d, "self") || (src && index_within(s, idx, src, -1, "src"))) return -1;
+  const Arg *red = arg(s, "reduce");
+  if (red && (red->k != AK_STR || (strcmp(red->u.s, "sum") && strcmp(red->u.s, "prod") && strcmp(red->u.s, "mean") && strcmp(red->u.s, "amax") && strcmp(red->u.s, "amin"))))
+    return fail(s, "%s", "reduce must be sum, prod, mean, amax or amin");
+  if (red && src->dtype != x->dtype) return fail(s, "%s", "src must have self's dtype");
   like(s, 0, x, x->dtype);
   return 0;
 }

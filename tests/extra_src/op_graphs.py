@@ -468,6 +468,25 @@ def fold_dist():   # col2im (strided, padded, dilated; unbatched), _cdist_forwar
     return g
 
 
+@case
+def scatter_reduce_modes():   # scatter_reduce.two: every reduction, with and without self, floats (ties, a NaN) and integers, dim 0 and 1
+    x = torch.randn(4, 5)
+    src = torch.randn(6, 5)
+    src[2, 1] = float("nan")
+    ix = torch.randint(0, 4, (6, 5))
+    xi = torch.randint(-20, 20, (3, 6))
+    si = torch.randint(-20, 20, (3, 4))
+    ii = torch.tensor([[0, 5, 5, 2], [1, 1, 1, 1], [3, 0, 3, 0]])
+    g = Graph("scatter_reduce_modes", x=x, src=src, ix=ix, xi=xi, si=si, ii=ii)
+    X, S, IX, XI, SI, II = (Ref(n) for n in ("x", "src", "ix", "xi", "si", "ii"))
+    sr = lambda t, d, i, s, r, inc: torch.scatter_reduce(t, d, i, s, r, include_self=inc)
+    for red in ("sum", "prod", "mean", "amax", "amin"):
+        for inc in (True, False):
+            g.node("scatter_reduce.two", [("self", X), ("dim", 0), ("index", IX), ("src", S), ("reduce", red), ("include_self", inc)], sr)
+            g.node("scatter_reduce.two", [("self", XI), ("dim", 1), ("index", II), ("src", SI), ("reduce", red), ("include_self", inc)], sr)
+    return g
+
+
 for f in CASES:
     if not ONLY or f.__name__ in ONLY:
         f().write()
