@@ -821,6 +821,110 @@ int decomp_scatter_reduce(Rw *r, Node *n) {
   return CALL(r, n->outs[0], fl ? "div.Tensor" : "floor_divide", "self", T(sum), "other", T(cnt)) ? 0 : -1;
 }
 
+/* ---- grid_sampler_2d as gathers (interp.c's eval_grid_sampler is the same arithmetic) */
+
+static Value *sc(Rw *r, const char *op, Value *a, double k) { return a ? CALL(r, NULL, op, "self", T(a), "other", FL(k)) : NULL; }
+static Value *tt(Rw *r, const char *op, Value *a, Value *b) { return a && b ? CALL(r, NULL, op, "self", T(a), "other", T(b)) : NULL; }
+
+/* PyTorch's reflect_coordinates: x mirrored into [lo2 / 2, hi2 / 2] */
+static Value *gs_reflect(Rw *r, Value *x, double lo2, double hi2) {
+  if (lo2 == hi2) return sc(r, "mul.Tensor", x, 0);
+  double mn = lo2 / 2, span = (hi2 - lo2) / 2;
+  Value *in = x ? CALL(r, NULL, "abs", "self", T(sc(r, "sub.Tensor", x, mn))) : NULL;
+  Value *extra = sc(r, "fmod.Scalar", in, span);
+  Value *flips = in ? CALL(r, NULL, "floor", "self", T(sc(r, "div.Tensor", in, span))) : NULL;
+  Value *even = sc(r, "eq.Scalar", sc(r, "remainder.Scalar", flips, 2), 0);
+  Value *a = sc(r, "add.Tensor", extra, mn), *b = extra ? CALL(r, NULL, "rsub.Scalar", "self", T(extra), "other", FL(span + mn)) : NULL;
+  return even && a && b ? CALL(r, NULL, "where.self", "condition", T(even), "self", T(a), "other", T(b)) : NULL;
+}
+
+/* PyTorch's compute_coordinates: border clips, reflection mirrors then clips */
+static Value *gs_pad(Rw *r, Value *x, int64_t size, int pm, bool align) {
+  if (pm == 2) x = align ? gs_reflect(r, x, 0, 2.0 * (double)(size - 1)) : gs_reflect(r, x, -1, 2.0 * (double)size - 1);
+  if (pm >= 1 && x) x = CALL(r, NULL, "clamp", "self", T(x), "min", FL(0), "max", FL((double)(size - 1)));
+  return x;
+}
+
+/* The pixels of flat [N, C, H*W] at integral coordinates tx, ty [N, Ho, Wo] times weight w (NULL: 1),
+ * 0 outside the input: [N, C, Ho*Wo]. Coordinates outside (NaN too) are replaced before the cast. */
+static Value *gs_tap(Rw *r, Value *flat, Value *tx, Value *ty, int64_t H, int64_t W, Value *w) {
+  Value *v = tt(r, "logical_and", sc(r, "ge.Scalar", tx, 0), sc(r, "le.Scalar", tx, (double)(W - 1)));
+  v = tt(r, "logical_and", v, tt(r, "logical_and", sc(r, "ge.Scalar", ty, 0), sc(r, "le.Scalar", ty, (double)(H - 1))));
+  if (!v) return NULL;
+  Value *cx = CALL(r, NULL, "where.self", "condition", T(v), "self", T(tx), "other", FL(0));
+  Value *cy = cx ? CALL(r, NULL, "where.self", "condition", T(v), "self", T(ty), "other", FL(0)) : NULL;
+  Value *lin = tt(r, "add.Tensor", sc(r, "mul.Tensor", cy, (double)W), cx);
+  Value *li = lin ? CALL(r, NULL, "_to_copy", "self", T(lin), "dtype", DT(DT_I64)) : NULL;
+  const Expr *N = flat->sizes[0], *Cc = flat->sizes[1], *one = expr_const(r->g->ctx->arena, 1), *m1 = expr_const(r->g->ctx->arena, -1);
+  const Expr *i3[3] = {N, one, m1}, *e3[3] = {N, Cc, m1};
+  Value *i = li ? CALL(r, NULL, "reshape", "self", T(li), "shape", EXPRS(r, 3, i3)) : NULL;
+  Value *ie = i ? CALL(r, NULL, "expand", "self", T(i), "size", EXPRS(r, 3, e3)) : NULL;
+  Value *px = ie ? CALL(r, NULL, "gather", "self", T(flat), "dim", INT(r, 2), "index", T(ie)) : NULL;
+  Value *wm = px ? CALL(r, NULL, "where.self", "condition", T(v), "self", T(w ? w : sc(r, "add.Tensor", sc(r, "mul.Tensor", tx, 0), 1)), "other", FL(0)) : NULL;
+  Value *wr = wm ? CALL(r, NULL, "reshape", "self", T(wm), "shape", EXPRS(r, 3, i3)) : NULL;
+  return tt(r, "mul.Tensor", px, wr);
+}
+
+static Value *gs_cubic1(Rw *r, Value *x, double A) {   /* ((A + 2) x - (A + 3)) x x + 1 */
+  return sc(r, "add.Tensor", tt(r, "mul.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A + 2), A + 3), x), x), 1);
+}
+static Value *gs_cubic2(Rw *r, Value *x, double A) {   /* ((A x - 5 A) x + 8 A) x - 4 A */
+  return sc(r, "sub.Tensor", tt(r, "mul.Tensor", sc(r, "add.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A), 5 * A), x), 8 * A), x), 4 * A);
+}
+
+int decomp_grid_sampler(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "input"), *g = rw_targ(n, "grid");
+  int im = (int)rw_farg(n, "interpolation_mode", 0), pm = (int)rw_farg(n, "padding_mode", 0);
+  bool align = rw_arg(n, "align_corners")->u.b;
+  int64_t H, W;
+  expr_is_const(x->sizes[2], &H);
+  expr_is_const(x->sizes[3], &W);
+  const Expr *f3[3] = {x->sizes[0], x->sizes[1], expr_const(r->g->ctx->arena, H * W)};
+  Value *flat = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, f3));
+  Value *gx = flat ? CALL(r, NULL, "select.int", "self", T(g), "dim", INT(r, 3), "index", INT(r, 0)) : NULL;
+  Value *gy = gx ? CALL(r, NULL, "select.int", "self", T(g), "dim", INT(r, 3), "index", INT(r, 1)) : NULL;
+  /* unnormalized as PyTorch's grid_sampler_unnormalize, in its order of operations */
+  Value *ix = align ? sc(r, "mul.Tensor", sc(r, "div.Tensor", sc(r, "add.Tensor", gx, 1), 2), (double)(W - 1))
+                    : sc(r, "div.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", sc(r, "add.Tensor", gx, 1), (double)W), 1), 2);
+  Value *iy = align ? sc(r, "mul.Tensor", sc(r, "div.Tensor", sc(r, "add.Tensor", gy, 1), 2), (double)(H - 1))
+                    : sc(r, "div.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", sc(r, "add.Tensor", gy, 1), (double)H), 1), 2);
+  Value *acc = NULL;
+  if (im == 2) {   /* bicubic: rows of 4 taps, each tap padded */
+    Value *x0 = ix ? CALL(r, NULL, "floor", "self", T(ix)) : NULL, *y0 = iy ? CALL(r, NULL, "floor", "self", T(iy)) : NULL;
+    Value *tx = tt(r, "sub.Tensor", ix, x0), *ty = tt(r, "sub.Tensor", iy, y0);
+    double A = -0.75;
+    Value *cx[4] = {gs_cubic2(r, sc(r, "add.Tensor", tx, 1), A), gs_cubic1(r, tx, A), gs_cubic1(r, sc(r, "rsub.Scalar", tx, 1), A), gs_cubic2(r, sc(r, "rsub.Scalar", tx, 2), A)};
+    Value *cy[4] = {gs_cubic2(r, sc(r, "add.Tensor", ty, 1), A), gs_cubic1(r, ty, A), gs_cubic1(r, sc(r, "rsub.Scalar", ty, 1), A), gs_cubic2(r, sc(r, "rsub.Scalar", ty, 2), A)};
+    for (int j = 0; j < 4; j++) {
+      Value *py = gs_pad(r, sc(r, "add.Tensor", y0, j - 1), H, pm, align);
+      py = py ? CALL(r, NULL, "trunc", "self", T(py)) : NULL;
+      Value *row = NULL;
+      for (int i = 0; i < 4; i++) {
+        Value *px = gs_pad(r, sc(r, "add.Tensor", x0, i - 1), W, pm, align);
+        px = px ? CALL(r, NULL, "trunc", "self", T(px)) : NULL;
+        Value *t = gs_tap(r, flat, px, py, H, W, cx[i]);
+        row = row ? tt(r, "add.Tensor", row, t) : t;
+      }
+      const Expr *i3[3] = {x->sizes[0], expr_const(r->g->ctx->arena, 1), expr_const(r->g->ctx->arena, -1)};
+      Value *cyr = cy[j] ? CALL(r, NULL, "reshape", "self", T(cy[j]), "shape", EXPRS(r, 3, i3)) : NULL;
+      Value *t = tt(r, "mul.Tensor", row, cyr);
+      acc = acc ? tt(r, "add.Tensor", acc, t) : t;
+    }
+  } else {
+    Value *px = gs_pad(r, ix, W, pm, align), *py = gs_pad(r, iy, H, pm, align);
+    if (im == 1) acc = gs_tap(r, flat, px ? CALL(r, NULL, "round", "self", T(px)) : NULL, py ? CALL(r, NULL, "round", "self", T(py)) : NULL, H, W, NULL);
+    else {
+      Value *x0 = px ? CALL(r, NULL, "floor", "self", T(px)) : NULL, *y0 = py ? CALL(r, NULL, "floor", "self", T(py)) : NULL;
+      Value *x1 = sc(r, "add.Tensor", x0, 1), *y1 = sc(r, "add.Tensor", y0, 1);
+      Value *wx0 = tt(r, "sub.Tensor", x1, px), *wx1 = tt(r, "sub.Tensor", px, x0), *wy0 = tt(r, "sub.Tensor", y1, py), *wy1 = tt(r, "sub.Tensor", py, y0);
+      Value *taps[4] = {gs_tap(r, flat, x0, y0, H, W, tt(r, "mul.Tensor", wx0, wy0)), gs_tap(r, flat, x1, y0, H, W, tt(r, "mul.Tensor", wx1, wy0)),
+                        gs_tap(r, flat, x0, y1, H, W, tt(r, "mul.Tensor", wx0, wy1)), gs_tap(r, flat, x1, y1, H, W, tt(r, "mul.Tensor", wx1, wy1))};
+      acc = tt(r, "add.Tensor", tt(r, "add.Tensor", taps[0], taps[1]), tt(r, "add.Tensor", taps[2], taps[3]));
+    }
+  }
+  return acc && CALL(r, n->outs[0], "reshape", "self", T(acc), "shape", EXPRS(r, 4, n->outs[0]->sizes)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

@@ -1441,4 +1441,5 @@ DECOMPOSED(emit_avg_pool_backward)
 DECOMPOSED(emit_group_norm_backward)
 DECOMPOSED(emit_col2im)
 DECOMPOSED(emit_cdist)
+DECOMPOSED(emit_grid_sampler)
 

@@ -579,6 +579,71 @@ int eval_cdist(E *e) {
   return 0;
 }
 
+/* grid_sampler_2d, as PyTorch's CPU kernel: grid coordinates in [-1, 1] mapped to pixels (corner
+ * centres with align_corners), padded (border clips; reflection mirrors, then clips), then read by
+ * bilinear (4 taps), nearest (round half to even) or bicubic (16 taps, A = -0.75, each tap padded)
+ * interpolation; taps outside the input read 0. */
+static double gs_reflect(double x, double lo2, double hi2) {
+  if (lo2 == hi2) return 0;
+  double mn = lo2 / 2, span = (hi2 - lo2) / 2;
+  x = fabs(x - mn);
+  double extra = fmod(x, span), flips = floor(x / span);
+  return fmod(flips, 2) == 0 ? extra + mn : span - extra + mn;
+}
+static double gs_pad(double x, int64_t size, int pm, bool align) {
+  if (pm == 2) x = align ? gs_reflect(x, 0, 2.0 * (double)(size - 1)) : gs_reflect(x, -1, 2.0 * (double)size - 1);
+  if (pm >= 1) x = fmin((double)(size - 1), fmax(x, 0));
+  return x;
+}
+static double gs_at(const double *p, double x, double y, int64_t H, int64_t W) {
+  if (!(x >= 0 && x <= (double)(W - 1) && y >= 0 && y <= (double)(H - 1))) return 0;
+  return p[(int64_t)y * W + (int64_t)x];
+}
+static double gs_cubic1(double x, double A) { return ((A + 2) * x - (A + 3)) * x * x + 1; }
+static double gs_cubic2(double x, double A) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; }
+
+int eval_grid_sampler(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "input"), *gr = T(e, "grid"), *out = out0(e);
+  int im = (int)I64(e, "interpolation_mode", 0), pm = (int)I64(e, "padding_mode", 0);
+  bool align = B(e, "align_corners");
+  int64_t N = x->sizes[0], C = x->sizes[1], H = x->sizes[2], W = x->sizes[3], Ho = gr->sizes[1], Wo = gr->sizes[2];
+  double *xv = read_f64(I, x), *gv = read_f64(I, gr), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t o = 0; o < Ho * Wo; o++) {
+      double gx = gv[(n * Ho * Wo + o) * 2], gy = gv[(n * Ho * Wo + o) * 2 + 1];
+      double ix = align ? (gx + 1) / 2 * (double)(W - 1) : ((gx + 1) * (double)W - 1) / 2;
+      double iy = align ? (gy + 1) / 2 * (double)(H - 1) : ((gy + 1) * (double)H - 1) / 2;
+      for (int64_t c = 0; c < C; c++) {
+        const double *p = xv + (n * C + c) * H * W;
+        double v = 0;
+        if (im == 2) {   /* bicubic: the taps padded one by one */
+          double x0 = floor(ix), y0 = floor(iy), tx = ix - x0, ty = iy - y0, A = -0.75;
+          double cx[4] = {gs_cubic2(tx + 1, A), gs_cubic1(tx, A), gs_cubic1(1 - tx, A), gs_cubic2(2 - tx, A)};
+          double cy[4] = {gs_cubic2(ty + 1, A), gs_cubic1(ty, A), gs_cubic1(1 - ty, A), gs_cubic2(2 - ty, A)};
+          for (int j = 0; j < 4; j++) {
+            double row = 0;
+            for (int i = 0; i < 4; i++)
+              row += cx[i] * gs_at(p, trunc(gs_pad(x0 - 1 + i, W, pm, align)), trunc(gs_pad(y0 - 1 + j, H, pm, align)), H, W);
+            v += cy[j] * row;
+          }
+        } else {
+          double px = gs_pad(ix, W, pm, align), py = gs_pad(iy, H, pm, align);
+          if (im == 1) v = gs_at(p, nearbyint(px), nearbyint(py), H, W);
+          else {
+            double x0 = floor(px), y0 = floor(py), x1 = x0 + 1, y1 = y0 + 1;
+            double tx[4] = {x0, x1, x0, x1}, ty[4] = {y0, y0, y1, y1}, w[4] = {(x1 - px) * (y1 - py), (px - x0) * (y1 - py), (x1 - px) * (py - y0), (px - x0) * (py - y0)};
+            for (int t = 0; t < 4; t++)   /* taps outside add nothing (not 0 times a weight: NaN coordinates give 0) */
+              if (tx[t] >= 0 && tx[t] <= (double)(W - 1) && ty[t] >= 0 && ty[t] <= (double)(H - 1)) v += gs_at(p, tx[t], ty[t], H, W) * w[t];
+          }
+        }
+        r[(n * C + c) * Ho * Wo + o] = v;
+      }
+    }
+  write_f64(out, r);
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));

@@ -823,6 +823,20 @@ int shape_pdist(S *s) {
   return 0;
 }
 
+/* grid_sampler_2d: input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] -> [N, C, Ho, Wo] */
+int shape_grid_sampler(S *s) {
+  Value *x = tensor(s, "input"), *g = tensor(s, "grid");
+  int64_t im, pm, H, W;
+  if (int_arg(s, "interpolation_mode", &im) || int_arg(s, "padding_mode", &pm)) return -1;
+  if (x->rank != 4 || g->rank != 4 || !dtype_is_float(x->dtype) || g->dtype != x->dtype || !expr_same(s->g, g->sizes[0], x->sizes[0]) || !is_one(ADD(s, g->sizes[3], C(s, -1))))
+    return fail(s, "%s", "grid_sampler_2d needs float [N, C, H, W] input and [N, Ho, Wo, 2] grid of one dtype");
+  if (im < 0 || im > 2 || pm < 0 || pm > 2) return fail(s, "%s", "interpolation_mode must be 0-2 (bilinear, nearest, bicubic), padding_mode 0-2 (zeros, border, reflection)");
+  if (!expr_is_const(x->sizes[2], &H) || !expr_is_const(x->sizes[3], &W)) return fail(s, "%s", "grid_sampler_2d needs a static input size");
+  const Expr *sizes[4] = {x->sizes[0], x->sizes[1], g->sizes[1], g->sizes[2]};
+  set_out(s, 0, x->dtype, 4, sizes);
+  return 0;
+}
+
 /* diagonal(self, offset, dim1, dim2): dim1 and dim2 removed, the diagonal's length appended */
 int shape_diagonal(S *s) {
   Value *x = tensor(s, "self");

@@ -487,6 +487,22 @@ def scatter_reduce_modes():   # scatter_reduce.two: every reduction, with and wi
     return g
 
 
+@case
+def grid_sample_modes():   # grid_sampler_2d: every interpolation and padding mode, both align_corners, points outside the input
+    x = torch.randn(2, 3, 5, 7)
+    grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3          # some points outside [-1, 1]
+    grid[0, 0, 0] = torch.tensor([-1.0, 1.0])           # corners exactly
+    grid[1, 1, 1] = torch.tensor([0.37, -0.81])
+    g = Graph("grid_sample_modes", x=x, grid=grid)
+    X, G_ = Ref("x"), Ref("grid")
+    for im in (0, 1, 2):
+        for pm in (0, 1, 2):
+            for al in (False, True):
+                g.node("grid_sampler_2d.default", [("input", X), ("grid", G_), ("interpolation_mode", im), ("padding_mode", pm), ("align_corners", al)],
+                       torch.ops.aten.grid_sampler_2d)
+    return g
+
+
 for f in CASES:
     if not ONLY or f.__name__ in ONLY:
         f().write()
