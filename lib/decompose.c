@@ -925,6 +925,84 @@ int decomp_grid_sampler(Rw *r, Node *n) {
   return acc && CALL(r, n->outs[0], "reshape", "self", T(acc), "shape", EXPRS(r, 4, n->outs[0]->sizes)) ? 0 : -1;
 }
 
+/* _embedding_bag: each position's bag is the count of bag starts at or before it, less one; rows
+ * left out (padding_idx, or past offsets[B] with include_last_offset) become the reduction's identity;
+ * sums and counts by index_put with accumulate, maxima by scatter_reduce (amax, then amin of the
+ * positions reaching them for max_indices). Offsets are trusted to start at 0 and not decrease. */
+int decomp_embedding_bag(Rw *r, Node *n) {
+  Arena *a = r->g->ctx->arena;
+  Value *w = rw_targ(n, "weight"), *ix = rw_targ(n, "indices"), *of = rw_targ(n, "offsets"), *psw = rw_targ(n, "per_sample_weights");
+  int64_t mode = (int64_t)rw_farg(n, "mode", 0), pad = (int64_t)rw_farg(n, "padding_idx", -1), L, B, D, nof;
+  bool last = rw_arg(n, "include_last_offset")->u.b;
+  if (!expr_is_const(ix->sizes[0], &L) || !expr_is_const(w->sizes[1], &D)) return gg_error(r->g->ctx, "%s: node %s: _embedding_bag needs static sizes", r->g->path, gg_quote(r->g->ctx, n->name));
+  expr_is_const(of->sizes[0], &nof);
+  B = nof - last;
+  int64_t col[2] = {L, 1}, row[2] = {1, B}, one_d[1] = {1}, bd[2] = {B, D}, ld[2] = {L, D}, bb[1] = {B};
+  Value *pos = CALL(r, NULL, "arange", "end", INT(r, L), "dtype", DT(DT_I64));
+  Value *o64 = pos ? CALL(r, NULL, "_to_copy", "self", T(of), "dtype", DT(DT_I64)) : NULL;
+  Value *starts = o64 ? CALL(r, NULL, "slice.Tensor", "self", T(o64), "dim", INT(r, 0), "start", INT(r, 0), "end", INT(r, B)) : NULL;
+  Value *ge = starts ? CALL(r, NULL, "ge.Tensor", "self", T(CALL(r, NULL, "reshape", "self", T(pos), "shape", INTS(r, 2, col))),
+                            "other", T(CALL(r, NULL, "reshape", "self", T(starts), "shape", INTS(r, 2, row)))) : NULL;
+  Value *cnt = ge ? CALL(r, NULL, "sum.dim_IntList", "self", T(ge), "dim", INTS(r, 1, one_d), "dtype", DT(DT_I64)) : NULL;
+  Value *c1 = cnt ? CALL(r, NULL, "sub.Tensor", "self", T(cnt), "other", INT(r, 1)) : NULL;
+  Value *bag = c1 ? CALL(r, NULL, "clamp_min", "self", T(c1), "min", INT(r, 0)) : NULL;
+  if (!bag) return -1;
+  Value *valid = pad >= 0 ? CALL(r, NULL, "ne.Scalar", "self", T(ix), "other", INT(r, pad)) : NULL;
+  if (last) {
+    Value *end = CALL(r, NULL, "select.int", "self", T(o64), "dim", INT(r, 0), "index", INT(r, B));
+    Value *in = end ? CALL(r, NULL, "lt.Tensor", "self", T(pos), "other", T(end)) : NULL;
+    valid = valid ? tt(r, "logical_and", valid, in) : in;
+  }
+  Value *rows = CALL(r, NULL, "embedding", "weight", T(w), "indices", T(ix));
+  if (rows && psw) rows = tt(r, "mul.Tensor", rows, CALL(r, NULL, "reshape", "self", T(psw), "shape", INTS(r, 2, col)));
+  Value *vcol = valid ? CALL(r, NULL, "reshape", "self", T(valid), "shape", INTS(r, 2, col)) : NULL;
+  Value *vf = valid ? CALL(r, NULL, "_to_copy", "self", T(valid), "dtype", DT(w->dtype)) : CALL(r, NULL, "ones", "size", INTS(r, 1, &L), "dtype", DT(w->dtype));
+  Arg bix = {.k = AK_TENSORS, .n = 1};
+  bix.u.ts = arena_array(a, 2, sizeof *bix.u.ts);
+  bix.u.ts[0] = bag;
+  Value *zb = vf ? CALL(r, NULL, "zeros", "size", INTS(r, 1, bb), "dtype", DT(w->dtype)) : NULL;
+  Value *count = zb ? CALL(r, NULL, "index_put", "self", T(zb), "indices", bix, "values", T(vf), "accumulate", BO(true)) : NULL;
+  if (!rows || !count) return -1;
+  Value *res;
+  if (mode != 2) {
+    Value *cr = vcol ? CALL(r, NULL, "where.self", "condition", T(vcol), "self", T(rows), "other", FL(0)) : rows;
+    Value *z = cr ? CALL(r, NULL, "zeros", "size", INTS(r, 2, bd), "dtype", DT(w->dtype)) : NULL;
+    res = z ? CALL(r, NULL, "index_put", "self", T(z), "indices", bix, "values", T(cr), "accumulate", BO(true)) : NULL;
+    if (res && mode == 1) {
+      Value *cm = CALL(r, NULL, "reshape", "self", T(CALL(r, NULL, "clamp_min", "self", T(count), "min", FL(1))), "shape", INTS(r, 2, (int64_t[]){B, 1}));
+      res = tt(r, "div.Tensor", res, cm);
+    }
+    if (!res || !CALL(r, n->outs[0], "alias", "self", T(res))) return -1;
+    if (!CALL(r, n->outs[3], "zeros", "size", EXPRS(r, 1, n->outs[3]->sizes), "dtype", DT(n->outs[3]->dtype))) return -1;
+  } else {
+    Value *cr = vcol ? CALL(r, NULL, "where.self", "condition", T(vcol), "self", T(rows), "other", FL(-INFINITY)) : rows;
+    Value *bcol = CALL(r, NULL, "reshape", "self", T(bag), "shape", INTS(r, 2, col));
+    Value *bidx = bcol ? CALL(r, NULL, "expand", "self", T(bcol), "size", INTS(r, 2, ld)) : NULL;
+    Value *z = bidx ? CALL(r, NULL, "full", "size", INTS(r, 2, bd), "fill_value", FL(-INFINITY), "dtype", DT(w->dtype)) : NULL;
+    Value *mx = z && cr ? CALL(r, NULL, "scatter_reduce.two", "self", T(z), "dim", INT(r, 0), "index", T(bidx), "src", T(cr), "reduce", (Arg){.k = AK_STR, .u.s = "amax"},
+                               "include_self", BO(true)) : NULL;
+    Value *has = mx ? CALL(r, NULL, "gt.Scalar", "self", T(CALL(r, NULL, "reshape", "self", T(count), "shape", INTS(r, 2, (int64_t[]){B, 1}))), "other", FL(0)) : NULL;
+    res = has ? CALL(r, n->outs[0], "where.self", "condition", T(has), "self", T(mx), "other", FL(0)) : NULL;
+    /* max_indices: the weight row at the first position (amin) whose value is its bag's maximum */
+    Value *hit = res ? tt(r, "eq.Tensor", cr, CALL(r, NULL, "gather", "self", T(mx), "dim", INT(r, 0), "index", T(bidx))) : NULL;
+    Value *pe = hit ? CALL(r, NULL, "expand", "self", T(CALL(r, NULL, "reshape", "self", T(pos), "shape", INTS(r, 2, col))), "size", INTS(r, 2, ld)) : NULL;
+    Value *pm = pe ? CALL(r, NULL, "where.self", "condition", T(hit), "self", T(pe), "other", INT(r, L)) : NULL;
+    Value *fL = pm ? CALL(r, NULL, "full", "size", INTS(r, 2, bd), "fill_value", INT(r, L), "dtype", DT(DT_I64)) : NULL;
+    Value *first = fL ? CALL(r, NULL, "scatter_reduce.two", "self", T(fL), "dim", INT(r, 0), "index", T(bidx), "src", T(pm), "reduce", (Arg){.k = AK_STR, .u.s = "amin"},
+                             "include_self", BO(true)) : NULL;
+    Value *fc = first ? CALL(r, NULL, "clamp_max", "self", T(first), "max", INT(r, L - 1)) : NULL;
+    Value *i64 = fc ? CALL(r, NULL, "_to_copy", "self", T(ix), "dtype", DT(n->outs[3]->dtype)) : NULL;
+    Value *q = i64 && L > 0 ? CALL(r, NULL, "index_select", "self", T(i64), "dim", INT(r, 0), "index", T(CALL(r, NULL, "reshape", "self", T(fc), "shape", INTS(r, 1, (int64_t[]){-1})))) : NULL;
+    Value *q2 = q ? CALL(r, NULL, "reshape", "self", T(q), "shape", INTS(r, 2, bd)) : NULL;
+    if (!q2 || !CALL(r, n->outs[3], "where.self", "condition", T(has), "self", T(q2), "other", INT(r, 0))) return -1;
+  }
+  /* offset2bag (where PyTorch returns it) and bag_size: each position's bag, the rows each bag counted */
+  if (n->outs[1]->rank == 1 && !(expr_is_const(n->outs[1]->sizes[0], &nof) && nof == 0)) {
+    if (!CALL(r, n->outs[1], "_to_copy", "self", T(bag), "dtype", DT(n->outs[1]->dtype))) return -1;
+  } else if (!CALL(r, n->outs[1], "zeros", "size", INTS(r, 1, (int64_t[]){0}), "dtype", DT(n->outs[1]->dtype))) return -1;
+  return CALL(r, n->outs[2], "_to_copy", "self", T(count), "dtype", DT(n->outs[2]->dtype)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

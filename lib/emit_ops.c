@@ -1192,6 +1192,7 @@ int emit_scatter(Em *e, Node *n) {
   /* scatter_reduce.two reaches here with include_self (decompose.c): sum, prod, amax or amin */
   int ri = ops_arg_index(n->op, "reduce");
   const char *red = ri >= 0 ? n->args[ri].u.s : NULL;
+  if (red && (!strcmp(red, "mean") || !n->args[ops_arg_index(n->op, "include_self")].u.b)) return efail(e, n, "scatter_reduce reached the code generator undecomposed (internal error)");
   bool add = !strcmp(n->op->name, "scatter_add") || (red && !strcmp(red, "sum")), fl = dtype_is_float(out->dt), atomic = add && atomic_dtype(e, out->dt);
   FILE *f = e->k;
   int id = e->nk++;
@@ -1442,4 +1443,5 @@ DECOMPOSED(emit_group_norm_backward)
 DECOMPOSED(emit_col2im)
 DECOMPOSED(emit_cdist)
 DECOMPOSED(emit_grid_sampler)
+DECOMPOSED(emit_embedding_bag)
 

@@ -644,6 +644,46 @@ int eval_grid_sampler(E *e) {
   return 0;
 }
 
+/* _embedding_bag: bag b sums, averages or maxes the weight rows its indices name, positions
+ * [offsets[b], offsets[b + 1]) (the last to the end, or to offsets[B] with include_last_offset),
+ * rows at padding_idx left out; an empty bag gives zeros. max_indices: the first row reaching each
+ * maximum (0 in an empty bag), else zeros; bag_size: the rows counted; offset2bag: each position's bag. */
+int eval_embedding_bag(E *e) {
+  Interp *I = e->I;
+  Tensor *w = T(e, "weight"), *psw = T(e, "per_sample_weights"), *out = out0(e);
+  int64_t mode = I64(e, "mode", 0), pad = I64(e, "padding_idx", -1), V = w->sizes[0], D = w->sizes[1];
+  int64_t *iv = read_i64(I, T(e, "indices")), *ov = read_i64(I, T(e, "offsets")), L = tensor_numel(T(e, "indices")), B = out->sizes[0];
+  int64_t nof = tensor_numel(T(e, "offsets"));
+  double *wv = read_f64(I, w), *pv = psw ? read_f64(I, psw) : NULL, *r = arena_array(I->c->arena, (size_t)(B * D) + 1, sizeof *r);
+  int64_t *o2b = arena_array(I->c->arena, (size_t)L + 1, sizeof *o2b), *bs = arena_array(I->c->arena, (size_t)B + 1, sizeof *bs);
+  int64_t *mi = arena_array(I->c->arena, (size_t)(B * D) + 1, sizeof *mi);
+  if (B > 0 && ov[0] != 0) return fail(e, "%s", "offsets must start at 0");
+  for (int64_t b = 0; b < B; b++) {
+    int64_t lo = ov[b], hi = b + 1 < nof ? ov[b + 1] : L;
+    if (lo < 0 || hi < lo || hi > L) return fail(e, "%s", "offsets must be nondecreasing and within the indices");
+    for (int64_t d = 0; d < D; d++) { r[b * D + d] = 0; mi[b * D + d] = 0; }
+    for (int64_t t = lo; t < hi; t++) {
+      int64_t q = iv[t];
+      o2b[t] = b;
+      if (q < 0 || q >= V) return fail(e, "index %lld out of range", (long long)q);
+      if (q == pad) continue;
+      for (int64_t d = 0; d < D; d++) {
+        double v = wv[q * D + d] * (pv ? pv[t] : 1);
+        if (mode != 2) r[b * D + d] += v;
+        else if (!bs[b] || v > r[b * D + d] || (isnan(v) && !isnan(r[b * D + d]))) { r[b * D + d] = v; mi[b * D + d] = q; }
+      }
+      bs[b]++;
+    }
+    if (mode == 1 && bs[b])
+      for (int64_t d = 0; d < D; d++) r[b * D + d] /= (double)bs[b];
+  }
+  write_f64(out, r);
+  if (tensor_numel(e->outs[1]) == L) write_i64(e->outs[1], o2b);
+  write_i64(e->outs[2], bs);
+  write_i64(e->outs[3], mi);   /* [B, D] for max; else [B] of zeros */
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));

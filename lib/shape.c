@@ -837,6 +837,31 @@ int shape_grid_sampler(S *s) {
   return 0;
 }
 
+/* _embedding_bag: weight [V, D], 1-d indices and offsets -> output [B, D], offset2bag, bag_size [B],
+ * max_indices, with the sizes PyTorch's meta function gives them (offset2bag empty on the fast
+ * sum path, max_indices [B, D] for max, else [B]) */
+int shape_embedding_bag(S *s) {
+  Value *w = tensor(s, "weight"), *ix = tensor(s, "indices"), *of = tensor(s, "offsets"), *psw = tensor(s, "per_sample_weights");
+  int64_t mode, pad, nb;
+  if (int_arg(s, "mode", &mode) || int_arg(s, "padding_idx", &pad)) return -1;
+  bool last = bool_arg(s, "include_last_offset");
+  if (w->rank != 2 || !dtype_is_float(w->dtype) || ix->rank != 1 || of->rank != 1 || dtype_is_float(ix->dtype) || ix->dtype == DT_BOOL || dtype_is_float(of->dtype) || of->dtype == DT_BOOL)
+    return fail(s, "%s", "_embedding_bag needs a float [V, D] weight and 1-d integer indices and offsets");
+  if (mode < 0 || mode > 2) return fail(s, "%s", "mode must be 0 (sum), 1 (mean) or 2 (max)");
+  if (psw && (mode != 0 || psw->rank != 1 || !expr_same(s->g, psw->sizes[0], ix->sizes[0]) || psw->dtype != w->dtype))
+    return fail(s, "%s", "per_sample_weights need mode sum and one weight per index");
+  if (bool_arg(s, "scale_grad_by_freq") || bool_arg(s, "sparse")) return fail(s, "%s", "scale_grad_by_freq and sparse are training options of the sparse gradient, not supported");
+  if (!expr_is_const(of->sizes[0], &nb) || nb - last < 0 || (last && nb < 1)) return fail(s, "%s", "offsets must have a static length (>= 1 with include_last_offset)");
+  const Expr *B = C(s, nb - last), *o[2] = {B, w->sizes[1]};
+  set_out(s, 0, w->dtype, 2, o);
+  bool fast = mode == 0 && (w->dtype == DT_F32 || w->dtype == DT_F16) && pad < 0;
+  const Expr *z[1] = {fast ? C(s, 0) : ix->sizes[0]};
+  set_out(s, 1, of->dtype, 1, z);
+  set_out(s, 2, of->dtype, 1, &B);
+  set_out(s, 3, of->dtype, mode == 2 ? 2 : 1, o);
+  return 0;
+}
+
 /* diagonal(self, offset, dim1, dim2): dim1 and dim2 removed, the diagonal's length appended */
 int shape_diagonal(S *s) {
   Value *x = tensor(s, "self");

@@ -503,6 +503,26 @@ def grid_sample_modes():   # grid_sampler_2d: every interpolation and padding mo
     return g
 
 
+@case
+def embedding_bag_modes():   # _embedding_bag: sum with per-sample weights, mean with padding_idx and an empty bag, max (and its indices), include_last_offset
+    w = torch.randn(10, 4)
+    ix = torch.tensor([1, 3, 3, 0, 9, 2, 2, 7, 5, 1, 4])
+    of = torch.tensor([0, 3, 3, 7])
+    of2 = torch.tensor([0, 2, 6, 11])
+    psw = torch.rand(11) + 0.5
+    g = Graph("embedding_bag_modes", w=w, ix=ix, of=of, of2=of2, psw=psw)
+    W, IX, OF, OF2, PSW = (Ref(n) for n in ("w", "ix", "of", "of2", "psw"))
+    eb = lambda *a: torch.ops.aten._embedding_bag(*a)
+    args = lambda o, mode, p, last, pad: [("weight", W), ("indices", IX), ("offsets", o), ("scale_grad_by_freq", False), ("mode", mode), ("sparse", False),
+                                          ("per_sample_weights", p), ("include_last_offset", last), ("padding_idx", pad)]
+    g.multi("_embedding_bag.default", args(OF, 0, PSW, False, -1), eb, 4, [0])
+    g.multi("_embedding_bag.default", args(OF, 1, None, False, 3), eb, 4, [0])
+    g.multi("_embedding_bag.default", args(OF, 2, None, False, -1), eb, 4, [0, 3])
+    g.multi("_embedding_bag.default", args(OF2, 0, None, True, -1), eb, 4, [0])
+    g.multi("_embedding_bag.default", args(OF2, 1, None, True, 2), eb, 4, [0, 1])
+    return g
+
+
 for f in CASES:
     if not ONLY or f.__name__ in ONLY:
         f().write()
