@@ -54,6 +54,11 @@ int gg_run_alloc(gg_model *model, const DLTensor *inputs, int ninputs, DLManaged
  * model takes and gives device tensors (host tensors are refused by the guards), uploads its weights
  * at gg_open, replays its kernels as a CUDA graph, and returns from gg_run when its work is done. */
 int gg_device_type(void);
+
+/* Random ops (rand, randn, randperm, dropout in training) draw from a counter-based generator seeded
+ * by GCC_GRAPH_SEED (default 0); each execution of one takes the process's next draw. This starts
+ * over from `seed`, like torch.manual_seed (the numbers are not PyTorch's: the distributions are). */
+void gg_manual_seed(uint64_t seed);
 /* CUDA models: queue runs on `stream` (a cudaStream_t; NULL: the model's own stream, where each run
  * first waits for the work queued on the legacy default stream, as a blocking stream would). */
 int gg_set_stream(gg_model *model, void *stream);

@@ -1003,6 +1003,27 @@ int decomp_embedding_bag(Rw *r, Node *n) {
   return CALL(r, n->outs[2], "_to_copy", "self", T(count), "dtype", DT(n->outs[2]->dtype)) ? 0 : -1;
 }
 
+/* dropout in training: each element kept where a uniform draw is >= p, scaled by 1 / (1 - p);
+ * native_dropout's mask is that comparison. In evaluation (or p = 0) the node stays: the identity. */
+int decomp_dropout(Rw *r, Node *n) {
+  const Arg *tr = rw_arg(n, "train");
+  double p = rw_farg(n, "p", 0);
+  if (!(tr && tr->k == AK_BOOL && tr->u.b && p > 0)) { rw_push(r, n); return 0; }
+  Value *x = rw_targ(n, "input") ? rw_targ(n, "input") : rw_targ(n, "self");
+  Value *u = CALL(r, NULL, "rand_like", "self", T(x));
+  Value *keep = u ? CALL(r, n->nouts == 2 ? n->outs[1] : NULL, "ge.Scalar", "self", T(u), "other", FL(p)) : NULL;
+  Value *xs = keep ? CALL(r, NULL, "mul.Tensor", "self", T(x), "other", FL(p < 1 ? 1 / (1 - p) : 0)) : NULL;
+  return xs && CALL(r, n->outs[0], "where.self", "condition", T(keep), "self", T(xs), "other", FL(0)) ? 0 : -1;
+}
+
+/* randperm: the indices that sort n uniform keys (53 bits; a stable sort) */
+int decomp_randperm(Rw *r, Node *n) {
+  Value *y = n->outs[0];
+  Value *k = CALL(r, NULL, "rand", "size", EXPRS(r, 1, y->sizes), "dtype", DT(DT_F64));
+  Value *s = k ? CALL(r, NULL, "sort", "self", T(k)) : NULL;
+  return s && CALL(r, y, "_to_copy", "self", T(s->def->outs[1]), "dtype", DT(y->dtype)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

@@ -150,7 +150,8 @@ struct Em {
   bool pack_ok;             /* CPU inference: float32 weights of products may be packed at gg_open */
   bool *mutated;            /* by weight index: a buffer the model updates (never packed) */
   int npacks;
-  PackDesc *packs;          /* the weights packed at gg_open, in the order of w[nweights + j] */
+  PackDesc *packs;
+  bool random;              /* a kernel draws random numbers (rand, randn): CUDA runs are not captured as graphs */          /* the weights packed at gg_open, in the order of w[nweights + j] */
   const char *lin_index;    /* fused_value inside a reduction: the element's linear index (a C variable), */
   const Layout *lin_layout; /* which loads of operands laid out as lin_layout use instead of their strides */
   int *saved_slot;          /* by value id: the output slot of a value the forward saves for the backward

@@ -4,6 +4,7 @@
  * emit_c.c, emit_cuda.c), pooling, data movement, creation.
  * Requires and guarantees: as emit.c. */
 #include "emit.h"
+#include "scalar.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -1020,6 +1021,33 @@ int emit_arange(Em *e, Node *n) {
   return 0;
 }
 
+/* rand, randn, rand_like, randn_like: scalar.h's counter-based generator over the element index, with
+ * the process's seed and the run's draw (gg_rt_rng_*) as arguments, so every thread computes its own */
+int emit_rand(Em *e, Node *n) {
+  TV *out = alloc_value(e, n->outs[0]);
+  bool normal = strstr(n->op->name, "randn") != NULL;
+  const DTypeInfo *di = dtype_info(out->dt);
+  const Expr *nel = C(e, 1);
+  for (int d = 0; d < out->rank; d++) nel = MUL(e, nel, out->sizes[d]);
+  FILE *f = e->k;
+  int id = e->nk++;
+  e->random = true;
+  kernel_begin(e, n, normal ? "normal random numbers" : "uniform random numbers");
+  kopen(e, id, false, false);
+  fprintf(f, "%s *restrict y, uint64_t seed, uint64_t draw", ctype(out->dt));
+  ksyms(e);
+  int cl = open_loops(e, 1, &nel, true);
+  fputs("    ", f);
+  store(f, out->dt, true, "y", "i0", normal ? "gg_rand_n01(seed, draw, (uint64_t)i0)"
+                                             : arena_printf(e->a, "gg_rand_u01(seed, draw, (uint64_t)i0, %d)", gg_rand_bits(8 * di->size, out->dt == DT_BF16)));
+  close_loops(e, cl);
+  fputs("}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, gg_rt_rng_seed(), gg_rt_rng_draw()", sname(e, out->stor));
+  kcall_end(e);
+  return 0;
+}
+
 /* nearest and bilinear resampling of contiguous NCHW planes (PyTorch's index rules) */
 int emit_upsample(Em *e, Node *n) {
   Value *y = n->outs[0];
@@ -1444,4 +1472,5 @@ DECOMPOSED(emit_col2im)
 DECOMPOSED(emit_cdist)
 DECOMPOSED(emit_grid_sampler)
 DECOMPOSED(emit_embedding_bag)
+DECOMPOSED(emit_randperm)
 

@@ -337,12 +337,59 @@ int eval_glu(E *e) {
 
 int eval_gelu(E *e) { return pointwise(e, out0(e)); }
 
+/* Random ops: scalar.h's generator, seeded as compiled models are (GCC_GRAPH_SEED), each execution
+ * of a random op the process's next draw; the same bits as a compiled model's first runs. */
+static uint64_t rng_seed(void) {
+  const char *s = getenv("GCC_GRAPH_SEED");
+  return s && *s ? strtoull(s, NULL, 0) : 0;
+}
+static uint64_t rng_draw(void) {
+  static uint64_t n;
+  return __atomic_fetch_add(&n, 1, __ATOMIC_RELAXED);
+}
+static int rand_bits(DType dt) { return gg_rand_bits(8 * dtype_info(dt)->size, dt == DT_BF16); }
+
+/* rand, randn, rand_like, randn_like: element i of the output (in its logical order) */
+int eval_rand(E *e) {
+  Tensor *out = out0(e);
+  bool normal = strstr(e->n->op->name, "randn") != NULL;
+  uint64_t seed = rng_seed(), draw = rng_draw();
+  int64_t n = tensor_numel(out);
+  for (int64_t i = 0; i < n; i++)
+    dtype_store_f64(out->dtype, elem_ptr(out, i), normal ? gg_rand_n01(seed, draw, (uint64_t)i) : gg_rand_u01(seed, draw, (uint64_t)i, rand_bits(out->dtype)));
+  return 0;
+}
+
+/* randperm: 0 .. n-1 ordered by uniform keys (53 bits; a stable sort), decompose.c's rule exactly */
+int eval_randperm(E *e) {
+  Tensor *out = out0(e);
+  int64_t n = tensor_numel(out);
+  uint64_t seed = rng_seed(), draw = rng_draw();
+  double *key = arena_array(e->I->c->arena, (size_t)n + 1, sizeof *key);
+  int64_t *ix = arena_array(e->I->c->arena, (size_t)n + 1, sizeof *ix), *tmp = arena_array(e->I->c->arena, (size_t)n + 1, sizeof *tmp);
+  for (int64_t i = 0; i < n; i++) { key[i] = gg_rand_u01(seed, draw, (uint64_t)i, 53); ix[i] = i; }
+  gg_sort_f64(key, ix, tmp, n, 0);
+  write_i64(out, ix);
+  return 0;
+}
+
+/* dropout: the identity in evaluation; in training each element kept with probability 1 - p (a
+ * uniform draw >= p) and scaled by 1 / (1 - p), the mask native_dropout's second output */
 int eval_dropout(E *e) {
   RArg *tr = A(e, "train");
   double p = F64(e, "p", 0);
-  if (tr && tr->k == AK_BOOL && tr->b && p > 0)
-    return fail(e, "dropout in training mode is random; export the model in eval mode (model.eval())");
   Tensor *x = T(e, "input") ? T(e, "input") : T(e, "self");
+  if (tr && tr->k == AK_BOOL && tr->b && p > 0) {
+    Tensor *out = out0(e);
+    int64_t n = tensor_numel(out);
+    uint64_t seed = rng_seed(), draw = rng_draw();
+    for (int64_t i = 0; i < n; i++) {
+      bool keep = p < 1 && gg_rand_u01(seed, draw, (uint64_t)i, rand_bits(x->dtype)) >= p;
+      dtype_store_f64(out->dtype, elem_ptr(out, i), keep ? dtype_load_f64(x->dtype, elem_ptr(x, i)) * (1 / (1 - p)) : 0);
+      if (e->n->nouts == 2) dtype_store_i64(DT_BOOL, elem_ptr(e->outs[1], i), keep);
+    }
+    return 0;
+  }
   copy_into(out0(e), x);
   if (e->n->nouts == 2) {
     int64_t n = tensor_numel(e->outs[1]);

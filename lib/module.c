@@ -122,6 +122,7 @@ typedef struct Prog {
   PackDesc *packs;
   int nbuckets;                     /* gradient buckets, and the bucket of each output (-1: none) */
   int *bucket;
+  bool random;                      /* draws random numbers (rand, randn, dropout in training) */
 } Prog;
 
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
@@ -702,7 +703,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   fputs("};\n", out);
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
-              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
+              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int)), e->random};
   for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
   int ndup, nlift = 0;
   char *kd = dedup_kernels(c, kbuf, &ndup);
@@ -908,8 +909,9 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
           nweights, nmut);
   fprintf(out, "  %s, INT64_C(%lld), INT64_C(%lld),\n", !external && !appended && blob_size > 0 ? "gg_blob" : "NULL", (long long)blob_size, (long long)external_size);
   fputs("  gg_mut_weight, gg_mut_dtypes, gg_mut_ndims, gg_mut_shapes,\n  gg_m_guard, gg_m_output_shape, gg_m_scratch_bytes, gg_m_run,\n", out);
-  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s, %d, %s, %d, %s,\n  %d, %s,\n};\n", F.nprof, t->device_code, c->cuda ? "gg_kernel_parts" : "NULL",
-          c->cuda ? nparts : 0, c->cuda ? "gg_kernel_part" : "NULL", c->cuda ? nkern : 0, c->cuda ? "gg_m_error" : "NULL", F.npacks, F.npacks ? "gg_packs" : "NULL");
+  fprintf(out, "  %d, gg_m_prof, gg_m_prof_names,\n  %s, %s, %d, %s, %d, %s,\n  %d, %s,\n  %d,\n};\n", F.nprof, t->device_code, c->cuda ? "gg_kernel_parts" : "NULL",
+          c->cuda ? nparts : 0, c->cuda ? "gg_kernel_part" : "NULL", c->cuda ? nkern : 0, c->cuda ? "gg_m_error" : "NULL", F.npacks, F.npacks ? "gg_packs" : "NULL",
+          F.random || (bwd && B.random));
   /* training: the backward's gradients (by weight index; -1 for a user input's) and the optimizer */
   fputs("\n/* Training: the backward program and the optimizer (none for an inference model). */\n", out);
   if (!bwd) {

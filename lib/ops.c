@@ -93,6 +93,7 @@ static int parse_default(SP *p, const char *d, ArgSpec *as) {
   if (!strcmp(d, "None")) { v->k = AK_NONE; return 0; }
   if (!strcmp(d, "True") || !strcmp(d, "False")) { v->k = AK_BOOL; v->u.b = d[0] == 'T'; return 0; }
   if (!strcmp(d, "contiguous_format")) { v->k = AK_MEMFMT; v->u.code = 1; return 0; }
+  if (!strcmp(d, "long")) { v->k = AK_DTYPE; v->u.code = DT_I64; return 0; }   /* randperm's dtype */
   if (!strcmp(d, "Mean")) { v->k = AK_INT; v->u.i = expr_const(p->a, 1); return 0; }
   if (!strcmp(d, "Sum")) { v->k = AK_INT; v->u.i = expr_const(p->a, 2); return 0; }
   if (d[0] == '\'' || d[0] == '"') {

@@ -296,4 +296,39 @@ GG_FN(f_logical_not) { return x[0] == 0; }
 GG_SORT_ROW(gg_sort_f64, double)
 GG_SORT_ROW(gg_sort_i64, int64_t)
 
+/* Random numbers (rand, randn, randperm, dropout in training): Philox4x32-10 (Salmon et al., "Parallel
+ * random numbers: as easy as 1, 2, 3", 2011), a counter-based generator: element i of a random op's
+ * draw d is a function of (seed, d, i) alone, so every thread, CPU or GPU, computes its own, and the
+ * interpreter and compiled code give the same bits. Not PyTorch's numbers: the same distributions. */
+GG_SCALAR void gg_philox(uint64_t seed, uint64_t draw, uint64_t i, uint32_t *w) {
+  uint32_t c0 = (uint32_t)i, c1 = (uint32_t)(i >> 32), c2 = (uint32_t)draw, c3 = (uint32_t)(draw >> 32), k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)p1;
+    c3 = (uint32_t)p0;
+    c0 = n0;
+    c2 = n2;
+  }
+  w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+}
+/* uniform in [0, 1) with `bits` random bits (the dtype's significand: 53, 24, 11 or 8), so that
+ * rounding to the dtype never gives 1 */
+GG_SCALAR double gg_rand_u01(uint64_t seed, uint64_t draw, uint64_t i, int bits) {
+  uint32_t w[4];
+  gg_philox(seed, draw, i, w);
+  if (bits > 32) return (double)(((uint64_t)(w[0] >> 5) << 26) | (w[1] >> 6)) * 0x1p-53;
+  return (double)(w[0] >> (32 - bits)) * ldexp(1.0, -bits);
+}
+/* standard normal: Box-Muller on two 53-bit uniforms, the first in (0, 1] */
+GG_SCALAR double gg_rand_n01(uint64_t seed, uint64_t draw, uint64_t i) {
+  uint32_t w[4];
+  gg_philox(seed, draw, i, w);
+  double u1 = ((double)(((uint64_t)(w[0] >> 5) << 26) | (w[1] >> 6)) + 1) * 0x1p-53, u2 = (double)(((uint64_t)(w[2] >> 5) << 26) | (w[3] >> 6)) * 0x1p-53;
+  return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+/* random bits for a dtype's uniform: its significand's precision */
+GG_SCALAR int gg_rand_bits(int dtype_bits, int is_bf16) { return dtype_bits == 64 ? 53 : dtype_bits == 32 ? 24 : is_bf16 ? 8 : 11; }
+
 #endif

@@ -1437,6 +1437,25 @@ int shape_full(S *s) {
   return 0;
 }
 
+/* rand, randn and their _like forms: full's shape and dtype, which must be a float dtype */
+int shape_rand(S *s) {
+  if (shape_full(s)) return -1;
+  if (!dtype_is_float(s->out[0].dtype)) return fail(s, "%s", "random numbers need a float dtype");
+  return 0;
+}
+
+/* randperm(n): [n], int64 unless dtype says otherwise */
+int shape_randperm(S *s) {
+  int64_t n;
+  if (int_arg(s, "n", &n)) return -1;
+  if (n < 0 || n > GG_MAX_ELEMS) return fail(s, "%s", "n must be >= 0");
+  DType dt = given_dtype(s, DT_I64);
+  if (dt == DT_BOOL) return fail(s, "%s", "randperm needs a numeric dtype");
+  const Expr *sz[1] = {C(s, n)};
+  set_out(s, 0, dt, 1, sz);
+  return 0;
+}
+
 int shape_repeat(S *s) {
   Value *x = tensor(s, "self");
   const Arg *rp = arg(s, "repeats");

@@ -117,6 +117,15 @@ if "$GG" compile tests/corpus/models/bert_tiny/model.pt2 --target cuda -o "$TMP/
 else
   echo "FAIL: out-of-range index: $(cat "$TMP/err")"; fail=$((fail + 1))
 fi
+echo "== CUDA: random ops (tests/random_ops.py): their statistics on the GPU, the interpreter's generator the GPU's"
+R=tests/random/random_ops
+if "$GG" compile $R/model.pt2 --target cuda -o "$TMP/rnd.so" && GCC_GRAPH_SEED=7 "$GG" run "$TMP/rnd.so" --inputs $R/io.safetensors -o "$TMP/rnd.st" &&
+   GCC_GRAPH_SEED=7 "$GG" run $R/model.pt2 --interpret --inputs $R/io.safetensors -o "$TMP/rndi.st" &&
+   python3 tests/random_ops.py - $R/io.safetensors "$TMP/rnd.st" "$TMP/rndi.st" >"$TMP/rnd" 2>&1 && grep -q "random ops ok" "$TMP/rnd"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: random ops on the GPU: $(tail -n 3 "$TMP/rnd" 2>/dev/null)"; fail=$((fail + 1))
+fi
 echo "== CUDA: the Python package (tests/python_cuda.py): compile from an nn.Module, CUDA tensors, streams, training"
 if python3 -c "import torch.export" 2>/dev/null; then
   if XDG_CACHE_HOME="$TMP/pycache" PYTHONPATH=python GCC_GRAPH="$GG" python3 tests/python_cuda.py >"$TMP/pyc" 2>&1 && grep -q "^python cuda ok" "$TMP/pyc"; then

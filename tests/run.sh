@@ -604,6 +604,13 @@ if "$PY" -c "import numpy" 2>/dev/null; then
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/mlp.so" $M/mlp/io.safetensors
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/dyn.so" $M/mlp_dynamic_batch/io.safetensors
   expect 0 "python training ok" -- "$PY" tests/python_train.py "$TMP/sgd.so" tests/corpus/train/mlp_train/io.safetensors
+  # random ops (rand, randn, randperm, dropout in training): their statistics, fresh draws per run,
+  # manual_seed and GCC_GRAPH_SEED repeating them, the interpreter's generator the compiled model's
+  R=tests/random/random_ops
+  expect 0 "" -- "$GG" compile $R/model.pt2 -o "$TMP/rnd.so"
+  expect 0 "" -- env GCC_GRAPH_SEED=7 "$GG" run "$TMP/rnd.so" --inputs $R/io.safetensors -o "$TMP/rnd.st"
+  expect 0 "" -- env GCC_GRAPH_SEED=7 "$GG" run $R/model.pt2 --interpret --inputs $R/io.safetensors -o "$TMP/rndi.st"
+  expect 0 "random ops ok" -- "$PY" tests/random_ops.py "$TMP/rnd.so" $R/io.safetensors "$TMP/rnd.st" "$TMP/rndi.st"
   # data-parallel on the CPU: 2 ranks through torch.distributed's gloo against one process (docs/distributed.md)
   if "$PY" -c "import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null; then
     expect 0 "" -- "$GG" compile tests/extra/train_tiny_resnet/model.pt2 --train --optimizer sgd --lr 0.05 --momentum 0.9 --bucket-mb 0.001 -o "$TMP/dp.so"

@@ -99,7 +99,14 @@ typedef struct gg_model_desc {
    * that kernel does not run (no AVX-512, GCC_GRAPH_BLAS_ONLY=1) */
   int npacks;
   const struct gg_pack_desc *packs;
+  int random;                    /* the model draws random numbers (rand, randn, dropout in training): on the
+                                  * GPU its runs are launched, not replayed from a CUDA graph, so each draws anew */
 } gg_model_desc;
+
+/* Random ops: the seed (GCC_GRAPH_SEED, else 0, or gg_manual_seed's) and the next draw, a count of
+ * random-op executions in this process; scalar.h's generator turns (seed, draw, element) into bits. */
+uint64_t gg_rt_rng_seed(void);
+uint64_t gg_rt_rng_draw(void);
 
 /* A matrix read out of weight `weight`: element (r, c) at offset + r * srow + c * scol (float32
  * elements), packed as the left operand (side 0: rows x cols = M x K) or the right one (side 1:

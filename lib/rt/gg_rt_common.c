@@ -655,3 +655,26 @@ static void prof_close(void) {
   prof_report("backward", gg__train.nprof, gg__train.prof, gg__train.prof_names, prof_runs[1]);
   trace_write();
 }
+
+/* ---------------------------------------------------------------- random ops */
+
+static uint64_t rng_seed_v, rng_draws;
+static pthread_once_t rng_once = PTHREAD_ONCE_INIT;
+
+static void rng_init(void) {
+  const char *s = getenv("GCC_GRAPH_SEED");
+  rng_seed_v = s && *s ? strtoull(s, NULL, 0) : 0;
+}
+
+uint64_t gg_rt_rng_seed(void) {
+  pthread_once(&rng_once, rng_init);
+  return __atomic_load_n(&rng_seed_v, __ATOMIC_RELAXED);
+}
+
+uint64_t gg_rt_rng_draw(void) { return __atomic_fetch_add(&rng_draws, 1, __ATOMIC_RELAXED); }
+
+GG_EXPORT void gg_manual_seed(uint64_t seed) {
+  pthread_once(&rng_once, rng_init);
+  __atomic_store_n(&rng_seed_v, seed, __ATOMIC_RELAXED);
+  __atomic_store_n(&rng_draws, 0, __ATOMIC_RELAXED);
+}

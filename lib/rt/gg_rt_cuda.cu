@@ -387,7 +387,7 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
     return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
   }
   cublasSetStream(m->blas, m->stream);
-  if (!m->graphs) {
+  if (!m->graphs || gg__desc.random) {   /* random ops take a fresh draw each launch: not replayed */
     enqueue(m, a, false);
     return 0;
   }

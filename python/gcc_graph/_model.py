@@ -26,6 +26,7 @@ _SIGS = {
     "gg_weight": (_int, [_vp, _int, _P(_cp), _P(_vp), _P(_sz)]),
     "gg_train_state_new": (_int, [_vp, _P(_vp), _cp, _sz]), "gg_train_state_free": (None, [_vp]),
     "gg_set_learning_rate": (_int, [_vp, ctypes.c_double]), "gg_set_grad_accumulation": (_int, [_vp, _int]),
+    "gg_manual_seed": (None, [ctypes.c_uint64]),
     "gg_set_stream": (_int, [_vp, _vp]), "gg_device_copy": (_int, [_vp, _vp, _sz, _int]),
     "gg_nccl_unique_id": (_int, [_cp, _cp, _sz]), "gg_set_data_parallel_nccl": (_int, [_vp, _int, _int, _cp, _cp, _sz]),
 }
@@ -320,6 +321,13 @@ class Model:
         if self._lib.gg_set_learning_rate(self._handle, float(lr)):
             raise ModelError("the model has no optimizer (compile --train --optimizer ...), or the rate is negative")
         self._lr = float(lr)
+
+    def manual_seed(self, seed):
+        """Random ops (rand, randn, randperm, dropout in training) start over from seed, in this
+        process (every model), like torch.manual_seed; the numbers are not PyTorch's."""
+        if not hasattr(self._lib, "gg_manual_seed"):
+            raise ModelError("the model was compiled by a gcc-graph without random ops")
+        self._lib.gg_manual_seed(int(seed))
 
     def set_learning_rate(self, lr):
         self.learning_rate = lr

@@ -147,7 +147,7 @@ class Graph:
                             ("model/data/constants/model_constants_config.json", '{"config": {}}'), ("model/models/model.json", json.dumps(ep))):
                 z.writestr(zipfile.ZipInfo(p, (1980, 1, 1, 0, 0, 0)), text)
         io = {"in.%d" % i: v for i, v in enumerate(s.inputs.values())}
-        for i, k in enumerate(s.outputs):
+        for i, k in enumerate([] if getattr(s, "random", False) else s.outputs):   # random ops: no answers to compare
             io["out.%d" % i] = env[k]
             io["ref64.out.%d" % i] = env64[k]
         save_st(os.path.join(d, "io.safetensors"), io)
@@ -520,6 +520,22 @@ def embedding_bag_modes():   # _embedding_bag: sum with per-sample weights, mean
     g.multi("_embedding_bag.default", args(OF, 2, None, False, -1), eb, 4, [0, 3])
     g.multi("_embedding_bag.default", args(OF2, 0, None, True, -1), eb, 4, [0])
     g.multi("_embedding_bag.default", args(OF2, 1, None, True, 2), eb, 4, [0, 1])
+    return g
+
+
+@case
+def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
+    x = torch.randn(128, 96)
+    g = Graph("random_ops", x=x)
+    g.random = True
+    X = Ref("x")
+    g.node("rand.default", [("size", [240, 250]), ("dtype", torch.float32)], lambda sz, dt: torch.rand(sz, dtype=dt))
+    g.node("randn.default", [("size", [240, 250]), ("dtype", torch.float32)], lambda sz, dt: torch.randn(sz, dtype=dt))
+    g.node("rand.default", [("size", [5000]), ("dtype", torch.float64)], lambda sz, dt: torch.rand(sz, dtype=dt))
+    g.node("randn_like.default", [("self", X)], torch.randn_like)
+    g.node("randperm.default", [("n", 1000)], lambda n: torch.randperm(n))
+    g.multi("native_dropout.default", [("input", X), ("p", 0.3), ("train", True)], lambda t, p, tr: torch.ops.aten.native_dropout(t, p, tr), 2, [0, 1])
+    g.node("dropout.default", [("input", X), ("p", 0.75), ("train", True)], lambda t, p, tr: torch.dropout(t, p, tr))
     return g
 
 
