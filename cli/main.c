@@ -50,6 +50,8 @@ static const char usage_main[] =
   "                 the compiled runtime is kept there too (else in $XDG_CACHE_HOME/gcc-graph or\n"
   "                 ~/.cache/gcc-graph), once per compiler and flags\n"
   "  GCC_GRAPH_NO_CACHE=1        neither reuse nor keep anything compiled\n"
+  "  GCC_GRAPH_SEED=N            the seed of random ops (rand, randn, randperm, dropout in training)\n"
+  "                 in compiled models and the interpreter (default 0)\n"
   "  GCC_GRAPH_PROFILE=1         compiled models print the nodes that took the most time\n"
   "  GCC_GRAPH_PROFILE=FILE.json ... and write every node of every run to FILE as a Chrome trace\n"
   "                 (Perfetto, chrome://tracing; CPU models)\n"

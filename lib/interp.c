@@ -2236,7 +2236,8 @@ int eval_scatter(E *e) {
     uint8_t *dst = elem_ptr(out, ravel(x->rank, x->sizes, idx));
     double v = src ? dtype_load_f64(src->dtype, elem_ptr(src, si)) : value;
     if (!dtype_is_float(out->dtype)) {
-      int64_t w = src ? dtype_load_i64(src->dtype, elem_ptr(src, si)) : gg_f64_to_i64(value);
+      RArg *va = src ? NULL : A(e, "value");
+      int64_t w = src ? dtype_load_i64(src->dtype, elem_ptr(src, si)) : va && va->k == AK_INT ? va->i : gg_f64_to_i64(value);   /* integers exact */
       dtype_store_i64(out->dtype, dst, add ? dtype_load_i64(out->dtype, dst) + w : w);
     } else dtype_store_f64(out->dtype, dst, add ? dtype_load_f64(out->dtype, dst) + v : v);
   }

@@ -193,6 +193,11 @@ static Tensor **inputs_for(Interp *I, Graph *g, const SafeTensors *st, int seed)
     const STensor *s = st_find(st, arena_printf(I->c->arena, "in.%d", i));
     if (!s) return NULL;
     in[i] = tensor_from_st(I, s);
+    if (!seed) {   /* a copy: a model that writes into its inputs (in-place ops, running statistics) must not change the file's */
+      Tensor *t = tensor_new(I, s->dtype, s->rank, s->sizes);
+      memcpy(t->st->data, s->data, s->nbytes);
+      in[i] = t;
+    }
     if (seed && dtype_is_float(s->dtype)) {
       Tensor *t = tensor_new(I, s->dtype, s->rank, s->sizes);
       for (int64_t k = 0; k < tensor_numel(t); k++) dtype_store_f64(t->dtype, t->st->data + k * dtype_info(t->dtype)->size, rnd() * 2);
