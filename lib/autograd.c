@@ -676,6 +676,35 @@ int grad_max_pool(Ad *a, Node *n) {
   return acc(a, x, reshape(a, s, x->rank, x->sizes));
 }
 
+/* diagonal: g placed on the diagonal of zeros of x's shape: g zero-padded to the dim it runs along,
+ * given that dim's position (the other dim size 1), times the 0/1 mask of the diagonal (eq of an
+ * arange difference and the offset) */
+int grad_diagonal(Ad *a, Node *n) {
+  Ctx *c = a->g->ctx;
+  Value *x = n->args[0].u.t, *g = G(a, n, 0);
+  if (!g) return 0;
+  int r = x->rank, d1 = (int)rw_farg(n, "dim1", 0), d2 = (int)rw_farg(n, "dim2", 1);
+  if (d1 < 0) d1 += r;
+  if (d2 < 0) d2 += r;
+  int64_t off = (int64_t)rw_farg(n, "offset", 0), n1, n2, L;
+  if (!expr_is_const(x->sizes[d1], &n1) || !expr_is_const(x->sizes[d2], &n2) || !expr_is_const(g->sizes[g->rank - 1], &L))
+    return gg_error(c, "%s: node %s: the gradient of a diagonal needs static sizes", a->g->path, gg_quote(c, n->name));
+  int keep = off >= 0 ? d1 : d2, other = off >= 0 ? d2 : d1;
+  int64_t nk = off >= 0 ? n1 : n2, pad[2] = {0, nk - L}, perm[GG_MAX_RANK], ms[GG_MAX_RANK];
+  Value *gp = CALL(&a->r, NULL, "constant_pad_nd", "self", T(g), "pad", INTS(&a->r, 2, pad));
+  Value *gu = gp ? CALL(&a->r, NULL, "unsqueeze", "self", T(gp), "dim", INT(&a->r, r - 1)) : NULL;
+  for (int t = 0, o = 0; t < r; t++) perm[t] = t == keep ? r - 2 : t == other ? r - 1 : o++;
+  Value *gt = gu ? CALL(&a->r, NULL, "permute", "self", T(gu), "dims", INTS(&a->r, r, perm)) : NULL;
+  int64_t col[2] = {n1, 1}, row[2] = {1, n2};
+  Value *i = gt ? CALL(&a->r, NULL, "reshape", "self", T(CALL(&a->r, NULL, "arange", "end", INT(&a->r, n1), "dtype", DT(DT_I64))), "shape", INTS(&a->r, 2, col)) : NULL;
+  Value *j = i ? CALL(&a->r, NULL, "reshape", "self", T(CALL(&a->r, NULL, "arange", "end", INT(&a->r, n2), "dtype", DT(DT_I64))), "shape", INTS(&a->r, 2, row)) : NULL;
+  Value *m = j ? as_float(a, CALL(&a->r, NULL, "eq.Scalar", "self", T(binop(a, "sub.Tensor", j, i)), "other", INT(&a->r, off)), g->dtype) : NULL;
+  for (int t = 0; t < r; t++) ms[t] = t == d1 ? n1 : t == d2 ? n2 : 1;
+  if (d1 > d2) m = m ? CALL(&a->r, NULL, "t", "self", T(m)) : NULL;
+  Value *mr = m ? CALL(&a->r, NULL, "reshape", "self", T(m), "shape", INTS(&a->r, r, ms)) : NULL;
+  return acc(a, x, mul(a, gt, mr));
+}
+
 /* as_strided: each output element's gradient added at the input element it read (offset + sum i_d
  * stride_d: index vectors from arange, summed by broadcasting), by index_put with accumulate */
 int grad_as_strided(Ad *a, Node *n) {

@@ -1024,6 +1024,130 @@ int decomp_randperm(Rw *r, Node *n) {
   return s && CALL(r, y, "_to_copy", "self", T(s->def->outs[1]), "dtype", DT(y->dtype)) ? 0 : -1;
 }
 
+/* ---- einsum: diagonals, sums and batched products, the operands taken from the left */
+
+typedef struct ETerm { Value *v; int n; int l[GG_MAX_RANK]; } ETerm;
+
+static bool e_has(const ETerm *t, int x) {
+  for (int d = 0; d < t->n; d++) if (t->l[d] == x) return true;
+  return false;
+}
+
+/* t with repeated subscripts taken on their diagonal (which diagonal() puts last) and the
+ * subscripts keep[] does not want summed out */
+static int e_prep(Rw *r, ETerm *t, const bool *keep) {
+  for (bool again = true; again;) {
+    again = false;
+    for (int i = 0; i < t->n && !again; i++)
+      for (int j = i + 1; j < t->n && !again; j++) {
+        if (t->l[i] != t->l[j]) continue;
+        int x = t->l[i], k = 0;
+        if (!(t->v = CALL(r, NULL, "diagonal", "self", T(t->v), "offset", INT(r, 0), "dim1", INT(r, i), "dim2", INT(r, j)))) return -1;
+        for (int d = 0; d < t->n; d++) if (d != i && d != j) t->l[k++] = t->l[d];
+        t->l[k++] = x;
+        t->n = k;
+        again = true;
+      }
+  }
+  int64_t dims[GG_MAX_RANK];
+  int nd = 0, k = 0;
+  for (int d = 0; d < t->n; d++) if (!keep[t->l[d]]) dims[nd++] = d;
+  if (!nd) return 0;
+  if (!(t->v = CALL(r, NULL, "sum.dim_IntList", "self", T(t->v), "dim", INTS(r, nd, dims)))) return -1;
+  for (int d = 0; d < t->n; d++) if (keep[t->l[d]]) t->l[k++] = t->l[d];
+  t->n = k;
+  return 0;
+}
+
+/* t permuted to the subscripts `order` (all of t's), each broadcast to size[], then viewed with the
+ * groups of n0, n1, n2 subscripts merged: [prod, prod, prod] */
+static Value *e_group(Rw *r, const ETerm *t, const int *order, int n0, int n1, int n2, const Expr *const *size) {
+  Arena *a = r->g->ctx->arena;
+  int64_t perm[GG_MAX_RANK];
+  const Expr *ex[GG_MAX_RANK], *g3[3] = {expr_const(a, 1), expr_const(a, 1), expr_const(a, 1)};
+  for (int i = 0; i < t->n; i++) {
+    for (int d = 0; d < t->n; d++) if (t->l[d] == order[i]) perm[i] = d;
+    ex[i] = size[order[i]];
+    int grp = i < n0 ? 0 : i < n0 + n1 ? 1 : 2;
+    g3[grp] = expr_bin(a, E_MUL, g3[grp], ex[i]);
+  }
+  (void)n2;
+  Value *p = CALL(r, NULL, "permute", "self", T(t->v), "dims", INTS(r, t->n, perm));
+  Value *e = p ? CALL(r, NULL, "expand", "self", T(p), "size", EXPRS(r, t->n, ex)) : NULL;
+  return e ? CALL(r, NULL, "reshape", "self", T(e), "shape", EXPRS(r, 3, g3)) : NULL;
+}
+
+int decomp_einsum(Rw *r, Node *n) {
+  Arena *a = r->g->ctx->arena;
+  const Arg *ta = rw_arg(n, "tensors");
+  int ranks[GG_EINSUM_MAX_OPS];
+  for (int k = 0; k < ta->n && k < GG_EINSUM_MAX_OPS; k++) ranks[k] = ta->u.ts[k]->rank;
+  Einsum es;
+  einsum_parse(rw_arg(n, "equation")->u.s, ta->n, ranks, &es);   /* the shape rule accepted it */
+  const Expr *size[GG_MAX_RANK * 4];
+  for (int l = 0; l < es.nletters; l++) size[l] = expr_const(a, 1);
+  for (int k = 0; k < es.nops; k++)
+    for (int d = 0; d < ranks[k]; d++) {
+      int64_t one;
+      if (!(expr_is_const(ta->u.ts[k]->sizes[d], &one) && one == 1)) size[es.letters[k][d]] = ta->u.ts[k]->sizes[d];
+    }
+  bool in_out[GG_MAX_RANK * 4] = {0};
+  for (int i = 0; i < es.nout; i++) in_out[es.out[i]] = true;
+  ETerm acc = {ta->u.ts[0], ranks[0], {0}};
+  memcpy(acc.l, es.letters[0], sizeof(int) * (size_t)ranks[0]);
+  for (int k = 1; k <= es.nops; k++) {
+    /* what is needed after this step: the output's subscripts and the later operands' */
+    bool keep[GG_MAX_RANK * 4];
+    memcpy(keep, in_out, sizeof keep);
+    for (int j = k; j < es.nops; j++) for (int d = 0; d < ranks[j]; d++) keep[es.letters[j][d]] = true;
+    if (k == es.nops) { if (e_prep(r, &acc, keep)) return -1; break; }
+    ETerm b = {ta->u.ts[k], ranks[k], {0}};
+    memcpy(b.l, es.letters[k], sizeof(int) * (size_t)ranks[k]);
+    bool keep_a[GG_MAX_RANK * 4], keep_b[GG_MAX_RANK * 4];
+    memcpy(keep_a, keep, sizeof keep);
+    memcpy(keep_b, keep, sizeof keep);
+    for (int d = 0; d < b.n; d++) keep_a[b.l[d]] = true;
+    for (int d = 0; d < acc.n; d++) keep_b[acc.l[d]] = true;
+    if (e_prep(r, &acc, keep_a) || e_prep(r, &b, keep_b)) return -1;
+    int bat[GG_MAX_RANK], con[GG_MAX_RANK], lef[GG_MAX_RANK], rig[GG_MAX_RANK], nb = 0, nc = 0, nl = 0, nr = 0;
+    for (int d = 0; d < acc.n; d++) {
+      int x = acc.l[d];
+      if (!e_has(&b, x)) lef[nl++] = x;
+      else if (keep[x]) bat[nb++] = x;
+      else con[nc++] = x;
+    }
+    for (int d = 0; d < b.n; d++) if (!e_has(&acc, b.l[d])) rig[nr++] = b.l[d];
+    int oa[GG_MAX_RANK], ob[GG_MAX_RANK], o = 0;
+    for (int i = 0; i < nb; i++) oa[o++] = bat[i];
+    for (int i = 0; i < nl; i++) oa[o++] = lef[i];
+    for (int i = 0; i < nc; i++) oa[o++] = con[i];
+    o = 0;
+    for (int i = 0; i < nb; i++) ob[o++] = bat[i];
+    for (int i = 0; i < nc; i++) ob[o++] = con[i];
+    for (int i = 0; i < nr; i++) ob[o++] = rig[i];
+    Value *A3 = e_group(r, &acc, oa, nb, nl, nc, size), *B3 = A3 ? e_group(r, &b, ob, nb, nc, nr, size) : NULL;
+    Value *y = B3 ? CALL(r, NULL, "bmm", "self", T(A3), "mat2", T(B3)) : NULL;
+    if (!y) return -1;
+    ETerm res = {NULL, nb + nl + nr, {0}};
+    const Expr *rs[GG_MAX_RANK];
+    for (int i = 0; i < res.n; i++) {
+      res.l[i] = i < nb ? bat[i] : i < nb + nl ? lef[i - nb] : rig[i - nb - nl];
+      rs[i] = size[res.l[i]];
+    }
+    if (!(res.v = CALL(r, NULL, "reshape", "self", T(y), "shape", EXPRS(r, res.n, rs)))) return -1;
+    acc = res;
+  }
+  /* the output's order (its subscripts, each a dim of acc now); broadcast where an operand was 1 */
+  int64_t perm[GG_MAX_RANK];
+  const Expr *ex[GG_MAX_RANK];
+  for (int i = 0; i < es.nout; i++) {
+    for (int d = 0; d < acc.n; d++) if (acc.l[d] == es.out[i]) perm[i] = d;
+    ex[i] = size[es.out[i]];
+  }
+  Value *p = CALL(r, NULL, "permute", "self", T(acc.v), "dims", INTS(r, es.nout, perm));
+  return p && CALL(r, n->outs[0], "expand", "self", T(p), "size", EXPRS(r, es.nout, ex)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

@@ -1473,4 +1473,5 @@ DECOMPOSED(emit_cdist)
 DECOMPOSED(emit_grid_sampler)
 DECOMPOSED(emit_embedding_bag)
 DECOMPOSED(emit_randperm)
+DECOMPOSED(emit_einsum)
 

@@ -244,6 +244,17 @@ typedef struct OpDef {
   int outarg;             /* out= variants (atan2.out): the argument written with the result, else -1 */
 } OpDef;
 
+/* einsum's equation: each operand's dims as letter ids (repeated ids: a diagonal), the output's;
+ * "..." becomes ids of their own, aligned from the right across operands (broadcast). shape.c. */
+#define GG_EINSUM_MAX_OPS 8
+typedef struct Einsum {
+  int nops, nout, nletters;
+  int rank[GG_EINSUM_MAX_OPS];
+  int letters[GG_EINSUM_MAX_OPS][GG_MAX_RANK];
+  int out[GG_MAX_RANK];
+} Einsum;
+const char *einsum_parse(const char *eq, int nops, const int *ranks, Einsum *es);   /* NULL, or why not */
+
 int ops_init(Ctx *c);                 /* parse every schema; fails only on a bug in ops.def */
 const OpDef *ops_find(const char *target); /* by full target "torch.ops.aten.add.Tensor" or "add.Tensor" */
 const char *ops_refusal(const char *target);   /* why a Core ATen op is refused on purpose, or NULL */

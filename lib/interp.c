@@ -731,6 +731,49 @@ int eval_embedding_bag(E *e) {
   return 0;
 }
 
+/* einsum: the sum over every subscript not in the output of the operands' product, directly */
+int eval_einsum(E *e) {
+  Interp *I = e->I;
+  RArg *ta = A(e, "tensors");
+  Tensor *out = out0(e);
+  int ranks[GG_EINSUM_MAX_OPS];
+  Tensor *ops[GG_EINSUM_MAX_OPS];
+  for (int k = 0; k < ta->n && k < GG_EINSUM_MAX_OPS; k++) { ops[k] = ta->ts[k]; ranks[k] = ops[k]->rank; }
+  Einsum es;
+  const char *why = einsum_parse(A(e, "equation")->s, ta->n, ranks, &es);
+  if (why) return fail(e, "%s", why);
+  int64_t size[GG_MAX_RANK * 4], idx[GG_MAX_RANK * 4];
+  bool in_out[GG_MAX_RANK * 4] = {0};
+  for (int l = 0; l < es.nletters; l++) size[l] = 1;
+  for (int k = 0; k < es.nops; k++)
+    for (int d = 0; d < ranks[k]; d++) if (ops[k]->sizes[d] != 1) size[es.letters[k][d]] = ops[k]->sizes[d];
+  for (int i = 0; i < es.nout; i++) in_out[es.out[i]] = true;
+  int sum[GG_MAX_RANK * 4], ns = 0;
+  int64_t inner = 1, n = tensor_numel(out);
+  for (int l = 0; l < es.nletters; l++) if (!in_out[l]) { sum[ns++] = l; inner *= size[l]; }
+  double *v[GG_EINSUM_MAX_OPS], *r = arena_array(I->c->arena, (size_t)n + 1, sizeof *r);
+  for (int k = 0; k < es.nops; k++) v[k] = read_f64(I, ops[k]);
+  for (int64_t o = 0; o < n; o++) {
+    int64_t rem = o;
+    for (int i = es.nout - 1; i >= 0; i--) { idx[es.out[i]] = rem % size[es.out[i]]; rem /= size[es.out[i]]; }
+    double acc = 0;
+    for (int64_t q = 0; q < inner; q++) {
+      int64_t rq = q;
+      for (int i = ns - 1; i >= 0; i--) { idx[sum[i]] = rq % size[sum[i]]; rq /= size[sum[i]]; }
+      double p = 1;
+      for (int k = 0; k < es.nops; k++) {
+        int64_t at = 0;
+        for (int d = 0; d < ranks[k]; d++) at = at * ops[k]->sizes[d] + (ops[k]->sizes[d] == 1 ? 0 : idx[es.letters[k][d]]);
+        p *= v[k][at];
+      }
+      acc += p;
+    }
+    r[o] = acc;
+  }
+  write_f64(out, r);
+  return 0;
+}
+
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
   copy_into(out, expand_to(e->I, v, out->rank, out->sizes));

@@ -1049,6 +1049,106 @@ static bool is_empty_1d(const Value *t) {
   return t->rank == 1 && expr_is_const(t->sizes[0], &v) && v == 0;
 }
 
+/* einsum's equation, PyTorch's rules: letters a-z A-Z, at most one "..." per term, an output after
+ * "->" (else "..." then the letters used once, in ASCII order); a letter at most once in the output */
+const char *einsum_parse(const char *eq, int nops, const int *ranks, Einsum *es) {
+  memset(es, 0, sizeof *es);
+  if (nops < 1 || nops > GG_EINSUM_MAX_OPS) return "einsum takes 1 to 8 operands";
+  int id[128], count[128] = {0}, ell = 0, ell_of[GG_EINSUM_MAX_OPS] = {0};
+  for (int i = 0; i < 128; i++) id[i] = -1;
+  const char *arrow = strstr(eq, "->"), *p = eq;
+  /* first pass: the terms' lengths, for the ellipsis widths */
+  for (int k = 0; k < nops; k++) {
+    int nl = 0, dots = 0;
+    for (; *p && *p != ',' && p != arrow; p++) {
+      if (*p == ' ') continue;
+      if (*p == '.') {
+        if (strncmp(p, "...", 3) || dots++) return "a term has a '.' outside one '...'";
+        p += 2;
+        continue;
+      }
+      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) return "subscripts must be letters a-z, A-Z";
+      nl++;
+    }
+    if (dots ? nl > ranks[k] : nl != ranks[k]) return "a term's subscripts do not match its operand's rank";
+    if (dots) { ell_of[k] = ranks[k] - nl; if (ell_of[k] > ell) ell = ell_of[k]; }
+    else ell_of[k] = -1;
+    if (k < nops - 1) { if (*p != ',') return "fewer terms than operands"; p++; }
+  }
+  if (*p && p != arrow) return "more terms than operands";
+  /* ellipsis dims first (ids 0 .. ell-1), then letters in order of appearance */
+  es->nletters = ell;
+  es->nops = nops;
+  p = eq;
+  for (int k = 0; k < nops; k++) {
+    int d = 0;
+    es->rank[k] = ranks[k];
+    for (; *p && *p != ',' && p != arrow; p++) {
+      if (*p == ' ') continue;
+      if (*p == '.') {
+        for (int j = 0; j < ell_of[k]; j++) es->letters[k][d++] = ell - ell_of[k] + j;
+        p += 2;
+        continue;
+      }
+      if (id[(int)*p] < 0) id[(int)*p] = es->nletters++;
+      count[(int)*p]++;
+      es->letters[k][d++] = id[(int)*p];
+    }
+    if (*p == ',') p++;
+  }
+  if (arrow) {
+    bool seen[GG_MAX_RANK * 4] = {0}, dots = false;
+    for (p = arrow + 2; *p; p++) {
+      if (*p == ' ') continue;
+      if (*p == '.') {
+        if (strncmp(p, "...", 3) || dots) return "the output has a '.' outside one '...'";
+        dots = true;
+        for (int j = 0; j < ell; j++) { if (es->nout >= GG_MAX_RANK) return "too many output dims"; es->out[es->nout++] = j; }
+        p += 2;
+        continue;
+      }
+      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || id[(int)*p] < 0) return "an output subscript appears in no input";
+      if (seen[id[(int)*p]]) return "an output subscript appears twice";
+      seen[id[(int)*p]] = true;
+      if (es->nout >= GG_MAX_RANK) return "too many output dims";
+      es->out[es->nout++] = id[(int)*p];
+    }
+    if (ell && !dots) return "the inputs have '...' and the output does not";
+  } else {
+    for (int j = 0; j < ell; j++) es->out[es->nout++] = j;
+    for (int ch = 0; ch < 128; ch++)
+      if (count[ch] == 1) { if (es->nout >= GG_MAX_RANK) return "too many output dims"; es->out[es->nout++] = id[ch]; }
+  }
+  if (es->nletters > GG_MAX_RANK * 4) return "too many subscripts";
+  return NULL;
+}
+
+/* einsum: each letter's size agreed by the operands (ellipsis dims broadcast from 1) */
+int shape_einsum(S *s) {
+  const Arg *a = arg(s, "tensors"), *eq = arg(s, "equation");
+  if (a->k != AK_TENSORS || eq->k != AK_STR) return fail(s, "%s", "einsum needs an equation and a list of tensors");
+  int ranks[GG_EINSUM_MAX_OPS];
+  for (int k = 0; k < a->n && k < GG_EINSUM_MAX_OPS; k++) ranks[k] = a->u.ts[k] ? a->u.ts[k]->rank : 0;
+  Einsum es;
+  const char *why = einsum_parse(eq->u.s, a->n, ranks, &es);
+  if (why) return fail(s, "%s", why);
+  const Expr *size[GG_MAX_RANK * 4] = {0};
+  DType dt = a->u.ts[0]->dtype;
+  for (int k = 0; k < es.nops; k++) {
+    Value *t = a->u.ts[k];
+    if (t->dtype != dt) return fail(s, "%s", "einsum's operands must have one dtype");
+    for (int d = 0; d < t->rank; d++) {
+      int l = es.letters[k][d];
+      if (!size[l] || is_one(size[l])) size[l] = t->sizes[d];
+      else if (!is_one(t->sizes[d]) && !expr_same(s->g, size[l], t->sizes[d])) return fail(s, "%s", "a subscript's dims have different sizes");
+    }
+  }
+  const Expr *sizes[GG_MAX_RANK];
+  for (int i = 0; i < es.nout; i++) sizes[i] = size[es.out[i]];
+  set_out(s, 0, dt, es.nout, sizes);
+  return 0;
+}
+
 int shape_cat(S *s) {
   const Arg *a = arg(s, "tensors");
   if (a->k != AK_TENSORS || a->n == 0) return fail(s, "%s", "needs a non-empty list of tensors");

@@ -524,6 +524,26 @@ def embedding_bag_modes():   # _embedding_bag: sum with per-sample weights, mean
 
 
 @case
+def einsum_forms():   # einsum: products, batched and broadcast (...), traces and diagonals, sums, outer products, implicit outputs, three operands
+    a = torch.randn(3, 4)
+    b = torch.randn(4, 5)
+    q = torch.randn(2, 3, 6, 8)
+    k = torch.randn(2, 3, 7, 8)
+    sq = torch.randn(5, 5)
+    bsq = torch.randn(2, 4, 4, 3)
+    v = torch.randn(6)
+    w = torch.randn(1, 3, 4)
+    c = torch.randn(5, 2)
+    g = Graph("einsum_forms", a=a, b=b, q=q, k=k, sq=sq, bsq=bsq, v=v, w=w, c=c)
+    A, Bv, Q, K, SQ, BSQ, V, W, Cv = (Ref(n) for n in ("a", "b", "q", "k", "sq", "bsq", "v", "w", "c"))
+    for eq, ops in (("ij,jk->ik", [A, Bv]), ("bhid,bhjd->bhij", [Q, K]), ("...id,...jd->...ij", [Q, K]), ("ii->", [SQ]), ("ii->i", [SQ]),
+                    ("biic->bci", [BSQ]), ("ij->ji", [A]), ("ij->", [A]), ("i,j->ij", [V, V]), ("ij,jk", [A, Bv]), ("ij,jk,kl->il", [A, Bv, Cv]),
+                    ("...ij,jk->...ik", [W, Bv]), ("bij,ij->bj", [W, A]), ("ij,ij->i", [A, A]), ("i,i->", [V, V])):
+        g.node("einsum.default", [("equation", eq), ("tensors", ops)], lambda e, ts: torch.einsum(e, *ts))
+    return g
+
+
+@case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
     g = Graph("random_ops", x=x)
