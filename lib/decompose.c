@@ -1084,26 +1084,26 @@ int decomp_einsum(Rw *r, Node *n) {
   for (int k = 0; k < ta->n && k < GG_EINSUM_MAX_OPS; k++) ranks[k] = ta->u.ts[k]->rank;
   Einsum es;
   einsum_parse(rw_arg(n, "equation")->u.s, ta->n, ranks, &es);   /* the shape rule accepted it */
-  const Expr *size[GG_MAX_RANK * 4];
+  const Expr *size[GG_EINSUM_MAX_LETTERS];
   for (int l = 0; l < es.nletters; l++) size[l] = expr_const(a, 1);
   for (int k = 0; k < es.nops; k++)
     for (int d = 0; d < ranks[k]; d++) {
       int64_t one;
       if (!(expr_is_const(ta->u.ts[k]->sizes[d], &one) && one == 1)) size[es.letters[k][d]] = ta->u.ts[k]->sizes[d];
     }
-  bool in_out[GG_MAX_RANK * 4] = {0};
+  bool in_out[GG_EINSUM_MAX_LETTERS] = {0};
   for (int i = 0; i < es.nout; i++) in_out[es.out[i]] = true;
   ETerm acc = {ta->u.ts[0], ranks[0], {0}};
   memcpy(acc.l, es.letters[0], sizeof(int) * (size_t)ranks[0]);
   for (int k = 1; k <= es.nops; k++) {
     /* what is needed after this step: the output's subscripts and the later operands' */
-    bool keep[GG_MAX_RANK * 4];
+    bool keep[GG_EINSUM_MAX_LETTERS];
     memcpy(keep, in_out, sizeof keep);
     for (int j = k; j < es.nops; j++) for (int d = 0; d < ranks[j]; d++) keep[es.letters[j][d]] = true;
     if (k == es.nops) { if (e_prep(r, &acc, keep)) return -1; break; }
     ETerm b = {ta->u.ts[k], ranks[k], {0}};
     memcpy(b.l, es.letters[k], sizeof(int) * (size_t)ranks[k]);
-    bool keep_a[GG_MAX_RANK * 4], keep_b[GG_MAX_RANK * 4];
+    bool keep_a[GG_EINSUM_MAX_LETTERS], keep_b[GG_EINSUM_MAX_LETTERS];
     memcpy(keep_a, keep, sizeof keep);
     memcpy(keep_b, keep, sizeof keep);
     for (int d = 0; d < b.n; d++) keep_a[b.l[d]] = true;

@@ -247,6 +247,7 @@ typedef struct OpDef {
 /* einsum's equation: each operand's dims as letter ids (repeated ids: a diagonal), the output's;
  * "..." becomes ids of their own, aligned from the right across operands (broadcast). shape.c. */
 #define GG_EINSUM_MAX_OPS 8
+#define GG_EINSUM_MAX_LETTERS (52 + GG_MAX_RANK)   /* a-z, A-Z and the dims of one "..." */
 typedef struct Einsum {
   int nops, nout, nletters;
   int rank[GG_EINSUM_MAX_OPS];

@@ -742,15 +742,21 @@ int eval_einsum(E *e) {
   Einsum es;
   const char *why = einsum_parse(A(e, "equation")->s, ta->n, ranks, &es);
   if (why) return fail(e, "%s", why);
-  int64_t size[GG_MAX_RANK * 4], idx[GG_MAX_RANK * 4];
-  bool in_out[GG_MAX_RANK * 4] = {0};
+  int64_t size[GG_EINSUM_MAX_LETTERS], idx[GG_EINSUM_MAX_LETTERS];
+  bool in_out[GG_EINSUM_MAX_LETTERS] = {0};
   for (int l = 0; l < es.nletters; l++) size[l] = 1;
   for (int k = 0; k < es.nops; k++)
     for (int d = 0; d < ranks[k]; d++) if (ops[k]->sizes[d] != 1) size[es.letters[k][d]] = ops[k]->sizes[d];
   for (int i = 0; i < es.nout; i++) in_out[es.out[i]] = true;
-  int sum[GG_MAX_RANK * 4], ns = 0;
+  int sum[GG_EINSUM_MAX_LETTERS], ns = 0;
   int64_t inner = 1, n = tensor_numel(out);
-  for (int l = 0; l < es.nletters; l++) if (!in_out[l]) { sum[ns++] = l; inner *= size[l]; }
+  for (int l = 0; l < es.nletters; l++)
+    if (!in_out[l]) {
+      sum[ns++] = l;
+      if (__builtin_mul_overflow(inner, size[l], &inner) || inner > GG_MAX_ELEMS) return fail(e, "%s", "einsum sums over too many elements for the interpreter");
+    }
+  int64_t work;
+  if (__builtin_mul_overflow(inner, n, &work) || work > ((int64_t)1 << 34)) return fail(e, "%s", "einsum too large for the interpreter (over 2^34 products)");
   double *v[GG_EINSUM_MAX_OPS], *r = arena_array(I->c->arena, (size_t)n + 1, sizeof *r);
   for (int k = 0; k < es.nops; k++) v[k] = read_f64(I, ops[k]);
   for (int64_t o = 0; o < n; o++) {
