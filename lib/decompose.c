@@ -10,6 +10,18 @@
 
 #include "rewrite.h"
 
+/* a op k (a number), a op b: NULL in, NULL out */
+static Value *sc(Rw *r, const char *op, Value *a, double k) { return a ? CALL(r, NULL, op, "self", T(a), "other", FL(k)) : NULL; }
+static Value *tt(Rw *r, const char *op, Value *a, Value *b) { return a && b ? CALL(r, NULL, op, "self", T(a), "other", T(b)) : NULL; }
+
+/* the cubic convolution weights (Keys, A = -0.75): |x| <= 1 and 1 < |x| < 2 */
+static Value *gs_cubic1(Rw *r, Value *x, double A) {   /* ((A + 2) x - (A + 3)) x x + 1 */
+  return sc(r, "add.Tensor", tt(r, "mul.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A + 2), A + 3), x), x), 1);
+}
+static Value *gs_cubic2(Rw *r, Value *x, double A) {   /* ((A x - 5 A) x + 8 A) x - 4 A */
+  return sc(r, "sub.Tensor", tt(r, "mul.Tensor", sc(r, "add.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A), 5 * A), x), 8 * A), x), 4 * A);
+}
+
 /* v viewed with size 1 everywhere but dim `at` of a rank-`rank` shape: per-channel parameters. */
 static Value *per_channel(Rw *r, Value *v, int rank, int at) {
   if (!v) return NULL;
@@ -715,6 +727,129 @@ int decomp_as_strided(Rw *r, Node *n) {
   return flat && rw_node(r, n->outs[0], n->op, args) ? 0 : -1;
 }
 
+/* [C*kh*kw, 1, kh, kw]: tap t of each channel's kh*kw is 1 at kernel position t (eq of two aranges),
+ * the kernel of im2col (a convolution with C groups) and col2im (its transpose) */
+static Value *onehot_taps(Rw *r, int64_t C, const int64_t *k, DType dt) {
+  int64_t K = k[0] * k[1], kc[2] = {K, 1}, kr[2] = {1, K}, w5[5] = {1, K, 1, k[0], k[1]}, we[5] = {C, K, 1, k[0], k[1]}, w4[4] = {C * K, 1, k[0], k[1]};
+  Value *ar = CALL(r, NULL, "arange", "end", INT(r, K), "dtype", DT(DT_I64));
+  Value *col = ar ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kc)) : NULL;
+  Value *row = col ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kr)) : NULL;
+  Value *eye = row ? CALL(r, NULL, "eq.Tensor", "self", T(col), "other", T(row)) : NULL;
+  Value *ef = eye ? CALL(r, NULL, "_to_copy", "self", T(eye), "dtype", DT(dt)) : NULL;
+  Value *e5 = ef ? CALL(r, NULL, "reshape", "self", T(ef), "shape", INTS(r, 5, w5)) : NULL;
+  Value *ex = e5 ? CALL(r, NULL, "expand", "self", T(e5), "size", INTS(r, 5, we)) : NULL;
+  return ex ? CALL(r, NULL, "reshape", "self", T(ex), "shape", INTS(r, 4, w4)) : NULL;
+}
+
+/* im2col (unfold): a convolution with the one-hot kernel (C groups), its [N, C*K, Lh, Lw] output
+ * viewed [N, C*K, L] */
+int decomp_im2col(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "self"), *y = n->outs[0];
+  int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0}, k[3], dl[3], pd[3], st[3], C;
+  pool3(n, "kernel_size", one, k);
+  pool3(n, "dilation", one, dl);
+  pool3(n, "padding", zero, pd);
+  pool3(n, "stride", one, st);
+  expr_is_const(x->sizes[x->rank - 3], &C);
+  Value *x4 = x->rank == 4 ? x : CALL(r, NULL, "unsqueeze", "self", T(x), "dim", INT(r, 0));
+  Value *w = x4 ? onehot_taps(r, C, k, x->dtype) : NULL;
+  Value *c = w ? CALL(r, NULL, "convolution", "input", T(x4), "weight", T(w), "bias", NONE(), "stride", INTS(r, 2, st), "padding", INTS(r, 2, pd),
+                      "dilation", INTS(r, 2, dl), "transposed", BO(false), "output_padding", INTS(r, 2, zero), "groups", INT(r, C)) : NULL;
+  return c && CALL(r, y, "reshape", "self", T(c), "shape", EXPRS(r, y->rank, y->sizes)) ? 0 : -1;
+}
+
+/* _weight_norm: v * (g / ||v||), the 2-norm over every dim but dim (all of them for -1) */
+int decomp_weight_norm(Rw *r, Node *n) {
+  Value *v = rw_targ(n, "v"), *g = rw_targ(n, "g");
+  int64_t d = (int64_t)rw_farg(n, "dim", 0), dims[GG_MAX_RANK];
+  int nd = 0;
+  for (int k = 0; k < v->rank; k++) if (k != d) dims[nd++] = k;
+  Value *nv = CALL(r, NULL, "linalg_vector_norm", "self", T(v), "ord", FL(2), "dim", INTS(r, nd, dims), "keepdim", BO(true));
+  const Expr *gs[GG_MAX_RANK];
+  for (int k = 0; k < v->rank; k++) gs[k] = k == d ? v->sizes[k] : expr_const(r->g->ctx->arena, 1);
+  Value *gr = nv ? CALL(r, NULL, "reshape", "self", T(g), "shape", EXPRS(r, v->rank, gs)) : NULL;
+  if (d < 0 && nv) gr = CALL(r, NULL, "reshape", "self", T(g), "shape", EXPRS(r, v->rank, nv->sizes));
+  Value *f = gr ? CALL(r, NULL, "div.Tensor", "self", T(gr), "other", T(nv)) : NULL;
+  return f && CALL(r, n->outs[0], "mul.Tensor", "self", T(v), "other", T(f)) ? 0 : -1;
+}
+
+/* repeat_interleave.self_int: unsqueeze after dim, expand by repeats, merge the two (flattened first
+ * when dim is None) */
+int decomp_repeat_interleave(Rw *r, Node *n) {
+  Arena *a = r->g->ctx->arena;
+  Value *x = rw_targ(n, "self"), *y = n->outs[0];
+  const Arg *da = rw_arg(n, "dim");
+  int64_t d = 0, rep = (int64_t)rw_farg(n, "repeats", 1), all[1] = {-1};
+  if (!da || da->k != AK_INT) x = CALL(r, NULL, "reshape", "self", T(x), "shape", INTS(r, 1, all));
+  else {
+    expr_is_const(da->u.i, &d);
+    if (d < 0) d += x->rank;
+  }
+  if (!x) return -1;
+  Value *u = CALL(r, NULL, "unsqueeze", "self", T(x), "dim", INT(r, d + 1));
+  const Expr *ex[GG_MAX_RANK + 1];
+  for (int k = 0; k <= x->rank; k++) ex[k] = k <= d ? x->sizes[k] : k == d + 1 ? expr_const(a, rep) : x->sizes[k - 1];
+  Value *e = u ? CALL(r, NULL, "expand", "self", T(u), "size", EXPRS(r, x->rank + 1, ex)) : NULL;
+  Value *c = e ? CALL(r, NULL, "clone", "self", T(e)) : NULL;
+  return c && CALL(r, y, "reshape", "self", T(c), "shape", EXPRS(r, y->rank, y->sizes)) ? 0 : -1;
+}
+
+/* meshgrid: tensor i reshaped to size 1 but at its dim, expanded to the grid */
+int decomp_meshgrid(Rw *r, Node *n) {
+  Arena *a = r->g->ctx->arena;
+  const Arg *ta = rw_arg(n, "tensors"), *ix = rw_arg(n, "indexing");
+  bool xy = ix && ix->k == AK_STR && !strcmp(ix->u.s, "xy") && ta->n >= 2;
+  for (int i = 0; i < ta->n; i++) {
+    Value *y = n->outs[i];
+    int at = xy && i < 2 ? 1 - i : i;
+    const Expr *sz[GG_MAX_RANK];
+    for (int k = 0; k < y->rank; k++) sz[k] = k == at ? y->sizes[k] : expr_const(a, 1);
+    Value *v = CALL(r, NULL, "reshape", "self", T(ta->u.ts[i]), "shape", EXPRS(r, y->rank, sz));
+    if (!v || !CALL(r, y, "expand", "self", T(v), "size", EXPRS(r, y->rank, y->sizes))) return -1;
+  }
+  return 0;
+}
+
+/* bicubic upsampling is separable and linear: out = A_h X A_w^T, each [out, in] matrix the sum over
+ * the 4 taps of a one-hot row (the tap clamped into the input) times its cubic weight (A = -0.75),
+ * source indices as PyTorch's (align_corners, scale factors, no clamping of the source) */
+static Value *cubic_matrix(Rw *r, int64_t in, int64_t out, double sf, bool align, DType dt) {
+  double scale = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0) : sf > 0 ? 1.0 / sf : (double)in / (double)out;
+  Value *o = CALL(r, NULL, "arange", "end", INT(r, out), "dtype", DT(DT_F64));
+  Value *src = align ? sc(r, "mul.Tensor", o, scale) : sc(r, "sub.Tensor", sc(r, "mul.Tensor", sc(r, "add.Tensor", o, 0.5), scale), 0.5);
+  Value *f = src ? CALL(r, NULL, "floor", "self", T(src)) : NULL;
+  Value *t = tt(r, "sub.Tensor", src, f);
+  double A = -0.75;
+  Value *w[4] = {gs_cubic2(r, sc(r, "add.Tensor", t, 1), A), gs_cubic1(r, t, A), gs_cubic1(r, sc(r, "rsub.Scalar", t, 1), A), gs_cubic2(r, sc(r, "rsub.Scalar", t, 2), A)};
+  int64_t col[2] = {out, 1}, row[2] = {1, in};
+  Value *cols = CALL(r, NULL, "reshape", "self", T(CALL(r, NULL, "arange", "end", INT(r, in), "dtype", DT(DT_I64))), "shape", INTS(r, 2, row));
+  Value *m = NULL;
+  for (int k = 0; k < 4; k++) {
+    Value *tap = f ? CALL(r, NULL, "clamp", "self", T(sc(r, "add.Tensor", f, k - 1)), "min", FL(0), "max", FL((double)(in - 1))) : NULL;
+    Value *ti = tap ? CALL(r, NULL, "reshape", "self", T(CALL(r, NULL, "_to_copy", "self", T(tap), "dtype", DT(DT_I64))), "shape", INTS(r, 2, col)) : NULL;
+    Value *oh = ti && cols ? CALL(r, NULL, "_to_copy", "self", T(tt(r, "eq.Tensor", ti, cols)), "dtype", DT(DT_F64)) : NULL;
+    Value *term = oh && w[k] ? tt(r, "mul.Tensor", oh, CALL(r, NULL, "reshape", "self", T(w[k]), "shape", INTS(r, 2, col))) : NULL;
+    m = m ? tt(r, "add.Tensor", m, term) : term;
+  }
+  return m ? CALL(r, NULL, "_to_copy", "self", T(m), "dtype", DT(dt)) : NULL;
+}
+
+int decomp_upsample_bicubic(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "input"), *y = n->outs[0];
+  const Arg *sf = rw_arg(n, "scale_factors");
+  bool align = rw_arg(n, "align_corners")->u.b;
+  int64_t in[2], on[2];
+  for (int i = 0; i < 2; i++)
+    if (!expr_is_const(x->sizes[2 + i], &in[i]) || !expr_is_const(y->sizes[2 + i], &on[i]))
+      return gg_error(r->g->ctx, "%s: node %s: bicubic upsampling needs static sizes", r->g->path, gg_quote(r->g->ctx, n->name));
+  double s[2] = {0, 0};
+  if (sf && sf->k == AK_FLOATS && sf->n == 2) s[0] = sf->u.fs[0], s[1] = sf->u.fs[1];
+  Value *ah = cubic_matrix(r, in[0], on[0], s[0], align, x->dtype), *aw = ah ? cubic_matrix(r, in[1], on[1], s[1], align, x->dtype) : NULL;
+  Value *t = aw ? CALL(r, NULL, "matmul", "self", T(ah), "other", T(x)) : NULL;
+  Value *awt = t ? CALL(r, NULL, "t", "self", T(aw)) : NULL;
+  return awt && CALL(r, y, "matmul", "self", T(t), "other", T(awt)) ? 0 : -1;
+}
+
 /* col2im (fold): a transposed convolution of the columns, viewed [N, C*K, Lh, Lw], with a one-hot
  * kernel (tap t of each channel's K taps to kernel position t; C groups), over the padded output,
  * then cropped to it */
@@ -729,16 +864,9 @@ int decomp_col2im(Rw *r, Node *n) {
   int64_t K = k[0] * k[1], C;
   expr_is_const(y->sizes[y->rank - 3], &C);
   for (int i = 0; i < 2; i++) nb[i] = (os[i] + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
-  int64_t x4[4] = {-1, C * K, nb[0], nb[1]}, kc[2] = {K, 1}, kr[2] = {1, K}, w5[5] = {1, K, 1, k[0], k[1]}, we[5] = {C, K, 1, k[0], k[1]}, w4[4] = {C * K, 1, k[0], k[1]};
+  int64_t x4[4] = {-1, C * K, nb[0], nb[1]};
   Value *xv = CALL(r, NULL, "reshape", "self", T(x), "shape", INTS(r, 4, x4));
-  Value *ar = xv ? CALL(r, NULL, "arange", "end", INT(r, K), "dtype", DT(DT_I64)) : NULL;
-  Value *col = ar ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kc)) : NULL;
-  Value *row = col ? CALL(r, NULL, "reshape", "self", T(ar), "shape", INTS(r, 2, kr)) : NULL;
-  Value *eye = row ? CALL(r, NULL, "eq.Tensor", "self", T(col), "other", T(row)) : NULL;
-  Value *ef = eye ? CALL(r, NULL, "_to_copy", "self", T(eye), "dtype", DT(x->dtype)) : NULL;
-  Value *e5 = ef ? CALL(r, NULL, "reshape", "self", T(ef), "shape", INTS(r, 5, w5)) : NULL;
-  Value *ex = e5 ? CALL(r, NULL, "expand", "self", T(e5), "size", INTS(r, 5, we)) : NULL;
-  Value *w = ex ? CALL(r, NULL, "reshape", "self", T(ex), "shape", INTS(r, 4, w4)) : NULL;
+  Value *w = xv ? onehot_taps(r, C, k, x->dtype) : NULL;
   Value *t = w ? CALL(r, NULL, "convolution", "input", T(xv), "weight", T(w), "bias", NONE(), "stride", INTS(r, 2, st), "padding", INTS(r, 2, zero),
                       "dilation", INTS(r, 2, dl), "transposed", BO(true), "output_padding", INTS(r, 2, zero), "groups", INT(r, C)) : NULL;
   if (!t) return -1;
@@ -823,8 +951,6 @@ int decomp_scatter_reduce(Rw *r, Node *n) {
 
 /* ---- grid_sampler_2d as gathers (interp.c's eval_grid_sampler is the same arithmetic) */
 
-static Value *sc(Rw *r, const char *op, Value *a, double k) { return a ? CALL(r, NULL, op, "self", T(a), "other", FL(k)) : NULL; }
-static Value *tt(Rw *r, const char *op, Value *a, Value *b) { return a && b ? CALL(r, NULL, op, "self", T(a), "other", T(b)) : NULL; }
 
 /* PyTorch's reflect_coordinates: x mirrored into [lo2 / 2, hi2 / 2] */
 static Value *gs_reflect(Rw *r, Value *x, double lo2, double hi2) {
@@ -863,13 +989,6 @@ static Value *gs_tap(Rw *r, Value *flat, Value *tx, Value *ty, int64_t H, int64_
   Value *wm = px ? CALL(r, NULL, "where.self", "condition", T(v), "self", T(w ? w : sc(r, "add.Tensor", sc(r, "mul.Tensor", tx, 0), 1)), "other", FL(0)) : NULL;
   Value *wr = wm ? CALL(r, NULL, "reshape", "self", T(wm), "shape", EXPRS(r, 3, i3)) : NULL;
   return tt(r, "mul.Tensor", px, wr);
-}
-
-static Value *gs_cubic1(Rw *r, Value *x, double A) {   /* ((A + 2) x - (A + 3)) x x + 1 */
-  return sc(r, "add.Tensor", tt(r, "mul.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A + 2), A + 3), x), x), 1);
-}
-static Value *gs_cubic2(Rw *r, Value *x, double A) {   /* ((A x - 5 A) x + 8 A) x - 4 A */
-  return sc(r, "sub.Tensor", tt(r, "mul.Tensor", sc(r, "add.Tensor", tt(r, "mul.Tensor", sc(r, "sub.Tensor", sc(r, "mul.Tensor", x, A), 5 * A), x), 8 * A), x), 4 * A);
 }
 
 int decomp_grid_sampler(Rw *r, Node *n) {
@@ -1146,6 +1265,14 @@ int decomp_einsum(Rw *r, Node *n) {
   }
   Value *p = CALL(r, NULL, "permute", "self", T(acc.v), "dims", INTS(r, es.nout, perm));
   return p && CALL(r, n->outs[0], "expand", "self", T(p), "size", EXPRS(r, es.nout, ex)) ? 0 : -1;
+}
+
+/* addcmul, addcdiv: self + value * (tensor1 op tensor2), as ops with derivative rules (one fused kernel) */
+int decomp_addc(Rw *r, Node *n) {
+  bool div = !strcmp(n->op->name, "addcdiv");
+  Value *t = CALL(r, NULL, div ? "div.Tensor" : "mul.Tensor", "self", T(rw_targ(n, "tensor1")), "other", T(rw_targ(n, "tensor2")));
+  Value *s = t ? CALL(r, NULL, "mul.Tensor", "self", T(t), "other", *rw_arg(n, "value")) : NULL;
+  return s && CALL(r, n->outs[0], "add.Tensor", "self", T(rw_targ(n, "self")), "other", T(s)) ? 0 : -1;
 }
 
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */

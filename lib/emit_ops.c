@@ -1474,4 +1474,5 @@ DECOMPOSED(emit_grid_sampler)
 DECOMPOSED(emit_embedding_bag)
 DECOMPOSED(emit_randperm)
 DECOMPOSED(emit_einsum)
+DECOMPOSED(emit_im2col)
 

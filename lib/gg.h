@@ -488,6 +488,7 @@ typedef struct ShapeCtx {
   struct { DType dtype; int rank; const Expr *sizes[GG_MAX_RANK]; bool is_sym; const Expr *sym; } out[64];
 } ShapeCtx;
 int shape_infer(Graph *g, Node *n, ShapeCtx *sc); /* runs n->op->shape */
+int shape_alias(ShapeCtx *sc);   /* the shape column of aliases the loader rewrites (load.c) */
 bool loss_is_elementwise(const char *name);       /* mse, l1, smooth l1, huber, binary cross entropy */
 
 /* ---------------------------------------------------------------- reference interpreter (interp.c) */

@@ -402,6 +402,8 @@ int eval_dropout(E *e) {
 int eval_div_mode(E *e) { return pointwise(e, out0(e)); }
 
 static void copy_elem(Tensor *dst, int64_t di, const Tensor *src, int64_t si);
+static void unravel(int64_t i, int rank, const int64_t *sizes, int64_t *idx);
+static int64_t ravel(int rank, const int64_t *sizes, const int64_t *idx);
 
 int eval_masked_scatter(E *e) {
   Tensor *x = T(e, "self"), *out = out0(e), *src = T(e, "source");
@@ -779,6 +781,89 @@ int eval_einsum(E *e) {
   write_f64(out, r);
   return 0;
 }
+
+/* _weight_norm: v * g / ||v||, the norm over every dim but dim (every dim when dim is -1) */
+int eval_weight_norm(E *e) {
+  Interp *I = e->I;
+  Tensor *v = T(e, "v"), *g = T(e, "g"), *out = out0(e);
+  int64_t d = I64(e, "dim", 0), n = tensor_numel(v), outer = 1, len = d < 0 ? 1 : v->sizes[d], inner = 1;
+  for (int k = 0; d >= 0 && k < d; k++) outer *= v->sizes[k];
+  for (int k = d < 0 ? 0 : (int)d + 1; k < v->rank; k++) inner *= v->sizes[k];
+  if (d < 0) outer = 1, inner = n;
+  double *vv = read_f64(I, v), *gv = read_f64(I, g), *r = arena_array(I->c->arena, (size_t)n + 1, sizeof *r);
+  if (tensor_numel(g) != len) return fail(e, "%s", "g must have one value per slice of v along dim");
+  for (int64_t j = 0; j < len; j++) {
+    double s = 0;
+    for (int64_t a = 0; a < outer; a++) for (int64_t b = 0; b < inner; b++) { double x = vv[(a * len + j) * inner + b]; s += x * x; }
+    double f = gv[j] / sqrt(s);
+    for (int64_t a = 0; a < outer; a++) for (int64_t b = 0; b < inner; b++) r[(a * len + j) * inner + b] = vv[(a * len + j) * inner + b] * f;
+  }
+  write_f64(out, r);
+  return 0;
+}
+
+/* repeat_interleave.self_int: element i of dim repeated `repeats` times in place */
+int eval_repeat_interleave(E *e) {
+  Tensor *x = T(e, "self"), *out = out0(e);
+  int64_t r = I64(e, "repeats", 1), n = tensor_numel(out), idx[GG_MAX_RANK];
+  RArg *da = A(e, "dim");
+  bool flat = !da || da->k != AK_INT;
+  int d = 0;
+  if (!flat && wrap_dim(e, da->i, x->rank, &d)) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t si;
+    if (flat) si = i / r;
+    else {
+      unravel(i, out->rank, out->sizes, idx);
+      idx[d] /= r;
+      si = ravel(x->rank, x->sizes, idx);
+    }
+    copy_elem(out, i, x, si);
+  }
+  return 0;
+}
+
+/* meshgrid: output i holds tensor i's element at its own dim's index */
+int eval_meshgrid(E *e) {
+  RArg *ta = A(e, "tensors"), *ix = A(e, "indexing");
+  bool xy = ix && ix->k == AK_STR && !strcmp(ix->s, "xy") && ta->n >= 2;
+  int64_t idx[GG_MAX_RANK];
+  for (int i = 0; i < ta->n; i++) {
+    Tensor *out = e->outs[i];
+    int at = xy && i < 2 ? 1 - i : i;
+    for (int64_t k = 0; k < tensor_numel(out); k++) {
+      unravel(k, out->rank, out->sizes, idx);
+      copy_elem(out, k, ta->ts[i], ta->ts[i]->rank ? idx[at] : 0);
+    }
+  }
+  return 0;
+}
+
+/* im2col: column (c, a, b) of block (bh, bw) is the input at the tap, 0 in the padding */
+int eval_im2col(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "self"), *out = out0(e);
+  RArg *ka = A(e, "kernel_size"), *da = A(e, "dilation"), *pa = A(e, "padding"), *sa = A(e, "stride");
+  int64_t k[2], dl[2], pd[2], st[2], nb[2];
+  for (int i = 0; i < 2; i++)
+    k[i] = ka->is[ka->n == 1 ? 0 : i], dl[i] = da->is[da->n == 1 ? 0 : i], pd[i] = pa->is[pa->n == 1 ? 0 : i], st[i] = sa->is[sa->n == 1 ? 0 : i];
+  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], C = x->sizes[x->rank - 3], N = x->rank == 4 ? x->sizes[0] : 1;
+  for (int i = 0; i < 2; i++) nb[i] = ((i ? W : H) + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
+  double *xv = read_f64(I, x), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t a = 0; a < k[0]; a++)
+        for (int64_t b = 0; b < k[1]; b++)
+          for (int64_t bh = 0; bh < nb[0]; bh++)
+            for (int64_t bw = 0; bw < nb[1]; bw++) {
+              int64_t h = bh * st[0] - pd[0] + a * dl[0], w = bw * st[1] - pd[1] + b * dl[1];
+              r[((n * C + c) * k[0] * k[1] + a * k[1] + b) * nb[0] * nb[1] + bh * nb[1] + bw] = h < 0 || h >= H || w < 0 || w >= W ? 0 : xv[((n * C + c) * H + h) * W + w];
+            }
+  write_f64(out, r);
+  return 0;
+}
+
+int eval_alias(E *e) { return fail(e, "%s", "an alias the loader should have rewritten (internal error)"); }
 
 int eval_fill_tensor(E *e) {
   Tensor *out = out0(e), *v = T(e, "value");
@@ -1306,6 +1391,20 @@ static double linear_src(int64_t o, int64_t in, int64_t out, double scale_factor
   return s < 0 ? 0 : s;
 }
 
+/* bicubic: PyTorch's source index without clamping, taps clamped into the input, A = -0.75 */
+static double cubic_src(int64_t o, int64_t in, int64_t out, double scale_factor, bool align) {
+  if (align) return out > 1 ? (double)o * (double)(in - 1) / (double)(out - 1) : 0;
+  double scale = scale_factor > 0 ? 1.0 / scale_factor : (double)in / (double)out;
+  return scale * ((double)o + 0.5) - 0.5;
+}
+static void cubic_coeffs(double t, double *c) {
+  double A = -0.75;
+  c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+  c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+  c[2] = ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1;
+  c[3] = ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A;
+}
+
 int eval_upsample(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "input") ? T(e, "input") : T(e, "self"), *out = out0(e);
@@ -1321,7 +1420,23 @@ int eval_upsample(E *e) {
       for (int64_t ow = 0; ow < OW; ow++) {
         const double *xp = xv + p * H * W;
         double v;
-        if (!bilinear) v = xp[nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
+        if (strstr(e->n->op->name, "bicubic")) {
+          double sh = cubic_src(oh, H, OH, sc[0], align), sw = cubic_src(ow, W, OW, sc[1], align), ch[4], cw[4];
+          double fh = floor(sh), fw = floor(sw);
+          cubic_coeffs(sh - fh, ch);
+          cubic_coeffs(sw - fw, cw);
+          v = 0;
+          for (int a = 0; a < 4; a++) {
+            double row = 0, hh = fh - 1 + a;
+            int64_t h = hh < 0 ? 0 : hh > (double)(H - 1) ? H - 1 : (int64_t)hh;
+            for (int b = 0; b < 4; b++) {
+              double ww = fw - 1 + b;
+              int64_t w = ww < 0 ? 0 : ww > (double)(W - 1) ? W - 1 : (int64_t)ww;
+              row += cw[b] * xp[h * W + w];
+            }
+            v += ch[a] * row;
+          }
+        } else if (!bilinear) v = xp[nearest_src(oh, H, OH, sc[0]) * W + nearest_src(ow, W, OW, sc[1])];
         else {
           double sh = linear_src(oh, H, OH, sc[0], align), sw = linear_src(ow, W, OW, sc[1], align);
           int64_t h0 = gg_f64_to_i64(sh), w0 = gg_f64_to_i64(sw), h1 = h0 + (h0 < H - 1), w1 = w0 + (w0 < W - 1);

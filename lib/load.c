@@ -485,6 +485,63 @@ static const char *meta_str(L *l, const cJSON *node, const char *key) {
   return s ? arena_strdup(l->c->arena, s) : NULL;
 }
 
+/* Aliases read as the op they name (the node keeps its target for messages): multiply is mul,
+ * swapaxes and swapdims transpose.int, broadcast_to expand, numpy_T a permute reversing the dims,
+ * reshape_as a reshape to the other tensor's sizes, convNd.padding ('valid', 'same') convNd */
+static int canonical_op(L *l, Node *n) {
+  const char *nm = n->op->name;
+  Arena *a = l->c->arena;
+  Arg *args = arena_array(a, 8, sizeof *args);
+  const OpDef *to = NULL;
+  if (!strncmp(nm, "conv", 4) && strstr(nm, ".padding") && n->args[1].k == AK_TENSOR && n->args[4].k == AK_STR) {
+    /* padding 'valid' is 0; 'same' is dilation * (kernel - 1) / 2 on each side, which must be even */
+    Value *w = n->args[1].u.t;
+    int nsp = n->op->args[3].fixed_len;
+    bool same = !strcmp(n->args[4].u.s, "same");
+    if (!same && strcmp(n->args[4].u.s, "valid")) return gg_error(l->c, "%s: node %s: padding must be 'valid' or 'same'", l->file, gg_quote(l->c, n->name));
+    if (w->rank != nsp + 2) return gg_error(l->c, "%s: node %s: the weight's rank does not fit %s", l->file, gg_quote(l->c, n->name), nm);
+    memcpy(args, n->args, sizeof *args * 7);
+    args[4] = (Arg){.k = AK_INTS, .n = nsp, .u.is = arena_array(a, (size_t)nsp + 1, sizeof(Expr *))};
+    for (int i = 0; i < nsp; i++) {
+      int64_t k = 1, d = 1;
+      const Arg *dl = &n->args[5];
+      if (same && (!expr_is_const(w->sizes[2 + i], &k) || !expr_is_const(dl->u.is[dl->n == 1 ? 0 : i], &d) || k < 1 || d < 1 || d > INT32_MAX || k > INT32_MAX))
+        return gg_error(l->c, "%s: node %s: padding='same' needs static kernel sizes and dilations", l->file, gg_quote(l->c, n->name));
+      if (same && (d * (k - 1)) % 2)
+        return gg_error(l->c, "%s: node %s: padding='same' with an even kernel pads one side more, which is not supported: pad explicitly (F.pad) before a 'valid' convolution", l->file, gg_quote(l->c, n->name));
+      args[4].u.is[i] = expr_const(a, same ? d * (k - 1) / 2 : 0);
+    }
+    to = ops_find(nsp == 1 ? "conv1d" : nsp == 2 ? "conv2d" : "conv3d");
+  }
+  if (!strncmp(nm, "multiply.", 9)) {
+    to = ops_find(!strcmp(nm, "multiply.Tensor") ? "mul.Tensor" : "mul.Scalar");
+    memcpy(args, n->args, sizeof *args * 2);
+  } else if (!strcmp(nm, "swapaxes") || !strcmp(nm, "swapdims")) {
+    to = ops_find("transpose.int");
+    memcpy(args, n->args, sizeof *args * 3);
+  } else if (!strcmp(nm, "broadcast_to")) {
+    to = ops_find("expand");
+    memcpy(args, n->args, sizeof *args * 2);
+    args[2] = (Arg){.k = AK_BOOL, .u.b = false};
+  } else if (!strcmp(nm, "numpy_T") && n->args[0].k == AK_TENSOR) {
+    Value *x = n->args[0].u.t;
+    to = ops_find("permute");
+    args[0] = n->args[0];
+    args[1] = (Arg){.k = AK_INTS, .n = x->rank, .u.is = arena_array(a, (size_t)x->rank + 1, sizeof(Expr *))};
+    for (int d = 0; d < x->rank; d++) args[1].u.is[d] = expr_const(a, x->rank - 1 - d);
+  } else if (!strcmp(nm, "reshape_as") && n->args[1].k == AK_TENSOR) {
+    Value *o = n->args[1].u.t;
+    to = ops_find("reshape");
+    args[0] = n->args[0];
+    args[1] = (Arg){.k = AK_INTS, .n = o->rank, .u.is = arena_array(a, (size_t)o->rank + 1, sizeof(Expr *))};
+    for (int d = 0; d < o->rank; d++) args[1].u.is[d] = o->sizes[d];
+  }
+  if (!to) return 0;
+  n->op = to;
+  n->args = args;
+  return 0;
+}
+
 static int declare_outputs(L *l, const NodeDesc *nd, const cJSON *outs, Node *n) {
   Value *vs[256];
   int nv = 0;
@@ -620,6 +677,7 @@ static int load_node(L *l, const cJSON *jn) {
       else if (op->args[i].optional) n->args[i].k = AK_NONE;
       else return gg_error(l->c, "%s: node %s (%s): missing argument %s", l->file, gg_quote(l->c, nd.name), gg_quote(l->c, nd.target), gg_quote(l->c, op->args[i].name));
     }
+    if (op->shape == shape_alias && canonical_op(l, n)) return -1;
   } else {
     /* unsupported: its tensor inputs must still be defined, so the graph stays well formed */
     for (const cJSON *e = ins ? ins->child : NULL; e; e = e->next) {

@@ -143,6 +143,8 @@ GG_FN(f_ge) { return x[0] >= x[1]; }
 GG_FN(f_land) { return x[0] != 0 && x[1] != 0; }
 GG_FN(f_lor) { return x[0] != 0 || x[1] != 0; }
 GG_FN(f_where) { return x[0] != 0 ? x[1] : x[2]; }
+GG_FN(f_addcmul) { return x[0] + x[3] * (x[1] * x[2]); }
+GG_FN(f_addcdiv) { return x[0] + x[3] * (x[1] / x[2]); }
 GG_FN(f_masked_fill) { return x[1] != 0 ? x[2] : x[0]; }
 
 /* Integer versions use unsigned arithmetic where C would overflow: PyTorch wraps around. */
@@ -163,6 +165,7 @@ GG_SCALAR int64_t i_add(const int64_t *x) { return WRAP((uint64_t)x[0] + (uint64
 GG_SCALAR int64_t i_sub(const int64_t *x) { return WRAP((uint64_t)x[0] - (uint64_t)x[2] * (uint64_t)x[1]); }
 GG_SCALAR int64_t i_rsub(const int64_t *x) { return WRAP((uint64_t)x[1] - (uint64_t)x[2] * (uint64_t)x[0]); }
 GG_SCALAR int64_t i_mul(const int64_t *x) { return WRAP((uint64_t)x[0] * (uint64_t)x[1]); }
+GG_SCALAR int64_t i_addcmul(const int64_t *x) { return WRAP((uint64_t)x[0] + (uint64_t)x[3] * ((uint64_t)x[1] * (uint64_t)x[2])); }
 GG_SCALAR int64_t i_floordiv(const int64_t *x) {
   if (x[1] == 0) return 0;      /* PyTorch raises; an oracle must not trap */
   if (x[0] == INT64_MIN && x[1] == -1) return INT64_MIN;

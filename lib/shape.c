@@ -521,7 +521,8 @@ int shape_adaptive_pool(S *s) {
 
 int shape_upsample(S *s) {
   Value *x = tensor(s, "input") ? tensor(s, "input") : tensor(s, "self");
-  if (x->rank != 4) return fail(s, "%s", "upsample_nearest2d needs a rank-4 input");
+  if (x->rank != 4) return fail(s, "%s", "2-d upsampling needs a rank-4 input");
+  if (strstr(s->n->op->name, "bicubic") && !dtype_is_float(x->dtype)) return fail(s, "%s", "bicubic upsampling needs a float input");
   const Arg *os = arg(s, "output_size"), *sf = arg(s, "scale_factors");
   const Expr *sizes[4] = {x->sizes[0], x->sizes[1], NULL, NULL};
   if (os && os->k == AK_INTS && os->n == 2) { sizes[2] = os->u.is[0]; sizes[3] = os->u.is[1]; }
@@ -1148,6 +1149,79 @@ int shape_einsum(S *s) {
   set_out(s, 0, dt, es.nout, sizes);
   return 0;
 }
+
+/* _weight_norm(v, g, dim): v's shape */
+int shape_weight_norm(S *s) {
+  Value *v = tensor(s, "v"), *g = tensor(s, "g");
+  int64_t d;
+  if (int_arg(s, "dim", &d)) return -1;
+  if (!dtype_is_float(v->dtype) || g->dtype != v->dtype || d < -1 || d >= v->rank) return fail(s, "%s", "_weight_norm needs float v and g of one dtype and a dim of v (or -1)");
+  like(s, 0, v, v->dtype);
+  return 0;
+}
+
+/* repeat_interleave.self_int: each element repeated along dim (flattened when dim is None) */
+int shape_repeat_interleave(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t r, d;
+  if (int_arg(s, "repeats", &r)) return -1;
+  if (r < 0 || r > GG_MAX_ELEMS) return fail(s, "%s", "repeats must be >= 0");
+  const Expr *sizes[GG_MAX_RANK];
+  if (is_none(s, "dim")) {
+    const Expr *n = C(s, r);
+    for (int k = 0; k < x->rank; k++) n = MUL(s, n, x->sizes[k]);
+    set_out(s, 0, x->dtype, 1, &n);
+    return 0;
+  }
+  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
+  sizes[d] = MUL(s, sizes[d], C(s, r));
+  set_out(s, 0, x->dtype, x->rank, sizes);
+  return 0;
+}
+
+/* meshgrid: n 0-d or 1-d tensors -> n tensors of their sizes together ('xy': the first two swapped) */
+int shape_meshgrid(S *s) {
+  const Arg *a = arg(s, "tensors"), *ix = arg(s, "indexing");
+  bool xy = ix && ix->k == AK_STR && !strcmp(ix->u.s, "xy");
+  if (ix && ix->k == AK_STR && !xy && strcmp(ix->u.s, "ij")) return fail(s, "%s", "indexing must be 'ij' or 'xy'");
+  if (a->k != AK_TENSORS || a->n < 1 || a->n > GG_MAX_RANK || a->n != s->n->nouts) return fail(s, "%s", "meshgrid needs 1 to 16 tensors, one output each");
+  const Expr *sizes[GG_MAX_RANK];
+  for (int i = 0; i < a->n; i++) {
+    Value *t = a->u.ts[i];
+    if (!t || t->rank > 1 || t->dtype != a->u.ts[0]->dtype) return fail(s, "%s", "meshgrid's tensors must be 0-d or 1-d, of one dtype");
+    sizes[i] = t->rank ? t->sizes[0] : C(s, 1);
+  }
+  if (xy && a->n >= 2) { const Expr *t = sizes[0]; sizes[0] = sizes[1]; sizes[1] = t; }
+  for (int i = 0; i < a->n; i++) set_out(s, i, a->u.ts[0]->dtype, a->n, sizes);
+  return 0;
+}
+
+/* im2col (unfold): [N,] C, H, W -> [N,] C*kh*kw, L, L the count of sliding blocks */
+int shape_im2col(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t k[2], dl[2], pd[2], st[2], L = 1, Cn, H;
+  if (spatial_list(s, "kernel_size", 2, k) || spatial_list(s, "dilation", 2, dl) || spatial_list(s, "padding", 2, pd) || spatial_list(s, "stride", 2, st)) return -1;
+  if (x->rank != 3 && x->rank != 4) return fail(s, "%s", "im2col needs a [N,] C, H, W input");
+  for (int i = 0; i < 2; i++) {
+    if (k[i] < 1 || dl[i] < 1 || st[i] < 1 || pd[i] < 0) return fail(s, "%s", "kernel, dilation and stride must be positive, padding >= 0");
+    if (!expr_is_const(x->sizes[x->rank - 2 + i], &H)) return fail(s, "%s", "im2col needs static spatial sizes");
+    int64_t n = H + 2 * pd[i] - dl[i] * (k[i] - 1) - 1;
+    if (n < 0) return fail(s, "%s", "the kernel does not fit the padded input");
+    L *= n / st[i] + 1;
+  }
+  if (!expr_is_const(x->sizes[x->rank - 3], &Cn)) return fail(s, "%s", "im2col needs a static channel count");
+  const Expr *sizes[3];
+  int r = 0;
+  if (x->rank == 4) sizes[r++] = x->sizes[0];
+  sizes[r++] = C(s, Cn * k[0] * k[1]);
+  sizes[r++] = C(s, L);
+  set_out(s, 0, x->dtype, r, sizes);
+  return 0;
+}
+
+/* Ops the loader reads as others (load.c's canonical_op): never reach a shape rule */
+int shape_alias(S *s) { return fail(s, "%s", "an alias the loader should have rewritten (internal error)"); }
 
 int shape_cat(S *s) {
   const Arg *a = arg(s, "tensors");

@@ -544,6 +544,50 @@ def einsum_forms():   # einsum: products, batched and broadcast (...), traces an
 
 
 @case
+def zoo_ops():   # ops the model zoo met: aliases (multiply, swapaxes, numpy_T, reshape_as, broadcast_to, grid_sampler), in-place forms, addcmul/addcdiv,
+    # _weight_norm, conv2d with padding='same'/'valid', repeat_interleave, meshgrid, im2col, bicubic upsampling
+    x = torch.randn(2, 3, 5, 6)
+    y = torch.randn(2, 3, 5, 6)
+    z = torch.rand(2, 3, 5, 6) + 0.5
+    v = torch.randn(8, 3, 3, 3)
+    gw = torch.rand(8, 1, 1, 1) + 0.5
+    wv = torch.randn(4, 6, 5)
+    wg = torch.rand(1, 1, 5) + 0.5
+    a = torch.arange(4.0)
+    b = torch.arange(3.0) * 2
+    m = torch.rand(5, 6) > 0.5
+    grid = torch.rand(2, 4, 3, 2) * 2 - 1
+    g = Graph("zoo_ops", x=x, y=y, z=z, v=v, gw=gw, wv=wv, wg=wg, a=a, b=b, m=m, grid=grid)
+    X, Y, Z, V, GW, WV, WG, A, Bv, M, GR = (Ref(n) for n in ("x", "y", "z", "v", "gw", "wv", "wg", "a", "b", "m", "grid"))
+    g.node("multiply.Tensor", [("self", X), ("other", Y)], torch.mul)
+    g.node("swapaxes.default", [("self", X), ("axis0", 1), ("axis1", 3)], torch.swapaxes)
+    g.node("numpy_T.default", [("self", X)], lambda t: t.permute(3, 2, 1, 0))
+    g.node("reshape_as.default", [("self", Y), ("other", Z)], lambda t, o: t.reshape_as(o))
+    g.node("broadcast_to.default", [("self", A), ("size", [3, 4])], torch.broadcast_to)
+    c1 = g.node("clone.default", [("self", X)], torch.clone, out=False)
+    g.node("leaky_relu_.default", [("self", c1), ("negative_slope", 0.2)], torch.ops.aten.leaky_relu_)
+    c2 = g.node("clone.default", [("self", Y)], torch.clone, out=False)
+    g.node("masked_fill_.Scalar", [("self", c2), ("mask", M), ("value", -3.5)], torch.ops.aten.masked_fill_)
+    g.node("addcmul.default", [("self", X), ("tensor1", Y), ("tensor2", Z), ("value", 0.5)], lambda s, t1, t2, v: torch.addcmul(s, t1, t2, value=v))
+    g.node("addcdiv.default", [("self", X), ("tensor1", Y), ("tensor2", Z), ("value", -2.0)], lambda s, t1, t2, v: torch.addcdiv(s, t1, t2, value=v))
+    g.node("_weight_norm.default", [("v", V), ("g", GW), ("dim", 0)], torch._weight_norm)
+    g.node("_weight_norm.default", [("v", WV), ("g", WG), ("dim", 2)], torch._weight_norm)
+    g.node("conv2d.padding", [("input", X), ("weight", V), ("bias", None), ("stride", [1, 1]), ("padding", "same"), ("dilation", [1, 1]), ("groups", 1)],
+           lambda i, w, b, s, p, d, gr: torch.conv2d(i, w, b, s, p, d, gr))
+    g.node("conv2d.padding", [("input", X), ("weight", V), ("bias", None), ("stride", [1, 2]), ("padding", "valid"), ("dilation", [1, 1]), ("groups", 1)],
+           lambda i, w, b, s, p, d, gr: torch.conv2d(i, w, b, s, p, d, gr))
+    g.node("repeat_interleave.self_int", [("self", X), ("repeats", 3), ("dim", 1)], lambda t, r, d: torch.repeat_interleave(t, r, d))
+    g.node("repeat_interleave.self_int", [("self", A), ("repeats", 2), ("dim", None)], lambda t, r, d: torch.repeat_interleave(t, r, d))
+    g.multi("meshgrid.indexing", [("tensors", [A, Bv]), ("indexing", "ij")], lambda ts, i: tuple(torch.meshgrid(*ts, indexing=i)), 2, [0, 1])
+    g.multi("meshgrid.indexing", [("tensors", [A, Bv]), ("indexing", "xy")], lambda ts, i: tuple(torch.meshgrid(*ts, indexing=i)), 2, [0, 1])
+    g.node("grid_sampler.default", [("input", X), ("grid", GR), ("interpolation_mode", 0), ("padding_mode", 0), ("align_corners", False)], torch.ops.aten.grid_sampler)
+    g.node("im2col.default", [("self", X), ("kernel_size", [2, 3]), ("dilation", [1, 1]), ("padding", [1, 0]), ("stride", [2, 1])], torch.ops.aten.im2col)
+    for al, osz, sf in ((False, [9, 13], None), (True, [7, 4], None), (False, None, [1.5, 2.0])):
+        g.node("upsample_bicubic2d.vec", [("input", X), ("output_size", osz), ("align_corners", al), ("scale_factors", sf)], torch.ops.aten.upsample_bicubic2d)
+    return g
+
+
+@case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
     g = Graph("random_ops", x=x)
