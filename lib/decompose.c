@@ -850,6 +850,67 @@ int decomp_upsample_bicubic(Rw *r, Node *n) {
   return awt && CALL(r, y, "matmul", "self", T(t), "other", T(awt)) ? 0 : -1;
 }
 
+/* lstm.input, unrolled over the (static) sequence: per layer and direction, W_ih x + b_ih + b_hh
+ * for every step at once (one linear), then per step the hidden state's linear, the four gates as
+ * slices, c = sigmoid(f) c + sigmoid(i) tanh(g), h = sigmoid(o) tanh(c); the steps stacked, the
+ * directions concatenated */
+int decomp_lstm(Rw *r, Node *n) {
+  Arena *a = r->g->ctx->arena;
+  Value *x = rw_targ(n, "input");
+  const Arg *hx = rw_arg(n, "hx"), *pa = rw_arg(n, "params");
+  int64_t L = (int64_t)rw_farg(n, "num_layers", 1), Tn, H;
+  bool bias = rw_arg(n, "has_biases")->u.b, bi = rw_arg(n, "bidirectional")->u.b, bf = rw_arg(n, "batch_first")->u.b, unb = x->rank == 2;
+  int D = bi ? 2 : 1, per = bias ? 4 : 2;
+  Value *h0 = hx->u.ts[0], *c0 = hx->u.ts[1];
+  if (!expr_is_const(x->sizes[unb || !bf ? 0 : 1], &Tn) || !expr_is_const(h0->sizes[h0->rank - 1], &H) || Tn > 4096)
+    return gg_error(r->g->ctx, "%s: node %s: lstm needs a static sequence length (at most 4096) and hidden size", r->g->path, gg_quote(r->g->ctx, n->name));
+  Value *in = unb ? CALL(r, NULL, "unsqueeze", "self", T(x), "dim", INT(r, 1)) : bf ? CALL(r, NULL, "transpose.int", "self", T(x), "dim0", INT(r, 0), "dim1", INT(r, 1)) : x;
+  if (unb && in) h0 = CALL(r, NULL, "unsqueeze", "self", T(h0), "dim", INT(r, 1)), c0 = CALL(r, NULL, "unsqueeze", "self", T(c0), "dim", INT(r, 1));
+  if (!in || !h0 || !c0) return -1;
+  Arg hl = {.k = AK_TENSORS, .n = (int)(L * D)}, cl = hl;
+  hl.u.ts = arena_array(a, (size_t)(L * D) + 1, sizeof *hl.u.ts);
+  cl.u.ts = arena_array(a, (size_t)(L * D) + 1, sizeof *cl.u.ts);
+  for (int64_t l = 0; l < L; l++) {
+    Arg dirs = {.k = AK_TENSORS, .n = D};
+    dirs.u.ts = arena_array(a, 3, sizeof *dirs.u.ts);
+    for (int d = 0; d < D; d++) {
+      const int pi = (int)((l * D + d) * per);
+      Value *wih = pa->u.ts[pi], *whh = pa->u.ts[pi + 1];
+      Value *pre = CALL(r, NULL, "linear", "input", T(in), "weight", T(wih), "bias", bias ? T(pa->u.ts[pi + 2]) : NONE());
+      if (pre && bias) pre = CALL(r, NULL, "add.Tensor", "self", T(pre), "other", T(pa->u.ts[pi + 3]));
+      Value *h = pre ? CALL(r, NULL, "select.int", "self", T(h0), "dim", INT(r, 0), "index", INT(r, l * D + d)) : NULL;
+      Value *c = h ? CALL(r, NULL, "select.int", "self", T(c0), "dim", INT(r, 0), "index", INT(r, l * D + d)) : NULL;
+      Arg steps = {.k = AK_TENSORS, .n = (int)Tn};
+      steps.u.ts = arena_array(a, (size_t)Tn + 1, sizeof *steps.u.ts);
+      for (int64_t s = 0; s < Tn && c; s++) {
+        int64_t t = d ? Tn - 1 - s : s;
+        Value *xt = CALL(r, NULL, "select.int", "self", T(pre), "dim", INT(r, 0), "index", INT(r, t));
+        Value *hh = xt ? CALL(r, NULL, "linear", "input", T(h), "weight", T(whh), "bias", NONE()) : NULL;
+        Value *gt = tt(r, "add.Tensor", xt, hh), *q[4];
+        for (int k = 0; k < 4; k++) {
+          q[k] = gt ? CALL(r, NULL, "slice.Tensor", "self", T(gt), "dim", INT(r, -1), "start", INT(r, k * H), "end", INT(r, (k + 1) * H)) : NULL;
+          q[k] = q[k] ? CALL(r, NULL, k == 2 ? "tanh" : "sigmoid", "self", T(q[k])) : NULL;
+        }
+        c = tt(r, "add.Tensor", tt(r, "mul.Tensor", q[1], c), tt(r, "mul.Tensor", q[0], q[2]));
+        h = c ? tt(r, "mul.Tensor", q[3], CALL(r, NULL, "tanh", "self", T(c))) : NULL;
+        steps.u.ts[t] = h;
+        if (!h) return -1;
+      }
+      if (!c) return -1;
+      hl.u.ts[l * D + d] = h;
+      cl.u.ts[l * D + d] = c;
+      if (!(dirs.u.ts[d] = CALL(r, NULL, "stack", "tensors", steps, "dim", INT(r, 0)))) return -1;
+    }
+    in = D == 1 ? dirs.u.ts[0] : CALL(r, NULL, "cat", "tensors", dirs, "dim", INT(r, -1));
+    if (!in) return -1;
+  }
+  Value *out = unb ? CALL(r, NULL, "squeeze.dim", "self", T(in), "dim", INT(r, 1)) : bf ? CALL(r, NULL, "transpose.int", "self", T(in), "dim0", INT(r, 0), "dim1", INT(r, 1)) : in;
+  Value *hs = out ? CALL(r, NULL, "stack", "tensors", hl, "dim", INT(r, 0)) : NULL, *cs = hs ? CALL(r, NULL, "stack", "tensors", cl, "dim", INT(r, 0)) : NULL;
+  if (!cs || !CALL(r, n->outs[0], "alias", "self", T(out))) return -1;
+  if (unb) return CALL(r, n->outs[1], "squeeze.dim", "self", T(hs), "dim", INT(r, 1)) && CALL(r, n->outs[2], "squeeze.dim", "self", T(cs), "dim", INT(r, 1)) ? 0 : -1;
+  return CALL(r, n->outs[1], "alias", "self", T(hs)) && CALL(r, n->outs[2], "alias", "self", T(cs)) ? 0 : -1;
+}
+
 /* col2im (fold): a transposed convolution of the columns, viewed [N, C*K, Lh, Lw], with a one-hot
  * kernel (tap t of each channel's K taps to kernel position t; C groups), over the padded output,
  * then cropped to it */

@@ -1475,4 +1475,5 @@ DECOMPOSED(emit_embedding_bag)
 DECOMPOSED(emit_randperm)
 DECOMPOSED(emit_einsum)
 DECOMPOSED(emit_im2col)
+DECOMPOSED(emit_lstm)
 

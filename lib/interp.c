@@ -863,6 +863,65 @@ int eval_im2col(E *e) {
   return 0;
 }
 
+/* lstm.input, as PyTorch's cell: gates = W_ih x + b_ih + W_hh h + b_hh, split i, f, g, o;
+ * c = sigmoid(f) c + sigmoid(i) tanh(g), h = sigmoid(o) tanh(c); the reverse direction runs from the end */
+int eval_lstm(E *e) {
+  Interp *I = e->I;
+  Tensor *x = T(e, "input");
+  RArg *hx = A(e, "hx"), *pa = A(e, "params");
+  int64_t L = I64(e, "num_layers", 1);
+  bool bias = B(e, "has_biases"), bi = B(e, "bidirectional"), bf = B(e, "batch_first"), unb = x->rank == 2;
+  int D = bi ? 2 : 1, per = bias ? 4 : 2;
+  int64_t Tn = x->sizes[unb || !bf ? 0 : 1], Bn = unb ? 1 : x->sizes[bf ? 0 : 1], In = x->sizes[x->rank - 1], H = hx->ts[0]->sizes[hx->ts[0]->rank - 1];
+  double *xv = read_f64(I, x), *h0 = read_f64(I, hx->ts[0]), *c0 = read_f64(I, hx->ts[1]);
+  double *hn = arena_array(I->c->arena, (size_t)(L * D * Bn * H) + 1, sizeof *hn), *cn = arena_array(I->c->arena, (size_t)(L * D * Bn * H) + 1, sizeof *cn);
+  double *in = arena_array(I->c->arena, (size_t)(Tn * Bn * In) + 1, sizeof *in);   /* [T, B, in] */
+  for (int64_t t = 0; t < Tn; t++)
+    for (int64_t b = 0; b < Bn; b++)
+      for (int64_t k = 0; k < In; k++) in[(t * Bn + b) * In + k] = xv[(bf && !unb ? b * Tn + t : t * Bn + b) * In + k];
+  int64_t width = In;
+  double *out = NULL, *gate = arena_array(I->c->arena, (size_t)(4 * H) + 1, sizeof *gate);
+  for (int64_t l = 0; l < L; l++) {
+    out = arena_array(I->c->arena, (size_t)(Tn * Bn * D * H) + 1, sizeof *out);
+    for (int d = 0; d < D; d++) {
+      int pi = (int)((l * D + d) * per);
+      double *wih = read_f64(I, pa->ts[pi]), *whh = read_f64(I, pa->ts[pi + 1]), *bih = bias ? read_f64(I, pa->ts[pi + 2]) : NULL, *bhh = bias ? read_f64(I, pa->ts[pi + 3]) : NULL;
+      double *h = hn + (l * D + d) * Bn * H, *c = cn + (l * D + d) * Bn * H;
+      memcpy(h, h0 + (l * D + d) * Bn * H, sizeof *h * (size_t)(Bn * H));
+      memcpy(c, c0 + (l * D + d) * Bn * H, sizeof *c * (size_t)(Bn * H));
+      for (int64_t s = 0; s < Tn; s++) {
+        int64_t t = d ? Tn - 1 - s : s;
+        for (int64_t b = 0; b < Bn; b++) {
+          const double *xt = in + (t * Bn + b) * width;
+          double *hb = h + b * H, *cb = c + b * H;
+          for (int64_t j = 0; j < 4 * H; j++) {
+            double g = bias ? bih[j] + bhh[j] : 0;
+            for (int64_t k = 0; k < width; k++) g += wih[j * width + k] * xt[k];
+            for (int64_t k = 0; k < H; k++) g += whh[j * H + k] * hb[k];
+            gate[j] = g;
+          }
+          for (int64_t j = 0; j < H; j++) {
+            double ig = 1 / (1 + exp(-gate[j])), fg = 1 / (1 + exp(-gate[H + j])), gg = tanh(gate[2 * H + j]), og = 1 / (1 + exp(-gate[3 * H + j]));
+            cb[j] = fg * cb[j] + ig * gg;
+            hb[j] = og * tanh(cb[j]);
+            out[(t * Bn + b) * D * H + d * H + j] = hb[j];
+          }
+        }
+      }
+    }
+    in = out;
+    width = D * H;
+  }
+  double *r = arena_array(I->c->arena, (size_t)(Tn * Bn * D * H) + 1, sizeof *r);
+  for (int64_t t = 0; t < Tn; t++)
+    for (int64_t b = 0; b < Bn; b++)
+      for (int64_t k = 0; k < D * H; k++) r[(bf && !unb ? b * Tn + t : t * Bn + b) * D * H + k] = out[(t * Bn + b) * D * H + k];
+  write_f64(e->outs[0], r);
+  write_f64(e->outs[1], hn);
+  write_f64(e->outs[2], cn);
+  return 0;
+}
+
 int eval_alias(E *e) { return fail(e, "%s", "an alias the loader should have rewritten (internal error)"); }
 
 int eval_fill_tensor(E *e) {

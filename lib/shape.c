@@ -1220,6 +1220,41 @@ int shape_im2col(S *s) {
   return 0;
 }
 
+/* lstm.input: input [T, B, I] ([B, T, I] batch_first, [T, I] unbatched), hx = (h0, c0) of
+ * [layers * directions, B, H], params w_ih, w_hh (b_ih, b_hh) per layer and direction ->
+ * output [T, B, directions * H] (batch_first: [B, T, ...]), h_n, c_n of h0's shape */
+int shape_lstm(S *s) {
+  Value *x = tensor(s, "input");
+  const Arg *hx = arg(s, "hx"), *pa = arg(s, "params");
+  int64_t L;
+  if (int_arg(s, "num_layers", &L)) return -1;
+  bool bias = bool_arg(s, "has_biases"), bi = bool_arg(s, "bidirectional"), bf = bool_arg(s, "batch_first"), unb = x->rank == 2;
+  int D = bi ? 2 : 1, per = bias ? 4 : 2;
+  if (hx->k != AK_TENSORS || hx->n != 2 || !hx->u.ts[0] || !hx->u.ts[1] || pa->k != AK_TENSORS) return fail(s, "%s", "lstm needs hx = (h0, c0) and a list of parameters");
+  if (L < 1 || L > 64 || pa->n != L * D * per) return fail(s, "%s", "params must be w_ih, w_hh (and b_ih, b_hh) per layer and direction (projections are not supported)");
+  if (bool_arg(s, "train") && L > 1 && arg(s, "dropout")->k == AK_FLOAT && arg(s, "dropout")->u.f > 0) return fail(s, "%s", "dropout between LSTM layers in training is not supported");
+  Value *h0 = hx->u.ts[0], *c0 = hx->u.ts[1];
+  if ((x->rank != 3 && !unb) || !dtype_is_float(x->dtype) || h0->rank != x->rank || c0->rank != x->rank) return fail(s, "%s", "lstm needs a float [T, B, I] input and h0, c0 of [layers * directions, B, H]");
+  const Expr *H = h0->sizes[h0->rank - 1], *B = unb ? NULL : x->sizes[bf ? 0 : 1], *Tn = x->sizes[unb || !bf ? 0 : 1];
+  for (int i = 0; i < pa->n; i++) {
+    Value *p = pa->u.ts[i];
+    int kind = i % per;
+    if (!p || p->dtype != x->dtype || p->rank != (kind < 2 ? 2 : 1) || !expr_same(s->g, p->sizes[0], MUL(s, C(s, 4), H)) || (kind == 1 && !expr_same(s->g, p->sizes[1], H)))
+      return fail(s, "%s", "an LSTM parameter has the wrong shape or dtype");
+    if (kind == 0 && !expr_same(s->g, p->sizes[1], i / per / D == 0 ? x->sizes[x->rank - 1] : MUL(s, C(s, D), H))) return fail(s, "%s", "w_ih does not fit the layer's input");
+  }
+  if (!unb && (!expr_same(s->g, h0->sizes[1], B) || !expr_same(s->g, c0->sizes[1], B))) return fail(s, "%s", "h0 and c0 must have the input's batch");
+  if (!expr_same(s->g, h0->sizes[0], C(s, L * D)) || !expr_same(s->g, c0->sizes[0], C(s, L * D)) || !expr_same(s->g, c0->sizes[c0->rank - 1], H))
+    return fail(s, "%s", "h0 and c0 must be [layers * directions, B, H]");
+  const Expr *os[3];
+  if (unb) { os[0] = Tn; os[1] = MUL(s, C(s, D), H); }
+  else { os[bf ? 1 : 0] = Tn; os[bf ? 0 : 1] = B; os[2] = MUL(s, C(s, D), H); }
+  set_out(s, 0, x->dtype, x->rank, os);
+  like(s, 1, h0, h0->dtype);
+  like(s, 2, c0, c0->dtype);
+  return 0;
+}
+
 /* Ops the loader reads as others (load.c's canonical_op): never reach a shape rule */
 int shape_alias(S *s) { return fail(s, "%s", "an alias the loader should have rewritten (internal error)"); }
 

@@ -588,6 +588,29 @@ def zoo_ops():   # ops the model zoo met: aliases (multiply, swapaxes, numpy_T, 
 
 
 @case
+def lstm_forms():   # lstm.input: two layers bidirectional batch-first with biases, one layer without biases, sequence-first
+    torch.manual_seed(1)
+    x = torch.randn(3, 5, 4)            # batch_first: [B, T, I]
+    xs = torch.randn(6, 2, 4)           # [T, B, I]
+    m1 = torch.nn.LSTM(4, 6, num_layers=2, bidirectional=True, batch_first=True)
+    m2 = torch.nn.LSTM(4, 5, bias=False)
+    h1, c1 = torch.randn(4, 3, 6), torch.randn(4, 3, 6)
+    h2, c2 = torch.randn(1, 2, 5), torch.randn(1, 2, 5)
+    inputs = dict(x=x, xs=xs, h1=h1, c1=c1, h2=h2, c2=c2)
+    p1 = ["p1_%d" % i for i in range(len(m1._flat_weights))]
+    p2 = ["p2_%d" % i for i in range(len(m2._flat_weights))]
+    inputs.update({k: w.detach().clone() for k, w in zip(p1, m1._flat_weights)})
+    inputs.update({k: w.detach().clone() for k, w in zip(p2, m2._flat_weights)})
+    g = Graph("lstm_forms", **inputs)
+    lstm = lambda i, hx, ps, hb, nl, dr, tr, bi, bf: torch.ops.aten.lstm(i, hx, ps, hb, nl, dr, tr, bi, bf)
+    g.multi("lstm.input", [("input", Ref("x")), ("hx", [Ref("h1"), Ref("c1")]), ("params", [Ref(k) for k in p1]), ("has_biases", True), ("num_layers", 2),
+                           ("dropout", 0.0), ("train", False), ("bidirectional", True), ("batch_first", True)], lstm, 3, [0, 1, 2])
+    g.multi("lstm.input", [("input", Ref("xs")), ("hx", [Ref("h2"), Ref("c2")]), ("params", [Ref(k) for k in p2]), ("has_biases", False), ("num_layers", 1),
+                           ("dropout", 0.0), ("train", False), ("bidirectional", False), ("batch_first", False)], lstm, 3, [0, 1, 2])
+    return g
+
+
+@case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
     g = Graph("random_ops", x=x)
