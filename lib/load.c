@@ -649,6 +649,17 @@ static int load_node(L *l, const cJSON *jn) {
     if (!nd.name) nd.name = nd.target;
   }
   if (!strcmp(nd.target, "torch.ops.higher_order.wrap_with_set_grad_enabled")) return inline_subgraph(l, &nd, jn);
+  if (!strcmp(nd.target, "torch.ops.higher_order.wrap_with_autocast")) {
+    /* (device_type, dtype, enabled, cache_enabled, subgraph, *args): a region with autocast turned
+     * off computes as written, so its subgraph is inlined; one turning it on is refused */
+    const cJSON *ins = get(jn, "inputs"), *e = ins ? ins->child : NULL;
+    for (int i = 0; e && i < 2; i++) e = e->next;
+    const char *k;
+    cJSON *m = e ? union_member(get(e, "arg"), &k) : NULL;
+    if (m && !strcmp(k, "as_bool") && cJSON_IsFalse(m)) return inline_subgraph(l, &nd, jn);
+    return gg_error(l->c, "%s: node %s: a torch.autocast region is not supported (export without autocast; gcc-graph compile --precision bf16 is autocast for the whole model)",
+                    l->file, gg_quote(l->c, nd.name));
+  }
   Node *n = arena_alloc(l->c->arena, sizeof *n);
   n->name = arena_printf(l->c->arena, "%s%s", l->prefix, nd.name);
   n->target = arena_strdup(l->c->arena, nd.target);

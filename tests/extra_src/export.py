@@ -250,6 +250,18 @@ case("losses", Fn(lambda s, x, y, t, w: (F.l1_loss(x, y, reduction="none"), F.sm
 # torch.autocast (bf16, fp16) or with TF32 on (tf32), each cast back to the model's dtype; case.json
 # says the precision (tests/compile_case.sh compiles with it and allows 3x PyTorch's error)
 PREC = []
+# torch.autocast regions: turned off inside (timm's EfficientViT attention), inlined; turned on, refused
+def _autocast_off(s, x):
+    y = s.l(x)
+    with torch.autocast(device_type="cpu", enabled=False):
+        z = torch.softmax(y.float() @ y.float().t(), -1)
+    return z @ y
+case("autocast_off", Fn(_autocast_off, l=nn.Linear(8, 8)), r(4, 8))
+def _autocast_on(s, x):
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        return s.l(x)
+case("autocast_on", Fn(_autocast_on, l=nn.Linear(8, 8)), r(4, 8))
+
 def pcase(name, prec, mod, *inputs): PREC.append((name, prec, mod, inputs))
 class TinyBlock(nn.Module):   # pre-norm transformer block, causal attention, a matmul + softmax, a head
     def __init__(s, d=128, h=4):
