@@ -907,8 +907,9 @@ int decomp_lstm(Rw *r, Node *n) {
   Value *out = unb ? CALL(r, NULL, "squeeze.dim", "self", T(in), "dim", INT(r, 1)) : bf ? CALL(r, NULL, "transpose.int", "self", T(in), "dim0", INT(r, 0), "dim1", INT(r, 1)) : in;
   Value *hs = out ? CALL(r, NULL, "stack", "tensors", hl, "dim", INT(r, 0)) : NULL, *cs = hs ? CALL(r, NULL, "stack", "tensors", cl, "dim", INT(r, 0)) : NULL;
   if (!cs || !CALL(r, n->outs[0], "alias", "self", T(out))) return -1;
-  if (unb) return CALL(r, n->outs[1], "squeeze.dim", "self", T(hs), "dim", INT(r, 1)) && CALL(r, n->outs[2], "squeeze.dim", "self", T(cs), "dim", INT(r, 1)) ? 0 : -1;
-  return CALL(r, n->outs[1], "alias", "self", T(hs)) && CALL(r, n->outs[2], "alias", "self", T(cs)) ? 0 : -1;
+  /* h_n and c_n in the shape the node has (unbatched, or with the unit dim of PyTorch's decomposition) */
+  return CALL(r, n->outs[1], "reshape", "self", T(hs), "shape", EXPRS(r, n->outs[1]->rank, n->outs[1]->sizes)) &&
+         CALL(r, n->outs[2], "reshape", "self", T(cs), "shape", EXPRS(r, n->outs[2]->rank, n->outs[2]->sizes)) ? 0 : -1;
 }
 
 /* col2im (fold): a transposed convolution of the columns, viewed [N, C*K, Lh, Lw], with a one-hot

@@ -1250,8 +1250,18 @@ int shape_lstm(S *s) {
   if (unb) { os[0] = Tn; os[1] = MUL(s, C(s, D), H); }
   else { os[bf ? 1 : 0] = Tn; os[bf ? 0 : 1] = B; os[2] = MUL(s, C(s, D), H); }
   set_out(s, 0, x->dtype, x->rank, os);
-  like(s, 1, h0, h0->dtype);
-  like(s, 2, c0, c0->dtype);
+  /* PyTorch's decomposition of lstm, which export's fake tensors run, keeps a unit dim in h_n and c_n
+   * ([layers * directions, 1, B, H]) where eager PyTorch has none: the shape the export records is
+   * kept (the same elements) */
+  for (int i = 1; i < 3; i++) {
+    const Value *o = s->n->outs[i], *h = i == 1 ? h0 : c0;
+    bool unit = o->rank == h->rank + 1 && o->sizes[1] && is_one(o->sizes[1]);
+    for (int d = 0; unit && d < h->rank; d++) unit = o->sizes[d + (d > 0)] && expr_same(s->g, o->sizes[d + (d > 0)], h->sizes[d]);
+    if (!unit) { like(s, i, h, h->dtype); continue; }
+    const Expr *u[GG_MAX_RANK];
+    for (int d = 0; d < o->rank; d++) u[d] = o->sizes[d];
+    set_out(s, i, h->dtype, o->rank, u);
+  }
   return 0;
 }
 

@@ -607,6 +607,10 @@ def lstm_forms():   # lstm.input: two layers bidirectional batch-first with bias
                            ("dropout", 0.0), ("train", False), ("bidirectional", True), ("batch_first", True)], lstm, 3, [0, 1, 2])
     g.multi("lstm.input", [("input", Ref("xs")), ("hx", [Ref("h2"), Ref("c2")]), ("params", [Ref(k) for k in p2]), ("has_biases", False), ("num_layers", 1),
                            ("dropout", 0.0), ("train", False), ("bidirectional", False), ("batch_first", False)], lstm, 3, [0, 1, 2])
+    # h_n and c_n as torch.export records them (PyTorch's decomposition keeps a unit dim: [L*D, 1, B, H])
+    unit = lambda *a: (lambda o: (o[0], o[1].unsqueeze(1), o[2].unsqueeze(1)))(lstm(*a))
+    g.multi("lstm.input", [("input", Ref("x")), ("hx", [Ref("h1"), Ref("c1")]), ("params", [Ref(k) for k in p1]), ("has_biases", True), ("num_layers", 2),
+                           ("dropout", 0.0), ("train", False), ("bidirectional", True), ("batch_first", True)], unit, 3, [1, 2])
     return g
 
 
