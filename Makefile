@@ -122,6 +122,15 @@ bench-gpu-ddp: $(BUILD)/gcc-graph
 bench-train: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) TRAIN=1 sh bench/run.sh
 
+# With PyTorch >= 2.9, torchvision, timm and transformers: the model zoo (docs/zoo.md), 120 models
+# exported into $(ZOO)/export, compiled on the CPU and (with a GPU) for CUDA, compared with PyTorch;
+# the table in $(ZOO)/work/zoo.md. MODELS="tv_resnet18 hf_*" for some of them.
+ZOO ?= build/zoo
+zoo: $(BUILD)/gcc-graph $(BUILD)/test-golden
+	python3 zoo/export.py $(ZOO)/export $(MODELS)
+	BUILD=$(BUILD) sh zoo/run.sh $(ZOO)/export $(ZOO)/work $(MODELS)
+.PHONY: zoo
+
 docs/ops.md: $(BUILD)/gcc-graph
 	$(BUILD)/gcc-graph ops > $@
 
