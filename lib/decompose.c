@@ -917,7 +917,7 @@ int decomp_lstm(Rw *r, Node *n) {
  * then cropped to it */
 int decomp_col2im(Rw *r, Node *n) {
   Value *x = rw_targ(n, "self"), *y = n->outs[0];
-  int64_t os[2], k[2], dl[2], pd[2], st[2], nb[2], one[2] = {1, 1}, zero[2] = {0, 0};
+  int64_t os[3], k[3], dl[3], pd[3], st[3], nb[2], one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};   /* pool3 fills 3 */
   pool3(n, "output_size", one, os);
   pool3(n, "kernel_size", one, k);
   pool3(n, "dilation", one, dl);
