@@ -915,10 +915,24 @@ int grad_index(Ad *a, Node *n) {
     if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "scatter.value", "self", T(g), "dim", rw_arg(n, "dim")[0], "index", T(ix), "value", FL(0)))) return -1;
     return src && a->diff[src->id] ? acc(a, src, gathered(a, g, n, ix, src)) : 0;
   }
-  if (!strcmp(op, "scatter_add")) {
+  if (!strcmp(op, "scatter_add") || (!strcmp(op, "scatter_reduce.two") && !strcmp(rw_arg(n, "reduce")->u.s, "sum"))) {
     Value *ix = rw_targ(n, "index"), *src = rw_targ(n, "src");
     if (acc(a, x, g)) return -1;
     return a->diff[src->id] ? acc(a, src, gathered(a, g, n, ix, src)) : 0;
+  }
+  if (!strcmp(op, "scatter_reduce.two")) {   /* with self (decompose.c): sum above; amax, amin here */
+    const char *red = rw_arg(n, "reduce")->u.s;
+    if (strcmp(red, "amax") && strcmp(red, "amin"))
+      return gg_error(a->g->ctx, "%s: node %s: scatter_reduce with reduce='%s' has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name), red);
+    /* the gradient goes to every element equal to the result (self's and src's), shared among ties, as PyTorch's */
+    Value *ix = rw_targ(n, "index"), *src = rw_targ(n, "src"), *y = n->outs[0];
+    const Arg *dim = rw_arg(n, "dim");
+    Value *ys = CALL(&a->r, NULL, "gather", "self", T(y), "dim", *dim, "index", T(ix));
+    Value *self_hit = as_float(a, binop(a, "eq.Tensor", x, y), x->dtype), *src_hit = ys ? as_float(a, binop(a, "eq.Tensor", src, ys), x->dtype) : NULL;
+    Value *cnt = self_hit && src_hit ? CALL(&a->r, NULL, "scatter_add", "self", T(self_hit), "dim", *dim, "index", T(ix), "src", T(src_hit)) : NULL;
+    Value *share = cnt ? binop(a, "div.Tensor", g, cnt) : NULL;
+    if (a->diff[x->id] && acc(a, x, mul(a, share, self_hit))) return -1;
+    return a->diff[src->id] ? acc(a, src, mul(a, src_hit, share ? CALL(&a->r, NULL, "gather", "self", T(share), "dim", *dim, "index", T(ix)) : NULL)) : 0;
   }
   /* select_scatter / slice_scatter: self gets g with the written part zeroed; src gets that part */
   Value *src = rw_targ(n, "src");

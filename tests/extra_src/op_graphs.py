@@ -488,6 +488,20 @@ def scatter_reduce_modes():   # scatter_reduce.two: every reduction, with and wi
 
 
 @case
+def scatter_reduce_grads():   # scatter_reduce's derivative rules (sum, mean, amax, amin; with and without self): float inputs, no NaN, distinct values
+    x = torch.randn(4, 5)
+    src = torch.randn(6, 5)
+    ix = torch.randint(0, 4, (6, 5))
+    g = Graph("scatter_reduce_grads", x=x, src=src, ix=ix)
+    X, S, IX = Ref("x"), Ref("src"), Ref("ix")
+    sr = lambda t, d, i, s, r, inc: torch.scatter_reduce(t, d, i, s, r, include_self=inc)
+    for red in ("sum", "mean", "amax", "amin"):
+        for inc in (True, False):
+            g.node("scatter_reduce.two", [("self", X), ("dim", 0), ("index", IX), ("src", S), ("reduce", red), ("include_self", inc)], sr)
+    return g
+
+
+@case
 def grid_sample_modes():   # grid_sampler_2d: every interpolation and padding mode, both align_corners, points outside the input
     x = torch.randn(2, 3, 5, 7)
     grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3          # some points outside [-1, 1]
