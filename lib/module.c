@@ -146,9 +146,8 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
   if (!n || !n->nouts) return;
   double rd = 0, wr = 0, fl = 0;
   for (int pass = 0; pass < 2; pass++)   /* the values made inside the kernel, then what it reads */
-    for (int k = 0; k < g->nnodes; k++) {
-      Node *m = g->nodes[k], *u = m;
-      if (sched_kernel_of(e->s, u) != n) continue;
+    for (int k = -1; k < r->nfused; k++) {   /* the node, then the nodes computed in its kernel */
+      const Node *m = k < 0 ? n : r->fused[k];
       if (pass == 0) {
         for (int i = 0; i < m->nouts; i++) mark[m->outs[i]->id] = stamp;
         double mf = node_matrix_flops(g, m);
@@ -667,19 +666,27 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   if (c->record) {   /* the schedule: each fused node under the kernel of the node it feeds (transitively) */
     c->scratch_naive += e->scratch_naive;
     c->scratch_planned += e->scratch_planned;
-    for (int k = 0; k < g->nnodes; k++) {
-      Node *n = g->nodes[k];
-      if (S->role[n->id] == SN_KERNEL) continue;
-      const Node *u = sched_kernel_of(S, n);
-      for (int r = krec0; r < c->nkernels; r++)
-        if (c->kernels[r].node == u->name) {
-          KernelRec *kr = &c->kernels[r];
-          const Node **f = arena_array(c->arena, (size_t)kr->nfused + 1, sizeof *f);
-          if (kr->nfused) memcpy(f, kr->fused, sizeof *f * (size_t)kr->nfused);
-          f[kr->nfused++] = n;
-          kr->fused = f;
-          break;
-        }
+    /* by node id: the first kernel record of the node (linear: models of thousands of kernels) */
+    int *rec = arena_array(c->arena, (size_t)g->nnodes + 1, sizeof *rec), *nf = arena_array(c->arena, (size_t)c->nkernels + 1, sizeof *nf);
+    for (int k = 0; k < g->nnodes; k++) rec[k] = -1;
+    for (int r = c->nkernels - 1; r >= krec0; r--)
+      if (c->kernels[r].n && c->kernels[r].n->id >= 0 && c->kernels[r].n->id < g->nnodes && g->nodes[c->kernels[r].n->id] == c->kernels[r].n) rec[c->kernels[r].n->id] = r;
+    for (int pass = 0; pass < 2; pass++) {   /* 0: count each kernel's fused nodes, 1: list them */
+      for (int r = krec0; pass && r < c->nkernels; r++) {
+        if (!nf[r]) continue;
+        KernelRec *kr = &c->kernels[r];
+        const Node **f = arena_array(c->arena, (size_t)(kr->nfused + nf[r]) + 1, sizeof *f);
+        if (kr->nfused) memcpy(f, kr->fused, sizeof *f * (size_t)kr->nfused);
+        kr->fused = f;
+      }
+      for (int k = 0; k < g->nnodes; k++) {
+        Node *n = g->nodes[k];
+        if (S->role[n->id] == SN_KERNEL) continue;
+        int r = rec[sched_kernel_of(S, n)->id];
+        if (r < 0) continue;
+        if (!pass) nf[r]++;
+        else c->kernels[r].fused[c->kernels[r].nfused++] = n;
+      }
     }
     for (int k = 0; k < S->nrefused; k++) {
       if (c->nrefused == c->cap_refused) {
@@ -692,8 +699,9 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     }
     int *mark = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *mark);
     for (int r = krec0; r < c->nkernels; r++) {
-      bool again = false;   /* a node's second kernel (CUDA: a product's epilogue, a pass over its output) */
-      for (int q = krec0; q < r && !again; q++) again = c->kernels[q].n && c->kernels[q].n == c->kernels[r].n;
+      /* a node's second kernel (CUDA: a product's epilogue, a pass over its output) */
+      const Node *kn = c->kernels[r].n;
+      bool again = kn && kn->id >= 0 && kn->id < g->nnodes && g->nodes[kn->id] == kn && rec[kn->id] != r;
       if (again) kernel_pass_stats(e, &c->kernels[r]);
       else kernel_stats(e, &c->kernels[r], mark, r - krec0 + 1);
     }
