@@ -559,16 +559,16 @@ int eval_group_norm_backward(E *e) {
   return 0;
 }
 
-/* col2im: each column's values added into the output at their block's positions */
-int eval_col2im(E *e) {
+/* col2im (fold: each column's values added into the image at their block's positions) and im2col
+ * (unfold: column (c, a, b) of block (bh, bw) is the image at that tap, 0 in the padding) */
+static int fold_unfold(E *e, bool fold) {
   Interp *I = e->I;
-  Tensor *x = T(e, "self"), *out = out0(e);
+  Tensor *x = T(e, "self"), *out = out0(e), *img = fold ? out : x;
   RArg *ka = A(e, "kernel_size"), *da = A(e, "dilation"), *pa = A(e, "padding"), *sa = A(e, "stride");
   int64_t k[2], dl[2], pd[2], st[2], nb[2];
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++)
     k[i] = ka->is[ka->n == 1 ? 0 : i], dl[i] = da->is[da->n == 1 ? 0 : i], pd[i] = pa->is[pa->n == 1 ? 0 : i], st[i] = sa->is[sa->n == 1 ? 0 : i];
-  }
-  int64_t H = out->sizes[out->rank - 2], W = out->sizes[out->rank - 1], C = out->sizes[out->rank - 3], N = out->rank == 4 ? out->sizes[0] : 1;
+  int64_t H = img->sizes[img->rank - 2], W = img->sizes[img->rank - 1], C = img->sizes[img->rank - 3], N = img->rank == 4 ? img->sizes[0] : 1;
   for (int i = 0; i < 2; i++) nb[i] = ((i ? W : H) + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
   double *xv = read_f64(I, x), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
   for (int64_t n = 0; n < N; n++)
@@ -578,12 +578,16 @@ int eval_col2im(E *e) {
           for (int64_t bh = 0; bh < nb[0]; bh++)
             for (int64_t bw = 0; bw < nb[1]; bw++) {
               int64_t h = bh * st[0] - pd[0] + a * dl[0], w = bw * st[1] - pd[1] + b * dl[1];
-              if (h < 0 || h >= H || w < 0 || w >= W) continue;
-              r[((n * C + c) * H + h) * W + w] += xv[((n * C + c) * k[0] * k[1] + a * k[1] + b) * nb[0] * nb[1] + bh * nb[1] + bw];
+              int64_t col = ((n * C + c) * k[0] * k[1] + a * k[1] + b) * nb[0] * nb[1] + bh * nb[1] + bw;
+              bool in = h >= 0 && h < H && w >= 0 && w < W;
+              if (fold) { if (in) r[((n * C + c) * H + h) * W + w] += xv[col]; }
+              else r[col] = in ? xv[((n * C + c) * H + h) * W + w] : 0;
             }
   write_f64(out, r);
   return 0;
 }
+int eval_col2im(E *e) { return fold_unfold(e, true); }
+int eval_im2col(E *e) { return fold_unfold(e, false); }
 
 static double pnorm_dist(const double *a, const double *b, int64_t m, double p) {
   double acc = 0;
@@ -836,30 +840,6 @@ int eval_meshgrid(E *e) {
       copy_elem(out, k, ta->ts[i], ta->ts[i]->rank ? idx[at] : 0);
     }
   }
-  return 0;
-}
-
-/* im2col: column (c, a, b) of block (bh, bw) is the input at the tap, 0 in the padding */
-int eval_im2col(E *e) {
-  Interp *I = e->I;
-  Tensor *x = T(e, "self"), *out = out0(e);
-  RArg *ka = A(e, "kernel_size"), *da = A(e, "dilation"), *pa = A(e, "padding"), *sa = A(e, "stride");
-  int64_t k[2], dl[2], pd[2], st[2], nb[2];
-  for (int i = 0; i < 2; i++)
-    k[i] = ka->is[ka->n == 1 ? 0 : i], dl[i] = da->is[da->n == 1 ? 0 : i], pd[i] = pa->is[pa->n == 1 ? 0 : i], st[i] = sa->is[sa->n == 1 ? 0 : i];
-  int64_t H = x->sizes[x->rank - 2], W = x->sizes[x->rank - 1], C = x->sizes[x->rank - 3], N = x->rank == 4 ? x->sizes[0] : 1;
-  for (int i = 0; i < 2; i++) nb[i] = ((i ? W : H) + 2 * pd[i] - dl[i] * (k[i] - 1) - 1) / st[i] + 1;
-  double *xv = read_f64(I, x), *r = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *r);
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t a = 0; a < k[0]; a++)
-        for (int64_t b = 0; b < k[1]; b++)
-          for (int64_t bh = 0; bh < nb[0]; bh++)
-            for (int64_t bw = 0; bw < nb[1]; bw++) {
-              int64_t h = bh * st[0] - pd[0] + a * dl[0], w = bw * st[1] - pd[1] + b * dl[1];
-              r[((n * C + c) * k[0] * k[1] + a * k[1] + b) * nb[0] * nb[1] + bh * nb[1] + bw] = h < 0 || h >= H || w < 0 || w >= W ? 0 : xv[((n * C + c) * H + h) * W + w];
-            }
-  write_f64(out, r);
   return 0;
 }
 
