@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #define GG_VERSION "0.1.0"
+#define GG_MAX_OUTS 256     /* outputs of one node (split, unbind): the shape rules refuse more */
 #define GG_MAX_RANK 16      /* PyTorch allows more; nothing real comes close. Refused with a message. */
 #define GG_MAX_ELEMS (INT64_C(1) << 40)  /* refuse tensors past 1 Ti elements before allocating */
 #define GG_MAX_FAKE_BYTES (INT64_C(1) << 30)  /* a weight stored as a zero-length file (zeros) */
@@ -485,7 +486,7 @@ typedef struct ShapeCtx {
   Arena *a;
   /* results, filled by the rule: */
   int nouts;
-  struct { DType dtype; int rank; const Expr *sizes[GG_MAX_RANK]; bool is_sym; const Expr *sym; } out[64];
+  struct { DType dtype; int rank; const Expr *sizes[GG_MAX_RANK]; bool is_sym; const Expr *sym; } out[GG_MAX_OUTS];
 } ShapeCtx;
 int shape_infer(Graph *g, Node *n, ShapeCtx *sc); /* runs n->op->shape */
 int shape_alias(ShapeCtx *sc);   /* the shape column of aliases the loader rewrites (load.c) */

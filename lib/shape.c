@@ -74,6 +74,7 @@ static const Expr *MUL(S *s, const Expr *x, const Expr *y) { return expr_bin(s->
 static const Expr *DIV(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_FLOORDIV, x, y); }
 
 static void set_out(S *s, int i, DType dt, int rank, const Expr *const *sizes) {
+  if (i < 0 || i >= GG_MAX_OUTS) return;   /* the rules refuse more outputs (split's 256) before */
   s->out[i].dtype = dt;
   s->out[i].rank = rank;
   for (int d = 0; d < rank; d++) s->out[i].sizes[d] = sizes[d];
@@ -643,6 +644,9 @@ int shape_loss(S *s) {
   }
   if (!dtype_is_float(x->dtype)) return fail(s, "%s", "loss needs a floating-point input");
   bool probs = dtype_is_float(t->dtype);
+  if (x->rank < 1) return fail(s, "%s", "the input needs a class dim ([C] or [N, C, ...])");
+  if (probs ? t->rank != x->rank : t->rank != (x->rank > 1 ? x->rank - 1 : 0))
+    return fail(s, "%s", "the target must be class indices of the input's shape without the class dim, or probabilities of the input's shape");
   if (red == 0) {
     if (probs) { for (int d = 0; d < x->rank; d++) if (d != (x->rank > 1)) sizes[r++] = x->sizes[d]; }
     else { memcpy(sizes, t->sizes, sizeof *sizes * (size_t)t->rank); r = t->rank; }
