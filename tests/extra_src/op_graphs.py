@@ -509,11 +509,10 @@ def grid_sample_modes():   # grid_sampler_2d: every interpolation and padding mo
     grid[1, 1, 1] = torch.tensor([0.37, -0.81])
     g = Graph("grid_sample_modes", x=x, grid=grid)
     X, G_ = Ref("x"), Ref("grid")
-    for im in (0, 1, 2):
+    for im in (0, 1, 2):   # every interpolation with every padding mode, align_corners both ways across them
         for pm in (0, 1, 2):
-            for al in (False, True):
-                g.node("grid_sampler_2d.default", [("input", X), ("grid", G_), ("interpolation_mode", im), ("padding_mode", pm), ("align_corners", al)],
-                       torch.ops.aten.grid_sampler_2d)
+            g.node("grid_sampler_2d.default", [("input", X), ("grid", G_), ("interpolation_mode", im), ("padding_mode", pm), ("align_corners", (pm > 0) != (im == 1))],
+                   torch.ops.aten.grid_sampler_2d)
     return g
 
 
