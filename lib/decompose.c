@@ -1337,6 +1337,14 @@ int decomp_addc(Rw *r, Node *n) {
   return s && CALL(r, n->outs[0], "add.Tensor", "self", T(rw_targ(n, "self")), "other", T(s)) ? 0 : -1;
 }
 
+/* to.dtype and friends: _to_copy when the dtype changes (a cast, which the schedule fuses as a
+ * pointwise node), else the same tensor (alias) */
+int decomp_to(Rw *r, Node *n) {
+  Value *x = rw_targ(n, "self"), *y = n->outs[0];
+  if (x->dtype == y->dtype) return CALL(r, y, "alias", "self", T(x)) ? 0 : -1;
+  return CALL(r, y, "_to_copy", "self", T(x), "dtype", DT(y->dtype)) ? 0 : -1;
+}
+
 /* fill.Tensor: self's shape and dtype, every element the one-element value's (a copy of it) */
 int decomp_fill_tensor(Rw *r, Node *n) {
   return CALL(r, n->outs[0], "copy", "self", T(rw_targ(n, "self")), "src", T(rw_targ(n, "value"))) ? 0 : -1;

@@ -7,6 +7,7 @@
  * comments. Output is deterministic. */
 #include "emit.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -421,9 +422,91 @@ static int add_param(Params *p, const TV *t) {
   return p->n++;
 }
 
+/* The offset of layout l (of loop rank) with the loop indices moved by e->shift */
+static const Expr *shifted_offset(Em *e, const Layout *l, int rank) {
+  const Expr *off = l->offset;
+  if (!e->shift) return off;
+  for (int d = 0; d < rank; d++) off = ADD(e, off, MUL(e, e->shift[d], l->strides[d]));
+  return off;
+}
+
+int emit_cat(Em *, Node *);
+
+/* A concatenation in its reader's loop (schedule.c's sched_fusible_cat): the element of the input
+ * whose range along the cat's dim holds the loop index there, each input's statements in a branch of
+ * their own (nothing outside an input's range is read), evaluated at the index shifted back by the
+ * input's start (e->shift: loads move their offset by shift times their stride). */
+static const char *fused_cat(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
+  const Arg *ts = &n->args[0];
+  Value *y = n->outs[0];
+  int d = dim_wrap(node_int_arg(n, "dim", 0), y->rank) + rank - y->rank;
+  bool fl = dtype_is_float(y->dtype);
+  const char *T = fl ? real_type(e, y->dtype) : "int64_t";
+  const Expr *const *saved = e->shift, *sh[R];
+  const char *lin = e->lin_index;
+  e->lin_index = NULL;   /* inputs are not laid out as the reduced value */
+  int id = e->nfv++;
+  fprintf(f, "    %s r%d;\n", T, id);
+  int64_t at = 0;
+  for (int i = 0; i < ts->n; i++) {
+    Value *x = ts->u.ts[i];
+    int64_t k;
+    expr_is_const(x->sizes[d - (rank - y->rank)], &k);
+    if (i == ts->n - 1) fputs(i ? "    else {\n" : "    {\n", f);
+    else fprintf(f, "    %sif (i%d < %" PRId64 ") {\n", i ? "else " : "", d, at + k);
+    for (int j = 0; j < rank; j++) sh[j] = saved ? saved[j] : C(e, 0);
+    sh[d] = ADD(e, sh[d], C(e, -at));
+    e->shift = sh;
+    TV *t = tv_of(e, n, x);
+    const char *v = NULL;
+    bool xf = fl;
+    if (!t) v = NULL;
+    else if (t->deferred) v = fused_value(e, f, t->deferred, rank, sizes, P, &xf);
+    else {
+      int p = add_param(P, t);
+      if (p < 0) efail(e, n, "too many fused operands");
+      else {
+        TV b = broadcast_tv(e, t, rank, sizes);
+        b.l.offset = shifted_offset(e, &b.l, rank);
+        P->several[p] = true;
+        P->seen[p] = true;
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *bf = open_memstream(&buf, &len);
+        const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
+        if (fl) load_r(bf, b.dt, ptr, ix, T); else load_i(bf, b.dt, ptr, ix);
+        fclose(bf);
+        v = arena_strdup(e->a, buf);
+        free(buf);
+      }
+    }
+    e->shift = saved;
+    if (!v) { e->lin_index = lin; return NULL; }
+    fprintf(f, "      r%d = (%s)(%s);\n    }\n", id, T, v);
+    at += k;
+  }
+  e->lin_index = lin;
+  *as_float = fl;
+  return arena_printf(e->a, "r%d", id);
+}
+
+/* Whether operand b of a kernel with V elements a thread (e->vec) is loaded 16 bytes at a time: its V
+ * elements consecutive (last stride 1) from an index that is a multiple of V (the offset and the other
+ * strides are; the task's first last index is), in scratch (64-byte aligned), V of them a multiple of
+ * 16 bytes; not inside a concatenation's branch (its other inputs' ranges are not its own). */
+static bool vector_load(Em *e, const TV *b, int rank) {
+  int64_t k;
+  if (!e->vec || e->shift || e->lin_index || rank < 1 || b->rank != rank || e->st[b->stor].kind != S_SCRATCH || (e->vec * dtype_info(b->dt)->size) % 16) return false;
+  if (!expr_is_const(b->strides[rank - 1], &k) || k != 1 || !expr_is_const(b->offset, &k) || k % e->vec) return false;
+  for (int d = 0; d < rank - 1; d++)
+    if (!expr_is_const(b->strides[d], &k) || k % e->vec) return false;
+  return true;
+}
+
 /* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
  * the C variable holding its value, already rounded to n's dtype as a stored tensor would be. */
 const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
+  if (n->op && n->op->emit == emit_cat) return fused_cat(e, f, n, rank, sizes, P, as_float);
   PwPlan plan;
   if (pw_plan(e->c, n, &plan)) return NULL;
   Operand ops[8];
@@ -459,11 +542,20 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
     int p = add_param(P, &ops[j].t);
     if (p < 0) { efail(e, n, "too many fused operands"); return NULL; }
     TV b = broadcast_tv(e, &ops[j].t, rank, sizes);
+    b.l.offset = shifted_offset(e, &b.l, rank);
     char *buf = NULL;
     size_t len = 0;
     FILE *bf = open_memstream(&buf, &len);
     const char *ptr = arena_printf(e->a, "x%d", p);
     const char *ix = e->lin_index && layout_same(e->g, &b.l, e->lin_layout) ? e->lin_index : index_of(e, &b, rank);
+    if (vector_load(e, &b, rank)) {   /* the thread's V elements in 16-byte loads, before its loop over them */
+      int id = e->nfv++;
+      const char *T = ctype(b.dt);
+      fprintf(e->vpre, "    __align__(16) %s p%d[%d];\n    { const int64_t i%d = i%db; _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)p%d)[j] = ((const uint4 *)(%s + %s))[j]; }\n",
+              T, id, e->vec, rank - 1, rank - 1, e->vec * dtype_info(b.dt)->size / 16, id, ptr, ix);
+      ptr = arena_printf(e->a, "p%d", id);
+      ix = "v";
+    }
     if (!P->seen[p]) P->at[p] = b.l;
     else if (!layout_same(e->g, &P->at[p], &b.l)) P->several[p] = true;
     P->seen[p] = true;
@@ -472,7 +564,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
     arg[j] = arena_strdup(e->a, buf);
     free(buf);
   }
-  int id = n->outs[0]->id;
+  int id = e->nfv++;   /* each evaluation its own names: a value recomputed by two readers of one kernel */
   const char *T = plan.use_float ? rt : "int64_t";
   fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
   for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
@@ -528,13 +620,20 @@ int emit_pointwise(Em *e, Node *n) {
   if (n->nouts == 1) {
     TV *out = alloc_value(e, n->outs[0]);
     Params P = {0};
-    char *body = NULL;
-    size_t blen = 0;
+    char *body = NULL, *pre = NULL;
+    size_t blen = 0, plen = 0;
     FILE *bf = open_memstream(&body, &blen);
     bool fl;
+    int V = vector_width(e, out);
+    e->vec = V;
+    if (V) e->vpre = open_memstream(&pre, &plen);
     const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl);
+    if (V) fclose(e->vpre);
+    e->vec = 0;
+    e->vpre = NULL;
+    e->vpre_text = pre;
     fclose(bf);
-    if (!v) { free(body); return -1; }
+    if (!v) { free(body); free(pre); return -1; }
     /* in-place reuse: a scratch tensor of the same dtype and size read only at the index written (the
      * output's layout) may give this kernel's output its memory, if it dies here (memplan.c decides);
      * y is then not restrict (reading x[i] and then writing y[i] at the same address vectorizes all
@@ -554,9 +653,8 @@ int emit_pointwise(Em *e, Node *n) {
     fprintf(f, e->st[out->stor].inplace ? "%s *y" : "%s *restrict y", ctype(out->dt));
     for (int j = 0; j < P.n; j++) fprintf(f, ", const %s *x%d", ctype(P.tv[j].dt), j);
     ksyms(e);
-    int V = vector_width(e, out);
-    if (V) {   /* a thread per V elements, one 16-byte store; scratch operands are 64-byte aligned, which
-                * lets the compiler load a task's V elements of one as a vector where the index allows */
+    if (V) {   /* a thread per V elements, one 16-byte store; scratch operands are 64-byte aligned: those
+                * read along the last dim from an aligned index are loaded 16 bytes at a time (vector_load) */
       for (int j = 0; j < P.n; j++)
         if (e->st[P.tv[j].stor].kind == S_SCRATCH) fprintf(f, "  x%d = (const %s *)__builtin_assume_aligned(x%d, 16);\n", j, ctype(P.tv[j].dt), j);
       e->d->vloops(e, out->rank, out->sizes, V, ctype(out->dt));
@@ -564,6 +662,8 @@ int emit_pointwise(Em *e, Node *n) {
       fputs("    ", f);
       store(f, out->dt, fl, "yv", "v", v);
       e->d->vstore(e, V, ctype(out->dt), arena_printf(e->a, "%s + (int64_t)gi * %d", cx(e, out->offset), V));
+      free(pre);
+      e->vpre_text = NULL;
     } else {
       int cl = open_loops(e, out->rank, out->sizes, true);
       fputs(body, f);

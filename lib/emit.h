@@ -154,6 +154,11 @@ struct Em {
   bool random;              /* a kernel draws random numbers (rand, randn): CUDA runs are not captured as graphs */          /* the weights packed at gg_open, in the order of w[nweights + j] */
   const char *lin_index;    /* fused_value inside a reduction: the element's linear index (a C variable), */
   const Layout *lin_layout; /* which loads of operands laid out as lin_layout use instead of their strides */
+  const Expr *const *shift; /* fused_value inside a concatenation's input: added to each loop index (NULL: none) */
+  int nfv;                  /* fused_value's evaluations so far: their C variables' numbers */
+  int vec;                  /* a pointwise kernel with V elements a thread (vloops): V, else 0 */
+  FILE *vpre;               /* its operands' 16-byte loads, once per thread before the V elements (vloops writes them) */
+  char *vpre_text;
   int *saved_slot;          /* by value id: the output slot of a value the forward saves for the backward
                              * (-1: none), which alloc_value gives that slot's memory instead of scratch: the
                              * runtime's own aligned buffer, so no copy at the end */

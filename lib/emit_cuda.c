@@ -81,6 +81,7 @@ static void cu_vloops(Em *e, int rank, const Expr *const *sizes, int V, const ch
   for (int d = rank - 1; d > 0; d--)
     fprintf(f, "    const int64_t i%d%s = (int64_t)(gr %% (%s)(%s)); gr /= (%s)(%s);\n", d, d == rank - 1 ? "b" : "", I, cx(e, sizes[d]), I, cx(e, sizes[d]));
   fprintf(f, "    const int64_t i0%s = (int64_t)gr;\n", rank == 1 ? "b" : "");
+  if (e->vpre_text) fputs(e->vpre_text, f);   /* the operands' 16-byte loads (emit.c's vector_load) */
   fprintf(f, "    __align__(16) %s yv[%d];\n    _Pragma(\"unroll\") for (int v = 0; v < %d; v++) {\n      const int64_t i%d = i%db + v;\n", T, V, V, rank - 1, rank - 1);
 }
 
@@ -319,6 +320,9 @@ static int attention_cuda(Em *e, Node *n) {
   expr_is_const(qv->sizes[r - 1], &D);
   double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);
   TV *out = alloc_value(e, n->outs[0]);
+  if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
+  const char *ys[3];
+  for (int j = 0; j < 3; j++) ys[j] = r == 3 && j == 0 ? "0" : cx(e, out->strides[j - (4 - r)]);
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "attention (fused, tensor cores)");
@@ -328,9 +332,9 @@ static int attention_cuda(Em *e, Node *n) {
   const char *st[3][3];
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 3; j++) st[i][j] = r == 3 && j == 0 ? "0" : cx(e, t[i]->strides[j - (4 - r)]);
-  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
+  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
           cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
-          st[2][1], st[2][2]);
+          st[2][1], st[2][2], ys[0], ys[1], ys[2]);
   if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb.strides[0]), cx(e, mb.strides[1]), cx(e, mb.strides[2]), cx(e, mb.strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
   else fputs("{0, 0, 0, 0}, 0, ", f);
   fprintf(f, "%d, %.17g};\n", ca && ca->k == AK_BOOL && ca->u.b, scale);

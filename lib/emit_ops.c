@@ -859,6 +859,10 @@ int emit_adaptive_pool(Em *e, Node *n) {
 int emit_cat(Em *e, Node *n) {
   const Arg *ts = &n->args[0];
   Value *y = n->outs[0];
+  if (e->s->role[n->id] == SN_FUSED) {   /* computed where it is read (emit.c's fused_cat) */
+    e->tv[y->id] = (TV){.ok = true, .deferred = n, .dt = y->dtype, .rank = y->rank};
+    return 0;
+  }
   TV *out = alloc_value(e, y);
   bool stack = !strcmp(n->op->name, "stack");
   int d = dim_wrap(node_int_arg(n, "dim", 0), y->rank);

@@ -13,12 +13,13 @@
 #include "gg.h"
 #include "rewrite.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- constant weights */
 
-static bool mutated(const Graph *g, const Value *v) {
+bool graph_mutates(const Graph *g, const Value *v) {
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i].kind == OUT_BUFFER_MUTATION && g->outputs[i].target_name && v->fqn && !strcmp(g->outputs[i].target_name, v->fqn)) return true;
   return false;
@@ -27,7 +28,7 @@ static bool mutated(const Graph *g, const Value *v) {
 /* A weight whose bytes are known now: a float parameter, buffer or constant, contiguous, never
  * written by the model. */
 static bool const_weight(const Graph *g, const Value *v) {
-  if (!v || v->def || v->input == IN_USER || v->input == IN_NONE || !v->weight || !dtype_is_float(v->dtype) || mutated(g, v)) return false;
+  if (!v || v->def || v->input == IN_USER || v->input == IN_NONE || !v->weight || !dtype_is_float(v->dtype) || graph_mutates(g, v)) return false;
   const Weight *w = v->weight;
   int64_t s = 1;
   for (int d = w->rank - 1; d >= 0; d--) {
@@ -269,8 +270,124 @@ void fold_drop_unused(Graph *g, Value **before, int nbefore) {
   g->ninputs = k;
 }
 
+/* ---------------------------------------------------------------- attention masks known now */
+
+/* What a mask says, read at compile time: 1 what is_causal says (key j attends to query i where
+ * j <= i: bool true, or 0 added, there; bool false, or -inf or the dtype's lowest added, elsewhere),
+ * 2 that every key attends everywhere, 0 anything else. t is the mask as computed, L and S the
+ * query and key lengths it broadcasts to. */
+static int mask_says(const Tensor *t, int64_t L, int64_t S) {
+  int r = t->rank;
+  bool causal = r >= 2 && t->sizes[r - 2] == L && t->sizes[r - 1] == S, all = true;
+  bool is_bool = t->dtype == DT_BOOL, fl = dtype_is_float(t->dtype);
+  if (!is_bool && !fl) return 0;
+  double lowest = t->dtype == DT_F16 ? -65504.0 : t->dtype == DT_BF16 ? -3.3895313892515355e38 : t->dtype == DT_F32 ? -FLT_MAX : -DBL_MAX;
+  int64_t n = tensor_numel(t);
+  for (int64_t e = 0; e < n && (causal || all); e++) {
+    double v = tensor_f64_at(t, e);
+    bool keep, drop;
+    if (is_bool) keep = v != 0, drop = v == 0;
+    else keep = v == 0, drop = v == -INFINITY || v <= lowest;
+    if (!keep && !drop) return 0;
+    all &= keep;
+    if (causal) {
+      int64_t j = e % S, i = e / S % L;
+      causal = keep == (j <= i);
+    }
+  }
+  return all ? 2 : causal ? 1 : 0;
+}
+
+static bool pure(const Node *n) {
+  return n->op && n->nouts > 0 && !n->op->inplace && n->op->outarg < 0 && strncmp(n->op->name, "rand", 4) && !strstr(n->op->name, "dropout");
+}
+
+/* key = reshape(expand(unsqueeze(x, 2), [B, Hk, R, S, D]), [B, Hk * R, S, D]): x, each of its heads
+ * repeated for R query heads (Hugging Face's repeat_kv in Llama, Mistral, Qwen), *rep = R; else NULL */
+static Value *repeated_heads(const Graph *g, Value *kv, int64_t *rep) {
+  const Node *rs = kv->def, *ex = NULL, *un = NULL;
+  if (!rs || !rs->op || (strcmp(rs->op->name, "reshape") && strcmp(rs->op->name, "view") && strcmp(rs->op->name, "_unsafe_view")) || kv->rank != 4) return NULL;
+  Value *e = rs->args[0].u.t, *u = NULL, *x = NULL;
+  if (e && (ex = e->def) && ex->op && !strncmp(ex->op->name, "expand", 6)) u = ex->args[0].u.t;
+  if (u && (un = u->def) && un->op && !strcmp(un->op->name, "unsqueeze") && dim_wrap(node_int_arg(un, "dim", -1), 5) == 2) x = un->args[0].u.t;
+  int64_t R, hk, h;
+  if (!x || x->rank != 4 || e->rank != 5 || !expr_is_const(e->sizes[2], &R) || R < 1 || !expr_is_const(x->sizes[1], &hk) || !expr_is_const(kv->sizes[1], &h) ||
+      h != hk * R)
+    return NULL;
+  static const int xd[5] = {0, 1, -1, 2, 3};
+  for (int d = 0; d < 5; d++)
+    if (xd[d] >= 0 && !expr_same(g, e->sizes[d], x->sizes[xd[d]])) return NULL;
+  if (!expr_same(g, kv->sizes[0], x->sizes[0]) || !expr_same(g, kv->sizes[2], x->sizes[2]) || !expr_same(g, kv->sizes[3], x->sizes[3])) return NULL;
+  *rep = R;
+  return x;
+}
+
+/* Attention's inputs as the fused kernel reads them best: keys and values whose heads were repeated
+ * for grouped-query attention (repeated_heads) read unrepeated (enable_gqa); an attention mask
+ * computable now (interp_constant) that says what is_causal says becomes is_causal, one that masks
+ * nothing is dropped; the nodes that built them go. torch.export traces a
+ * Hugging Face model's mask creation (eager PyTorch skips it for plain causal attention), so its
+ * exports carry a [batch, 1, L, S] mask built from aranges, which the fused attention kernel would
+ * read element by element, unable to skip the key blocks above the diagonal. Returns the count. */
+static int attention_inputs(Graph *g) {
+  Ctx *c = g->ctx;
+  Interp *I = NULL;
+  int changed = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    if (!n->op || strcmp(n->op->name, "scaled_dot_product_attention")) continue;
+    int mi = ops_arg_index(n->op, "attn_mask"), ci = ops_arg_index(n->op, "is_causal");
+    Value *m = n->args[mi].k == AK_TENSOR ? n->args[mi].u.t : NULL, *q = n->args[0].u.t, *kv = n->args[1].u.t;
+    int64_t L, S;
+    if (q->rank < 2 || !expr_is_const(q->sizes[q->rank - 2], &L) || !expr_is_const(kv->sizes[kv->rank - 2], &S)) continue;
+    int gi = ops_arg_index(n->op, "enable_gqa");
+    int64_t rk, rv;
+    Value *xk = repeated_heads(g, kv, &rk), *xv = repeated_heads(g, n->args[2].u.t, &rv);
+    if (xk && xv && rk == rv && rk > 1 && !(n->args[gi].k == AK_BOOL && n->args[gi].u.b)) {
+      n->args[1] = T(xk);
+      n->args[2] = T(xv);
+      n->args[gi] = BO(true);
+      gg_log(c, LOG_DECOMP, "node %s: keys and values read with their heads shared by %lld query heads each (enable_gqa), not repeated", gg_quote(c, n->name),
+             (long long)rk);
+      changed++;
+    }
+    if (!m || (n->args[ci].k == AK_BOOL && n->args[ci].u.b)) continue;
+    if (!I) I = interp_new(c, g);
+    Tensor *t = interp_constant(I, m, (int64_t)1 << 26);
+    int says = t ? mask_says(t, L, S) : 0;
+    if (!says) continue;
+    n->args[mi] = NONE();
+    if (says == 1) n->args[ci] = BO(true);
+    gg_log(c, LOG_DECOMP, "node %s: its attention mask %s, computed now, %s", gg_quote(c, n->name), gg_quote(c, m->name),
+           says == 1 ? "is causal: is_causal instead" : "masks nothing: dropped");
+    changed++;
+  }
+  interp_free(I);
+  if (!changed) return 0;
+  /* the nodes that built the masks go, and the checks (_assert_tensor_metadata) of values that only
+   * checks read */
+  for (int before = -1; before != g->nnodes;) {
+    before = g->nnodes;
+    graph_drop_dead(g, pure);
+    int *reads = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *reads), m = 0;
+    for (int k = 0; k < g->nnodes; k++)
+      if (g->nodes[k]->nouts) FOR_TENSOR_ARGS(g->nodes[k], v, { reads[v->id]++; })
+    for (int i = 0; i < g->noutputs; i++) reads[g->outputs[i].v->id]++;
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *n = g->nodes[k];
+      bool idle = !n->nouts && n->op && !strcmp(n->op->name, "_assert_tensor_metadata");
+      FOR_TENSOR_ARGS(n, v, { idle &= !reads[v->id]; })
+      if (!idle) g->nodes[m++] = n;
+    }
+    g->nnodes = m;
+    for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  }
+  return changed;
+}
+
 int fold_weights(Graph *g) {
   Ctx *c = g->ctx;
+  attention_inputs(g);
   int n = g->nnodes;
   Node **conv_of = arena_array(c->arena, (size_t)n + 1, sizeof *conv_of);   /* bn node -> its convolution */
   bool *gone = arena_array(c->arena, (size_t)n + 1, sizeof *gone);

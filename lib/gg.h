@@ -327,12 +327,16 @@ int pad_mode(const struct Node *n);   /* padding mode of a pad op: 0 constant, 1
 typedef enum { SN_KERNEL, SN_FUSED, SN_EPILOGUE } SchedRole;
 #define SCHED_CHAIN_MAX 8   /* nodes in one epilogue */
 #define SCHED_EPI_MAX 8     /* tensors an epilogue reads (gg_rt.h's GG_EPI_MAX) */
+#define SCHED_BCAST_NODES 4 /* nodes a broadcast fusion computes per element of its reader */
+#define SCHED_CAT_MAX 8     /* inputs of a concatenation computed in its reader's loop */
+#define SCHED_MULTI_READS 4 /* readers that each recompute a value of one operand (schedule.c's recomputed) */
 typedef struct Schedule {
   struct Graph *g;
   /* by value id */
   int *uses;                /* reads by nodes, +2 for an output of the model */
   struct Node **reader;     /* its last reader: its only one when uses is 1 */
   bool *pw_read;            /* a pointwise node reads it */
+  int *rd_start; struct Node **rd;   /* every reader of value v: rd[rd_start[v] .. rd_start[v + 1]) */
   Layout *layout;           /* where its elements are: a view's, or a fresh tensor's (contiguous) */
   int *storage;             /* the value whose storage holds it (itself, unless a view or in an epilogue) */
   bool *has_layout;         /* computed so far (the walk is in graph order); fused values have none */
@@ -349,6 +353,9 @@ bool sched_takes_prologue(const struct Graph *g, const struct Node *u, const str
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
+bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */
+bool sched_attention_bshd(const Schedule *s, const struct Node *n);   /* a fused attention's output laid out [B, L, H, D] */
+void sched_bshd_strides(Arena *a, const struct Value *y, const Expr **st);
 bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is emit_pointwise's family */
 void schedule_print(const Schedule *s, FILE *f);
 struct TrainOptions;
@@ -553,6 +560,10 @@ typedef struct RunResult {
 Interp *interp_new(Ctx *c, Graph *g);
 int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, int nextra, RunResult *res);
 void interp_free(Interp *I);
+bool graph_mutates(const struct Graph *g, const struct Value *v);   /* a buffer the model writes (fold.c) */
+/* A value computed at compile time from the weights alone (interp.c), or NULL */
+Tensor *interp_constant(Interp *I, struct Value *v, int64_t max_elems);
+double tensor_f64_at(const Tensor *t, int64_t i);   /* the element at a logical (row-major) index */
 Tensor *tensor_new(Interp *I, DType dt, int rank, const int64_t *sizes); /* NULL with a message if too big */
 Tensor *tensor_from_st(Interp *I, const STensor *s);  /* borrows the bytes */
 int64_t tensor_numel(const Tensor *t);

@@ -2703,6 +2703,71 @@ int graph_check_supported(Graph *g) {
   return 0;
 }
 
+/* Whether node n can run now: an op with an evaluator, not random, writing nothing, its sizes and
+ * integer arguments static, its outputs at most max_elems elements */
+static bool runs_now(const Node *n, int64_t max_elems) {
+  if (!n->op || n->op->inplace || n->op->outarg >= 0 || !strncmp(n->op->name, "rand", 4) || strstr(n->op->name, "dropout") || strstr(n->op->name, "bernoulli"))
+    return false;
+  for (int i = 0; i < n->op->nargs; i++) {
+    const Arg *a = &n->args[i];
+    int64_t v;
+    if (a->k == AK_INT && !expr_is_const(a->u.i, &v)) return false;
+    if (a->k == AK_INTS)
+      for (int j = 0; j < a->n; j++)
+        if (!expr_is_const(a->u.is[j], &v)) return false;
+  }
+  for (int i = 0; i < n->nouts; i++) {
+    const Value *y = n->outs[i];
+    if (y->kind != VK_TENSOR) return false;
+    int64_t ne = 1, k;
+    for (int d = 0; d < y->rank; d++) {
+      if (!expr_is_const(y->sizes[d], &k)) return false;
+      ne *= k;
+      if (ne > max_elems) return false;
+    }
+  }
+  return true;
+}
+
+/* The value of v computed at compile time, when nothing it depends on is a user input, a weight
+ * without data, a random draw or a symbolic size, and no tensor on the way has more than max_elems
+ * elements: the nodes it depends on are run, in graph order, over the weights' data. NULL when it
+ * cannot be (no message: the caller compiles v as it is). The tensor lives until interp_free. */
+Tensor *interp_constant(Interp *I, Value *v, int64_t max_elems) {
+  Ctx *c = I->c;
+  Graph *g = I->g;
+  bool *need = arena_array(c->arena, (size_t)g->nnodes + 1, sizeof *need);
+  Value **stack = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *stack);
+  bool *seen = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *seen);
+  int sp = 0;
+  stack[sp++] = v;
+  seen[v->id] = true;
+  while (sp) {
+    Value *x = stack[--sp];
+    if (!x->def) {   /* a graph input: a weight with its bytes */
+      if (x->input == IN_USER || x->input == IN_NONE || !x->weight || x->kind != VK_TENSOR || graph_mutates(g, x)) return NULL;
+      I->vals[x->id].k = RV_TENSOR;
+      I->vals[x->id].t = tensor_from_weight(I, x->weight, true);
+      continue;
+    }
+    Node *n = x->def;
+    if (need[n->id]) continue;
+    if (!runs_now(n, max_elems)) return NULL;
+    need[n->id] = true;
+    FOR_TENSOR_ARGS(n, a, {
+      if (!seen[a->id]) { seen[a->id] = true; stack[sp++] = a; }
+    })
+  }
+  for (int k = 0; k < g->nnodes; k++)
+    if (need[k] && run_node(I, g->nodes[k])) {
+      c->has_err = false;   /* what it would have said is said again at run time */
+      return NULL;
+    }
+  return I->vals[v->id].k == RV_TENSOR ? I->vals[v->id].t : NULL;
+}
+
+double tensor_f64_at(const Tensor *t, int64_t i) { return dtype_load_f64(t->dtype, elem_ptr(t, i)); }
+
 int interp_run(Interp *I, Tensor **inputs, int ninputs, const STensor *extra, int nextra, RunResult *res) {
   Ctx *c = I->c;
   Graph *g = I->g;

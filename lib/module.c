@@ -228,7 +228,7 @@ static size_t size_literal(const char *t, size_t n, int64_t *v) {
   return i + 1;
 }
 
-/* The function's text with its own name SELF, its locals a<N>/r<N> numbered in order of appearance,
+/* The function's text with its own name SELF, its locals a<N>/r<N>/p<N> numbered in order of appearance,
  * and the kernels and epilogues it names replaced by what they alias. With lift, sizes other than 0
  * and 1 (INT64_C(n)) become K and their values are appended to *lifted (malloc'd, *nlifted of them). */
 static char *normalize(const char *t, size_t n, const char *self, size_t selflen, const Aliases *al, int64_t **lifted, int *nlifted) {
@@ -262,7 +262,7 @@ static char *normalize(const char *t, size_t n, const char *self, size_t selflen
     size_t len = j - i, pl = id[0] == 'e' && len > 2 && id[1] == 'p' ? 2 : 1;
     bool digits = len > pl;
     for (size_t q = pl; q < len && digits; q++) digits = id[q] >= '0' && id[q] <= '9';
-    bool local = digits && pl == 1 && (id[0] == 'a' || id[0] == 'r'), callee = digits && (id[0] == 'k' || pl == 2);
+    bool local = digits && pl == 1 && (id[0] == 'a' || id[0] == 'r' || id[0] == 'p'), callee = digits && (id[0] == 'k' || pl == 2);
     if (local) {
       int k = 0;
       while (k < nloc && !(loclen[k] == len && !strncmp(loc[k], id, len))) k++;

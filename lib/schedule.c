@@ -20,6 +20,12 @@ int emit_addmm(struct Em *, struct Node *);
 int emit_conv(struct Em *, struct Node *);
 int emit_reduce(struct Em *, struct Node *);
 
+int emit_assert(struct Em *, struct Node *);
+
+/* Whether node n reads its operands when the model runs: checks (_assert_tensor_metadata) are made
+ * at compile time, so they are not readers (a cast they check still fuses into its reader). */
+static bool runs(const Node *n) { return !n->op || n->op->emit != emit_assert; }
+
 bool op_is_pointwise(const OpDef *op) { return op->emit == emit_pointwise || op->emit == emit_gelu || op->emit == emit_div_mode; }
 
 /* A cast between float dtypes (_to_copy with a dtype only): the identity, rounded to the new dtype,
@@ -79,14 +85,91 @@ static const char *readers_why(Schedule *s, const Value *v) {
   return arena_printf(s->g->ctx->arena, "read %d times, so it is stored (fused into its readers, it would be computed once per read)", s->uses[v->id]);
 }
 
-/* Fusion legality: n is computed inside its only reader's loop when both are pointwise over the same
- * shape (so no element is computed twice) and its value is not an output. It saves writing and
- * reading the intermediate tensor: two passes over its bytes. */
+/* A pointwise node that may join a product's or convolution's epilogue: it reads, as the only reader,
+ * the float output of one (epilogue() decides later whether it does). Values fused into it would
+ * keep it out, so none is. */
+static bool epilogue_reader(const Schedule *s, const Node *u) {
+  FOR_TENSOR_ARGS(u, a, {
+    if (a->def && takes_epilogue(a->def) && s->uses[a->id] == 1 && (a->dtype == DT_F32 || a->dtype == DT_F64)) return true;
+  })
+  return false;
+}
+
+/* A concatenation computed inside its only reader's loop: the reader is pointwise over the cat's
+ * shape and takes each element from the input its index along the cat's dim falls in (emit.c's
+ * fused_cat), so the concatenated tensor is never written. Inputs of the output's dtype and rank,
+ * static nonzero sizes along that dim; at most SCHED_CAT_MAX of them. RoPE's rotate_half (cat of
+ * -x2 and x1, then * sin) and DenseNet's concatenated features before each norm are the cases. */
+bool sched_fusible_cat(const Schedule *s, const Node *n) {
+  if (!n || !n->op || strcmp(n->op->name, "cat") || n->nouts != 1 || n->args[0].k != AK_TENSORS) return false;
+  const Arg *ts = &n->args[0];
+  Value *y = n->outs[0];
+  Node *u = s->reader[y->id];
+  if (s->uses[y->id] != 1 || !sched_is_pointwise(u) || !value_same_shape(s->g, y, u->outs[0]) || epilogue_reader(s, u)) return false;
+  if (ts->n < 1 || ts->n > SCHED_CAT_MAX || y->rank < 1) return false;
+  int d = dim_wrap(node_int_arg(n, "dim", 0), y->rank);
+  for (int i = 0; i < ts->n; i++) {
+    const Value *x = ts->u.ts[i];
+    int64_t k;
+    if (x->dtype != y->dtype || x->rank != y->rank || !expr_is_const(x->sizes[d], &k) || k < 1) return false;
+  }
+  return true;
+}
+
+/* The nodes computed in n's loop if n is fused: n and, transitively, the values fused into it; a
+ * large count for a concatenation among them (it is evaluated only over its own shape). */
+static int fused_size(const Schedule *s, const Node *n) {
+  if (!sched_is_pointwise(n)) return 1 << 20;
+  int k = 1;
+  FOR_TENSOR_ARGS(n, a, {
+    if (a->def && s->role[a->def->id] == SN_FUSED) k += fused_size(s, a->def);
+  })
+  return k;
+}
+
+/* Whether value v is an output of the model */
+static bool is_output(const Schedule *s, const Value *v) {
+  for (int i = 0; i < s->g->noutputs; i++)
+    if (s->g->outputs[i].v == v) return true;
+  return false;
+}
+
+/* A value read by several nodes, each of which computes it in its own loop instead of reading it
+ * stored: a pointwise node of one tensor operand (a cast, a negation, a scale by a constant), read by
+ * at most SCHED_MULTI_READS pointwise nodes over its shape, none of which could take a product's
+ * epilogue. Each reader reads the operand instead: no tensor written, no kernel (RMSNorm's bfloat16
+ * input cast to float32, read by the mean of squares and by the normalization). */
+static bool recomputed(const Schedule *s, const Node *n) {
+  Value *v = n->outs[0];
+  int nt = 0, k = s->uses[v->id];
+  if (!sched_is_pointwise(n) || k < 2 || k > SCHED_MULTI_READS || is_output(s, v) || fused_size(s, n) != 1) return false;
+  FOR_TENSOR_ARGS(n, a, { nt++; (void)a; })
+  if (nt != 1) return false;
+  for (int i = s->rd_start[v->id]; i < s->rd_start[v->id + 1]; i++) {
+    const Node *u = s->rd[i];
+    if (!sched_is_pointwise(u) || !value_same_shape(s->g, v, u->outs[0]) || epilogue_reader(s, u)) return false;
+  }
+  return true;
+}
+
+/* Fusion legality: n is computed inside its only reader's loop, and its value is not an output, when
+ * - both are pointwise over the same shape (so no element is computed twice);
+ * - n is pointwise and reads over a smaller shape that broadcasts to its reader's, and costs little:
+ *   at most SCHED_BCAST_NODES nodes computed per element of the reader (RMSNorm's rsqrt of the mean
+ *   square per row, recomputed for each element of the row, costs less than a kernel and a tensor);
+ * - n is a concatenation (sched_fusible_cat), or n is pointwise and feeds one;
+ * - n is pointwise and its reader is a sum that computes its input (sched_takes_prologue);
+ * - or, read several times, each reader recomputes it (recomputed).
+ * It saves writing and reading the intermediate tensor: two passes over its bytes, and a launch. */
 static bool fusible(Schedule *s, const Node *n) {
-  if (!sched_is_pointwise(n)) return false;
   Value *v = n->outs[0];
   Node *u = s->reader[v->id];
-  return s->uses[v->id] == 1 && ((sched_is_pointwise(u) && value_same_shape(s->g, v, u->outs[0])) || sched_takes_prologue(s->g, u, v));
+  if (s->uses[v->id] != 1) return recomputed(s, n);
+  if (sched_fusible_cat(s, n)) return true;
+  if (!sched_is_pointwise(n)) return false;
+  if (sched_is_pointwise(u) && value_same_shape(s->g, v, u->outs[0])) return true;
+  if (sched_is_pointwise(u) && !epilogue_reader(s, u) && fused_size(s, n) <= SCHED_BCAST_NODES) return true;
+  return sched_fusible_cat(s, u) || sched_takes_prologue(s->g, u, v);
 }
 
 /* Why u (v's last reader) cannot join the epilogue after value v, or NULL when it can: then the
@@ -157,6 +240,32 @@ static void epilogue(Schedule *s, Node *n) {
   }
 }
 
+/* A fused attention (kept whole for the GPU's kernel) of rank 4 and static sizes whose only reader
+ * swaps its heads and rows (transpose(1, 2), as every transformer does before merging the heads):
+ * its output is laid out [batch, L, heads, D], so that the transpose is contiguous and the reshape
+ * after it a view, not a copy. */
+bool sched_attention_bshd(const Schedule *s, const Node *n) {
+  if (!s->g->ctx->cuda || !n->op || strcmp(n->op->name, "scaled_dot_product_attention") || n->nouts != 1 || n->outs[0]->rank != 4) return false;
+  Value *y = n->outs[0];
+  const Node *u = s->reader[y->id];
+  int64_t k;
+  for (int d = 0; d < 4; d++)
+    if (!expr_is_const(y->sizes[d], &k)) return false;
+  if (s->uses[y->id] != 1 || !u || !u->op || strcmp(u->op->name, "transpose.int")) return false;
+  int d0 = dim_wrap(node_int_arg(u, "dim0", 0), 4), d1 = dim_wrap(node_int_arg(u, "dim1", 0), 4);
+  return (d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1);
+}
+
+/* The strides of a [B, H, L, D] value laid out [B, L, H, D] */
+void sched_bshd_strides(Arena *a, const Value *y, const Expr **st) {
+  int64_t z[4];
+  for (int d = 0; d < 4; d++) expr_is_const(y->sizes[d], &z[d]);
+  st[0] = expr_const(a, z[1] * z[2] * z[3]);
+  st[1] = expr_const(a, z[3]);
+  st[2] = expr_const(a, z[1] * z[3]);
+  st[3] = expr_const(a, 1);
+}
+
 /* A fresh tensor for value v: contiguous, its own storage. */
 static void fresh(Schedule *s, Value *v) {
   layout_contiguous(s->g->ctx->arena, &s->layout[v->id], v->rank, v->sizes);
@@ -184,9 +293,17 @@ Schedule *schedule_graph(Graph *g) {
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     bool pw = sched_is_pointwise(n);
-    FOR_TENSOR_ARGS(n, v, { s->uses[v->id]++; s->reader[v->id] = n; s->pw_read[v->id] |= pw; })
+    if (runs(n)) FOR_TENSOR_ARGS(n, v, { s->uses[v->id]++; s->reader[v->id] = n; s->pw_read[v->id] |= pw; })
   }
   for (int i = 0; i < g->noutputs; i++) s->uses[g->outputs[i].v->id] += 2;
+  s->rd_start = arena_array(a, nv + 1, sizeof *s->rd_start);   /* every reader, by value: rd[rd_start[v] .. rd_start[v + 1]) */
+  for (int k = 0; k < g->nnodes; k++)
+    if (runs(g->nodes[k])) FOR_TENSOR_ARGS(g->nodes[k], v, { s->rd_start[v->id + 1]++; })
+  for (size_t i = 1; i <= nv; i++) s->rd_start[i] += s->rd_start[i - 1];
+  s->rd = arena_array(a, (size_t)s->rd_start[nv] + 1, sizeof *s->rd);
+  int *fill = arena_array(a, nv + 1, sizeof *fill);
+  for (int k = 0; k < g->nnodes; k++)
+    if (runs(g->nodes[k])) FOR_TENSOR_ARGS(g->nodes[k], v, { s->rd[s->rd_start[v->id] + fill[v->id]++] = g->nodes[k]; })
   /* graph inputs: user inputs contiguous, a stored weight as its storage has it */
   for (int i = 0; i < g->ninputs; i++) {
     Value *v = g->inputs[i];
@@ -216,7 +333,7 @@ Schedule *schedule_graph(Graph *g) {
       }
       continue;
     }
-    if (sched_is_pointwise(n)) {
+    if (sched_is_pointwise(n) || sched_fusible_cat(s, n)) {
       Value *ov = n->outs[0];
       Node *u = s->reader[ov->id];
       if (s->role[n->id] == SN_EPILOGUE) {   /* its result is in the product's output */
@@ -231,15 +348,23 @@ Schedule *schedule_graph(Graph *g) {
         s->into[n->id] = u;
         s->nfused++;
         s->has_layout[ov->id] = true;
-        gg_log(c, LOG_FUSION, "node %s (%s) computed inside the loop of its only reader %s (%s)", gg_quote(c, n->name), n->op->name, gg_quote(c, u->name),
-               u->op->name);
+        if (s->uses[ov->id] > 1)
+          gg_log(c, LOG_FUSION, "node %s (%s) computed again inside the loop of each of its %d readers (the last %s)", gg_quote(c, n->name), n->op->name,
+                 s->uses[ov->id], gg_quote(c, u->name));
+        else
+          gg_log(c, LOG_FUSION, "node %s (%s) computed inside the loop of its only reader %s (%s)", gg_quote(c, n->name), n->op->name, gg_quote(c, u->name),
+                 u->op->name);
         continue;
       }
       const char *why = readers_why(s, ov);
       if (why && s->pw_read[ov->id]) refuse(s, n, NULL, why);
-      else if (!why && u && sched_is_pointwise(u)) refuse(s, n, u, "its reader's output has another shape (a broadcast would compute it more than once)");
+      else if (!why && u && sched_is_pointwise(u))
+        refuse(s, n, u, epilogue_reader(s, u) ? "its reader's output has another shape, and the reader may join a product's epilogue"
+                                              : arena_printf(c->arena, "its reader's output has another shape, and a broadcast would compute its %d nodes for every element of it",
+                                                             fused_size(s, n)));
     }
     for (int i = 0; i < n->nouts; i++) if (n->outs[i]->kind == VK_TENSOR) fresh(s, n->outs[i]);
+    if (sched_attention_bshd(s, n)) sched_bshd_strides(a, n->outs[0], s->layout[n->outs[0]->id].strides);
     if (takes_epilogue(n)) epilogue(s, n);
   }
   return s;

@@ -271,22 +271,48 @@ static void test_schedule(void) {
     CHECK(s && s->role[r->def->id] == SN_FUSED && s->into[r->def->id] == y->def && s->role[y->def->id] == SN_KERNEL && s->nfused == 1);
     CHECK(s && sched_kernel_of(s, r->def) == y->def && s->nrefused == 0);
   }
-  /* read twice, an output, a broadcast reader: each stored, each with its reason */
+  /* read by a reduction too, an output, a broadcast reader: each stored, each with its reason; a value
+   * of one operand read twice by pointwise nodes is recomputed by both */
   {
     Graph *g = empty_graph(c);
     Rw rw = {.g = g, .orig = &orig};
     Value *x = input(g, "x", 2, (int64_t[]){4, 1}), *b = input(g, "b", 2, (int64_t[]){4, 5});
-    Value *r = CALL(&rw, NULL, "relu", "self", T(x));
-    Value *p = CALL(&rw, NULL, "add.Tensor", "self", T(r), "other", T(r));
+    Value *r = CALL(&rw, NULL, "relu", "self", T(x)), *r2 = CALL(&rw, NULL, "sigmoid", "self", T(x));
+    Value *p = CALL(&rw, NULL, "add.Tensor", "self", T(r), "other", T(r2));
     Value *q = CALL(&rw, NULL, "neg", "self", T(p));                         /* p is also an output */
+    Value *sum = CALL(&rw, NULL, "sum.dim_IntList", "self", T(r), "dim", INTS(&rw, 1, (int64_t[]){0}));
+    Value *rr = CALL(&rw, NULL, "mul.Tensor", "self", T(r2), "other", T(r2));
+    Value *outs2 = CALL(&rw, NULL, "add.Tensor", "self", T(sum), "other", T(rr));
     Value *e = CALL(&rw, NULL, "exp", "self", T(x));
+    for (int k = 0; k < SCHED_BCAST_NODES; k++) e = CALL(&rw, NULL, k % 2 ? "exp" : "neg", "self", T(e));   /* too costly to repeat per element */
     Value *w = CALL(&rw, NULL, "mul.Tensor", "self", T(e), "other", T(b));   /* e broadcasts to [4, 5] */
-    Value *outs[3] = {p, q, w};
-    Schedule *s = sched_of(g, &rw, 3, outs);
+    Value *outs[4] = {p, q, w, outs2};
+    Schedule *s = sched_of(g, &rw, 4, outs);
     CHECK(s && s->role[r->def->id] == SN_KERNEL && refused(s, r->def->name, "read 2 times"));
+    CHECK(s && s->role[r2->def->id] == SN_FUSED);   /* read 3 times, by pointwise nodes only */
     CHECK(s && s->role[p->def->id] == SN_KERNEL && refused(s, p->def->name, "an output of the model"));
     CHECK(s && s->role[e->def->id] == SN_KERNEL && refused(s, e->def->name, "another shape"));
-    CHECK(s && s->nfused == 0);
+    CHECK(s && s->role[rr->def->id] == SN_FUSED && s->into[rr->def->id] == outs2->def);
+    CHECK(s && s->nfused == SCHED_BCAST_NODES + 2);   /* the chain before e, over e's own shape; r2; rr */
+  }
+  /* a cheap value read broadcast (RMSNorm's rsqrt per row) is computed in its reader's loop; a cat
+   * and its pointwise input in the cat's pointwise reader's loop, not when the cat is read twice */
+  {
+    Graph *g = empty_graph(c);
+    Rw rw = {.g = g, .orig = &orig};
+    Value *x = input(g, "x", 2, (int64_t[]){4, 1}), *b = input(g, "b", 2, (int64_t[]){4, 6}), *h = input(g, "h", 2, (int64_t[]){4, 3});
+    Value *e = CALL(&rw, NULL, "rsqrt", "self", T(x));
+    Value *w = CALL(&rw, NULL, "mul.Tensor", "self", T(e), "other", T(b));
+    Value *n = CALL(&rw, NULL, "neg", "self", T(h));
+    Value *nh[2] = {n, h}, *hh[2] = {h, h};
+    Value *k = CALL(&rw, NULL, "cat", "tensors", (Arg){.k = AK_TENSORS, .n = 2, .u.ts = nh}, "dim", INT(&rw, 1));
+    Value *y = CALL(&rw, NULL, "mul.Tensor", "self", T(k), "other", T(w));
+    Value *k2 = CALL(&rw, NULL, "cat", "tensors", (Arg){.k = AK_TENSORS, .n = 2, .u.ts = hh}, "dim", INT(&rw, -1));
+    Value *outs[2] = {y, CALL(&rw, NULL, "add.Tensor", "self", T(k2), "other", T(k2))};
+    Schedule *s = sched_of(g, &rw, 2, outs);
+    CHECK(s && s->role[e->def->id] == SN_FUSED && s->into[e->def->id] == w->def && s->role[w->def->id] == SN_FUSED);
+    CHECK(s && s->role[k->def->id] == SN_FUSED && s->into[k->def->id] == y->def && s->role[n->def->id] == SN_FUSED && s->into[n->def->id] == k->def);
+    CHECK(s && s->role[k2->def->id] == SN_KERNEL && s->role[y->def->id] == SN_KERNEL && s->nfused == 4);
   }
   /* linear -> add(residual) -> relu: both in the linear's epilogue (on every target) */
   {

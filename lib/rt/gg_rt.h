@@ -389,6 +389,7 @@ void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
 typedef struct gg_attn {
   int64_t B, H, Hk, L, S, D;   /* batch, query heads, key/value heads (dividing H), query and key lengths, head size */
   int64_t qs[3], ks[3], vs[3]; /* each operand's strides along batch, head and row */
+  int64_t ys[3];               /* the output's ([B, H, L, D], or laid out [B, L, H, D] for the transpose after it) */
   int64_t ms[4];               /* the mask's strides along [B, H, L, S] (0 where it broadcasts) */
   int mask;                    /* 0 none, 1 bool (false: left out), 2 added, in the operands' dtype */
   int causal;                  /* key j > query i left out */

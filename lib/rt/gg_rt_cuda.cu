@@ -1719,6 +1719,25 @@ static __device__ __forceinline__ void att_ldsm_t(uint32_t r[4], const uint16_t 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
+/* 16 bytes from global to shared memory without passing through registers (zeros when !in: no
+ * byte is read), completed by att_cp_wait */
+static __device__ __forceinline__ void att_cp16(uint16_t *dst, const uint16_t *src, bool in) {
+#if __CUDA_ARCH__ >= 800
+  const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(in ? 16 : 0));
+#endif
+}
+static __device__ __forceinline__ void att_cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int N> static __device__ __forceinline__ void att_cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
 /* two adjacent elements of a row as one register (zeros past the end of the rows) */
 static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in) {
   return in ? (uint32_t)row[0] | (uint32_t)row[1] << 16 : 0u;
@@ -1726,8 +1745,11 @@ static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in
 
 template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                                                              const void *mask, uint16_t *y) {
-  __shared__ __align__(16) uint16_t Ks[GG_ATT_BN][D + 8];
-  __shared__ __align__(16) uint16_t Vs[GG_ATT_BN][D + 8];
+  /* two K/V buffers where they fit the 48 KiB of static shared memory (head sizes up to 64): the next
+   * tile is copied in (cp.async) while the warps compute on this one */
+  constexpr int NB = D <= 64 ? 2 : 1;
+  __shared__ __align__(16) uint16_t Ks[NB][GG_ATT_BN][D + 8];
+  __shared__ __align__(16) uint16_t Vs[NB][GG_ATT_BN][D + 8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
   const int64_t q0 = (int64_t)blockIdx.x * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
@@ -1751,9 +1773,27 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
   const uint8_t *mb = (const uint8_t *)mask;
   const uint16_t *mh = (const uint16_t *)mask;
   const int64_t moff = b * a.ms[0] + h * a.ms[1];
-  for (int64_t k0 = 0; k0 < kend; k0 += GG_ATT_BN) {
-    __syncthreads();
+  const bool async = NB == 2 && kvec && vvec;
+  auto copy_tile = [&](int buf, int64_t k0) {
     for (int i = threadIdx.x; i < GG_ATT_BN * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = k0 + j < a.S;
+      att_cp16(&Ks[buf][j][e], in ? K + (k0 + j) * a.ks[2] + e : K, in);
+      att_cp16(&Vs[buf][j][e], in ? V + (k0 + j) * a.vs[2] + e : V, in);
+    }
+    att_cp_commit();
+  };
+  if (async && kend > 0) copy_tile(0, 0);
+  for (int64_t k0 = 0, it = 0; k0 < kend; k0 += GG_ATT_BN, it++) {
+    const int cur = NB == 2 ? (int)(it & 1) : 0;
+    __syncthreads();   /* every warp is done with the buffer the next copy overwrites */
+    if (async) {
+      if (k0 + GG_ATT_BN < kend) {
+        copy_tile(cur ^ 1, k0 + GG_ATT_BN);
+        att_cp_wait<1>();   /* this tile's copies (the group before) have landed */
+      } else att_cp_wait<0>();
+    }
+    for (int i = threadIdx.x; !async && i < GG_ATT_BN * D / 8; i += blockDim.x) {
       const int j = i / (D / 8), e = i % (D / 8) * 8;
       const bool in = k0 + j < a.S;
       uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
@@ -1768,8 +1808,8 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
         if (in && !kvec) ke[u] = kr[u];
         if (in && !vvec) ve[u] = vr[u];
       }
-      memcpy(&Ks[j][e], ke, 16);
-      memcpy(&Vs[j][e], ve, 16);
+      memcpy(&Ks[cur][j][e], ke, 16);
+      memcpy(&Vs[cur][j][e], ve, 16);
     }
     __syncthreads();
     float s[GG_ATT_BN / 8][4];
@@ -1782,7 +1822,7 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
 #pragma unroll
       for (int c = 0; c < D / 16; c++) {
         uint32_t kb[4];
-        att_ldsm(kb, &Ks[(n + (lm >> 1)) * 8 + lr][c * 16 + (lm & 1) * 8]);
+        att_ldsm(kb, &Ks[cur][(n + (lm >> 1)) * 8 + lr][c * 16 + (lm & 1) * 8]);
         att_mma(DT, s[n], qa[c], kb[0], kb[1]);
         att_mma(DT, s[n + 1], qa[c], kb[2], kb[3]);
       }
@@ -1834,7 +1874,7 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
 #pragma unroll
       for (int n = 0; n < D / 8; n += 2) {
         uint32_t vb[4];   /* matrix i: keys 8 (i % 2) on, head columns of n-tile n + i / 2 */
-        att_ldsm_t(vb, &Vs[kc * 16 + (lm & 1) * 8 + lr][(n + (lm >> 1)) * 8]);
+        att_ldsm_t(vb, &Vs[cur][kc * 16 + (lm & 1) * 8 + lr][(n + (lm >> 1)) * 8]);
         att_mma(DT, o[n], pa, vb[0], vb[1]);
         att_mma(DT, o[n + 1], pa, vb[2], vb[3]);
       }
@@ -1846,12 +1886,12 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
   }
   const float i0 = l0 > 0 ? 1.f / l0 : 0.f, i1 = l1 > 0 ? 1.f / l1 : 0.f;
-  uint16_t *Y = y + bh * a.L * D;
+  uint16_t *Y = y + b * a.ys[0] + h * a.ys[1];
 #pragma unroll
   for (int n = 0; n < D / 8; n++) {
     const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
-    if (r0 < a.L) memcpy(Y + r0 * D + n * 8 + 2 * t, &w0, 4);
-    if (r1 < a.L) memcpy(Y + r1 * D + n * 8 + 2 * t, &w1, 4);
+    if (r0 < a.L) memcpy(Y + r0 * a.ys[2] + n * 8 + 2 * t, &w0, 4);
+    if (r1 < a.L) memcpy(Y + r1 * a.ys[2] + n * 8 + 2 * t, &w1, 4);
   }
 }
 

@@ -627,6 +627,68 @@ def lstm_forms():   # lstm.input: two layers bidirectional batch-first with bias
     return g
 
 
+def _attention(q, k, v, m):   # softmax(q k^T / sqrt(E) + mask) v in float32 (torch 1.13 has no scaled_dot_product_attention)
+    dt = q.dtype
+    q, k, v = (t.float() if dt != torch.float64 else t for t in (q, k, v))
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.to(s.dtype)
+    return (torch.softmax(s, -1) @ v).to(dt)
+
+
+@case
+def fusion_forms():   # the schedule's fusions and fold's attention inputs (lib/schedule.c, lib/fold.c): RoPE's rotate_half (a cat of -x2 and x1 in its reader's loop),
+    # a cat of three along dim 1 (a pointwise input, a strided slice), RMSNorm in bfloat16 (the float32 cast read twice and recomputed by both
+    # readers, rsqrt read broadcast), causal masks built from aranges (bool; additive with -inf; one that is not causal), a mask that masks nothing,
+    # keys and values with repeated heads (repeat_kv: read unrepeated), attention's output transposed and its heads merged (a view on the GPU)
+    q0, cos, sin = torch.randn(2, 5, 3, 8), torch.randn(5, 8), torch.randn(5, 8)
+    a, b, xb, w = torch.randn(2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 5, 16).bfloat16(), torch.randn(16).bfloat16()
+    qa, ka, va = (torch.randn(1, 2, 70, 64).bfloat16() for _ in range(3))
+    kb, vb = (torch.randn(1, 1, 70, 64).bfloat16() for _ in range(2))
+    g = Graph("fusion_forms", q0=q0, cos=cos, sin=sin, a=a, b=b, xb=xb, w=w, qa=qa, ka=ka, va=va, kb=kb, vb=vb)
+    Q0, COS, SIN, A, B, XB, W, QA, KA, VA, KB, VB = (Ref(n) for n in ("q0", "cos", "sin", "a", "b", "xb", "w", "qa", "ka", "va", "kb", "vb"))
+    q = g.node("transpose.int", [("self", Q0), ("dim0", 1), ("dim1", 2)], lambda t, d0, d1: t.transpose(d0, d1), out=False)
+    x1 = g.node("slice.Tensor", [("self", q), ("dim", -1), ("start", 0), ("end", 4)], lambda t, d, s0, e: t[..., s0:e], out=False)
+    x2 = g.node("slice.Tensor", [("self", q), ("dim", -1), ("start", 4), ("end", 9223372036854775807)], lambda t, d, s0, e: t[..., s0:], out=False)
+    nx2 = g.node("neg.default", [("self", x2)], torch.neg, out=False)
+    rot = g.node("cat.default", [("tensors", [nx2, x1]), ("dim", -1)], lambda ts, d: torch.cat(ts, d), out=False)
+    m1 = g.node("mul.Tensor", [("self", q), ("other", COS)], torch.mul, out=False)
+    m2 = g.node("mul.Tensor", [("self", rot), ("other", SIN)], torch.mul, out=False)
+    g.node("add.Tensor", [("self", m1), ("other", m2)], torch.add)
+    ea = g.node("exp.default", [("self", A)], torch.exp, out=False)
+    bs = g.node("slice.Tensor", [("self", B), ("dim", 1), ("start", 1), ("end", 6), ("step", 2)], lambda t, d, s0, e, st: t[:, s0:e:st], out=False)
+    c3 = g.node("cat.default", [("tensors", [ea, A, bs]), ("dim", 1)], lambda ts, d: torch.cat(ts, d), out=False)
+    g.node("mul.Tensor", [("self", c3), ("other", 0.5)], torch.mul)
+    xf = g.node("to.dtype", [("self", XB), ("dtype", torch.float32)], lambda t, dt: t.to(dt), out=False)
+    p2 = g.node("pow.Tensor_Scalar", [("self", xf), ("exponent", 2)], torch.pow, out=False)
+    ms = g.node("mean.dim", [("self", p2), ("dim", [-1]), ("keepdim", True)], lambda t, d, k: t.mean(d, keepdim=k), out=False)
+    me = g.node("add.Tensor", [("self", ms), ("other", 1e-6)], torch.add, out=False)
+    rs = g.node("rsqrt.default", [("self", me)], torch.rsqrt, out=False)
+    nf = g.node("mul.Tensor", [("self", xf), ("other", rs)], torch.mul, out=False)
+    nb = g.node("to.dtype", [("self", nf), ("dtype", torch.bfloat16)], lambda t, dt: t.to(dt), out=False)
+    g.node("mul.Tensor", [("self", W), ("other", nb)], torch.mul)
+    ar = g.node("arange.default", [("end", 70), ("dtype", torch.int64)], lambda e, dt: torch.arange(e, dtype=dt), out=False)
+    row = g.node("unsqueeze.default", [("self", ar), ("dim", 1)], torch.unsqueeze, out=False)
+    col = g.node("unsqueeze.default", [("self", ar), ("dim", 0)], torch.unsqueeze, out=False)
+    causal = g.node("le.Tensor", [("self", col), ("other", row)], torch.le, out=False)   # key <= query
+    def rep(t):   # Hugging Face's repeat_kv: [1, 1, 70, 64] -> [1, 2, 70, 64]
+        u = g.node("unsqueeze.default", [("self", t), ("dim", 2)], torch.unsqueeze, out=False)
+        e = g.node("expand.default", [("self", u), ("size", [1, 1, 2, 70, 64])], lambda x, sz: x.expand(sz), out=False)
+        return g.node("reshape.default", [("self", e), ("shape", [1, 2, 70, 64])], torch.reshape, out=False)
+    att = g.node("scaled_dot_product_attention.default", [("query", QA), ("key", rep(KB)), ("value", rep(VB)), ("attn_mask", causal)], _attention, out=False)
+    heads = g.node("transpose.int", [("self", att), ("dim0", 1), ("dim1", 2)], lambda t, d0, d1: t.transpose(d0, d1), out=False)
+    g.node("reshape.default", [("self", heads), ("shape", [1, 70, -1])], torch.reshape)   # the heads merged: a view of attention laid out [B, L, H, D]
+    addm = g.node("where.ScalarOther", [("condition", causal), ("self", 0.0), ("other", float("-inf"))],
+                  lambda c, x, y: torch.where(c, torch.tensor(x), torch.tensor(y)), out=False)
+    g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", addm)], _attention)
+    strict = g.node("lt.Tensor", [("self", col), ("other", row)], torch.lt, out=False)   # not causal: the diagonal left out
+    both = g.node("logical_or.default", [("self", strict), ("other", g.node("eq.Scalar", [("self", col), ("other", 0)], torch.eq, out=False))],
+                  torch.logical_or, out=False)
+    g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", both)], _attention)
+    ones = g.node("ones.default", [("size", [70, 70]), ("dtype", torch.bool)], lambda sz, dt: torch.ones(sz, dtype=dt), out=False)
+    g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", ones)], _attention)
+    return g
+
+
 @case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
