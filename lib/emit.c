@@ -593,7 +593,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
 static int vector_width(Em *e, const TV *out) {
   int64_t sz = dtype_info(out->dt) ? dtype_info(out->dt)->size : 0, V = sz == 2 || sz == 4 ? 16 / sz : 0, last, off;
   bool aligned = e->st[out->stor].kind == S_SCRATCH || e->st[out->stor].aligned;
-  if (!V || !e->d->vloops || out->rank == 0 || !aligned || !is_contiguous(e, out) || !expr_is_const(out->offset, &off) ||
+  if (!V || !e->t->device->vloops || out->rank == 0 || !aligned || !is_contiguous(e, out) || !expr_is_const(out->offset, &off) ||
       off % V || !expr_is_const(out->sizes[out->rank - 1], &last) || last % V)
     return 0;
   for (int d = 0; d < out->rank; d++)
