@@ -562,7 +562,22 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     else { B.stor = c->stor; B.offset = c->offset; memcpy(B.strides + B.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
   }
   TV *out = alloc_value(e, y), flat;
-  if (!b_vec && fold_batch_rows(e, &A, &B, bias, out, &flat)) out = &flat;
+  const Expr *ost[R];
+  if (!b_vec && e->s->rows_permuted[n->id] && A.rank == y->rank && sched_rows_permuted(n, &A.l, bv, y, ost, e->a)) {
+    /* one product over A's rows in memory order, the output laid out in the same order */
+    const Expr *rows = C(e, 1), *sizes[2];
+    for (int d = 0; d < A.rank - 1; d++) rows = MUL(e, rows, A.sizes[d]);
+    memcpy(out->strides, ost, sizeof *ost * (size_t)y->rank);
+    sizes[0] = rows;
+    sizes[1] = y->sizes[y->rank - 1];
+    contiguous_tv(e, &flat, out->stor, out->dt, 2, sizes);
+    out = &flat;
+    A.sizes[0] = rows;
+    A.strides[0] = A.sizes[A.rank - 1];
+    A.sizes[1] = A.sizes[A.rank - 1];
+    A.strides[1] = C(e, 1);
+    A.rank = 2;
+  } else if (!b_vec && fold_batch_rows(e, &A, &B, bias, out, &flat)) out = &flat;
   /* batch dims of the output: all but the matrix dims (or the vector dim) */
   int orank = out->rank, nb = orank - (a_vec ? 0 : 1) - (b_vec ? 0 : 1);
   if (nb < 0) nb = 0;

@@ -344,6 +344,7 @@ typedef struct Schedule {
   unsigned char *role;      /* SchedRole */
   struct Node **into;       /* SN_FUSED: its reader; SN_EPILOGUE: the product or convolution */
   struct Node ***chain; int *nchain;   /* a product's or convolution's epilogue, in order */
+  bool *rows_permuted;      /* a product over its input's rows in memory order (sched_rows_permuted) */
   Refusal *refused; int nrefused, cap_refused;   /* fusions refused, with why */
   int nfused;               /* SN_FUSED nodes */
 } Schedule;
@@ -356,6 +357,7 @@ bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dt
 bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */
 bool sched_attention_bshd(const Schedule *s, const struct Node *n);   /* a fused attention's output laid out [B, L, H, D] */
 void sched_bshd_strides(Arena *a, const struct Value *y, const Expr **st);
+bool sched_rows_permuted(const struct Node *n, const Layout *a, const struct Value *w, const struct Value *y, const Expr **ostrides, Arena *ar);
 bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is emit_pointwise's family */
 void schedule_print(const Schedule *s, FILE *f);
 struct TrainOptions;

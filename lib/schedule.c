@@ -291,6 +291,39 @@ void sched_bshd_strides(Arena *a, const Value *y, const Expr **st) {
   st[3] = expr_const(a, 1);
 }
 
+/* A product x @ w with w a matrix (linear, matmul) whose x rows (every dim but the last, which is
+ * contiguous) fill a dense block in an order other than row-major: a linear layer on a transposed
+ * sequence (nn.MultiheadAttention's [L, N, E] view of a batch-first input in ViT). Computed as one
+ * product over the rows in memory order, its output laid out in the same order: ostrides are x's
+ * row strides divided by K, times N (else a batch of skinny products, one per row of the outer dim:
+ * ViT-B/16's in-projection ran as 197 products of 16 rows). a: x's layout; static sizes. */
+bool sched_rows_permuted(const Node *n, const Layout *a, const Value *w, const Value *y, const Expr **ostrides, Arena *ar) {
+  EmitFn f = n->op ? n->op->emit : NULL;
+  int r = a->rank;
+  int64_t st[GG_MAX_RANK], sz[GG_MAX_RANK], K, N, one;
+  if ((f != emit_linear && f != emit_matmul) || r < 3 || w->rank != 2 || y->rank != r || !expr_is_const(a->strides[r - 1], &one) || one != 1 ||
+      !expr_is_const(a->sizes[r - 1], &K) || !expr_is_const(y->sizes[r - 1], &N))
+    return false;
+  int ord[GG_MAX_RANK], m = 0;
+  for (int d = 0; d < r - 1; d++) {
+    if (!expr_is_const(a->sizes[d], &sz[d]) || !expr_is_const(a->strides[d], &st[d])) return false;
+    if (sz[d] != 1) ord[m++] = d;
+  }
+  for (int i = 1; i < m; i++)   /* the rows' dims by stride, outermost first */
+    for (int j = i; j > 0 && st[ord[j]] > st[ord[j - 1]]; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
+  bool natural = true;
+  int64_t inner = K;
+  for (int i = m - 1; i >= 0; i--) {
+    if (st[ord[i]] != inner) return false;
+    inner *= sz[ord[i]];
+    natural &= i == 0 || ord[i] > ord[i - 1];
+  }
+  if (natural || m < 2) return false;   /* row-major already: emit_ops.c's fold_batch_rows */
+  for (int d = 0; d < r - 1; d++) ostrides[d] = expr_const(ar, sz[d] == 1 ? 0 : st[d] / K * N);
+  ostrides[r - 1] = expr_const(ar, 1);
+  return true;
+}
+
 /* A fresh tensor for value v: contiguous, its own storage. */
 static void fresh(Schedule *s, Value *v) {
   layout_contiguous(s->g->ctx->arena, &s->layout[v->id], v->rank, v->sizes);
@@ -314,6 +347,7 @@ Schedule *schedule_graph(Graph *g) {
   s->into = arena_array(a, nn, sizeof *s->into);
   s->chain = arena_array(a, nn, sizeof *s->chain);
   s->nchain = arena_array(a, nn, sizeof *s->nchain);
+  s->rows_permuted = arena_array(a, nn, sizeof *s->rows_permuted);
   /* who reads what: fusion needs single readers */
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
@@ -390,7 +424,12 @@ Schedule *schedule_graph(Graph *g) {
     }
     for (int i = 0; i < n->nouts; i++) if (n->outs[i]->kind == VK_TENSOR) fresh(s, n->outs[i]);
     if (sched_attention_bshd(s, n)) sched_bshd_strides(a, n->outs[0], s->layout[n->outs[0]->id].strides);
-    if (takes_epilogue(n)) epilogue(s, n);
+    if (takes_epilogue(n) && n->args[0].k == AK_TENSOR && n->args[1].k == AK_TENSOR && s->has_layout[n->args[0].u.t->id] &&
+        sched_rows_permuted(n, &s->layout[n->args[0].u.t->id], n->args[1].u.t, n->outs[0], s->layout[n->outs[0]->id].strides, a)) {
+      s->rows_permuted[n->id] = true;   /* its output is not contiguous: no epilogue reads it at its index */
+      Node *u = s->reader[n->outs[0]->id];
+      if (s->pw_read[n->outs[0]->id]) refuse(s, n, s->uses[n->outs[0]->id] == 1 ? u : NULL, "the product's output is laid out in its input's row order (no epilogue)");
+    } else if (takes_epilogue(n)) epilogue(s, n);
   }
   return s;
 }

@@ -639,13 +639,15 @@ def _attention(q, k, v, m):   # softmax(q k^T / sqrt(E) + mask) v in float32 (to
 def fusion_forms():   # the schedule's fusions and fold's attention inputs (lib/schedule.c, lib/fold.c): RoPE's rotate_half (a cat of -x2 and x1 in its reader's loop),
     # a cat of three along dim 1 (a pointwise input, a strided slice), RMSNorm in bfloat16 (the float32 cast read twice and recomputed by both
     # readers, rsqrt read broadcast), causal masks built from aranges (bool; additive with -inf; one that is not causal), a mask that masks nothing,
-    # keys and values with repeated heads (repeat_kv: read unrepeated), attention's output transposed and its heads merged (a view on the GPU)
+    # keys and values with repeated heads (repeat_kv: read unrepeated), attention's output transposed and its heads merged (a view on the GPU),
+    # a linear and a matmul over permuted rows
     q0, cos, sin = torch.randn(2, 5, 3, 8), torch.randn(5, 8), torch.randn(5, 8)
     a, b, xb, w = torch.randn(2, 3, 4), torch.randn(2, 6, 4), torch.randn(2, 5, 16).bfloat16(), torch.randn(16).bfloat16()
     qa, ka, va = (torch.randn(1, 2, 70, 64).bfloat16() for _ in range(3))
     kb, vb = (torch.randn(1, 1, 70, 64).bfloat16() for _ in range(2))
-    g = Graph("fusion_forms", q0=q0, cos=cos, sin=sin, a=a, b=b, xb=xb, w=w, qa=qa, ka=ka, va=va, kb=kb, vb=vb)
-    Q0, COS, SIN, A, B, XB, W, QA, KA, VA, KB, VB = (Ref(n) for n in ("q0", "cos", "sin", "a", "b", "xb", "w", "qa", "ka", "va", "kb", "vb"))
+    wl, bl, wm = torch.randn(6, 8), torch.randn(6), torch.randn(8, 4)
+    g = Graph("fusion_forms", q0=q0, cos=cos, sin=sin, a=a, b=b, xb=xb, w=w, qa=qa, ka=ka, va=va, kb=kb, vb=vb, wl=wl, bl=bl, wm=wm)
+    Q0, COS, SIN, A, B, XB, W, QA, KA, VA, KB, VB, WL, BL, WM = (Ref(n) for n in ("q0", "cos", "sin", "a", "b", "xb", "w", "qa", "ka", "va", "kb", "vb", "wl", "bl", "wm"))
     q = g.node("transpose.int", [("self", Q0), ("dim0", 1), ("dim1", 2)], lambda t, d0, d1: t.transpose(d0, d1), out=False)
     x1 = g.node("slice.Tensor", [("self", q), ("dim", -1), ("start", 0), ("end", 4)], lambda t, d, s0, e: t[..., s0:e], out=False)
     x2 = g.node("slice.Tensor", [("self", q), ("dim", -1), ("start", 4), ("end", 9223372036854775807)], lambda t, d, s0, e: t[..., s0:], out=False)
@@ -684,6 +686,12 @@ def fusion_forms():   # the schedule's fusions and fold's attention inputs (lib/
     both = g.node("logical_or.default", [("self", strict), ("other", g.node("eq.Scalar", [("self", col), ("other", 0)], torch.eq, out=False))],
                   torch.logical_or, out=False)
     g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", both)], _attention)
+    # products over a transposed sequence (nn.MultiheadAttention's view in ViT): one product over the rows in memory order, the output in that order
+    xt = g.node("transpose.int", [("self", Q0), ("dim0", 0), ("dim1", 1)], lambda t, d0, d1: t.transpose(d0, d1), out=False)   # [5, 2, 3, 8]
+    lin = g.node("linear.default", [("input", xt), ("weight", WL), ("bias", BL)], torch.nn.functional.linear, out=False)
+    g.node("add.Tensor", [("self", lin), ("other", 1.0)], torch.add)
+    xp = g.node("permute.default", [("self", Q0), ("dims", [2, 0, 1, 3])], lambda t, d: t.permute(d), out=False)   # [3, 2, 5, 8]
+    g.node("matmul.default", [("self", xp), ("other", WM)], torch.matmul)
     ones = g.node("ones.default", [("size", [70, 70]), ("dtype", torch.bool)], lambda sz, dt: torch.ones(sz, dtype=dt), out=False)
     g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", ones)], _attention)
     return g
