@@ -194,9 +194,9 @@ def ceilings():
     return {"gemm_f32_tflops": f32, "gemm_tf32_tflops": tf32, "gemm_bf16_tflops": gemm(torch.bfloat16), "copy_tbs": 2 * x.numel() / ms / 1e9}
 
 
-def explain_figures(pt2):
-    """FLOPs of the products and convolutions, and the bytes of the schedule (gcc-graph explain --json)."""
-    r = subprocess.run([GG, "explain", pt2, "--json"], capture_output=True, text=True)
+def explain_figures(pt2, prec=None):
+    """FLOPs of the products and convolutions, and the bytes of the GPU schedule (gcc-graph explain --json --target cuda)."""
+    r = subprocess.run([GG, "explain", pt2, "--json", "--target", "cuda"] + (["--precision", prec] if prec else []), capture_output=True, text=True)
     if r.returncode:
         return None, None
     j = json.loads(r.stdout)
@@ -285,7 +285,7 @@ def run_model(name, make, mkin, dtype, prec, ceil):
         if v:
             row[k + "_ms"] = statistics.median(v)
             row[k + "_rounds"] = v
-    flops, traffic = explain_figures(pt2)
+    flops, traffic = explain_figures(pt2, prec)
     best = min(row.get("compile_ms", 1e30), row.get("autotune_ms", 1e30))
     if "ours_ms" in row:
         row["vs_best_torch_compile"] = best / row["ours_ms"]

@@ -353,7 +353,7 @@ static int attention_inputs(Graph *g) {
     }
     if (!m || (n->args[ci].k == AK_BOOL && n->args[ci].u.b)) continue;
     if (!I) I = interp_new(c, g);
-    Tensor *t = interp_constant(I, m, (int64_t)1 << 26);
+    Tensor *t = interp_constant(I, m, (int64_t)1 << 25);   /* a [1, 1, 4096, 4096] mask and the two it is made of */
     int says = t ? mask_says(t, L, S) : 0;
     if (!says) continue;
     n->args[mi] = NONE();

@@ -2704,8 +2704,8 @@ int graph_check_supported(Graph *g) {
 }
 
 /* Whether node n can run now: an op with an evaluator, not random, writing nothing, its sizes and
- * integer arguments static, its outputs at most max_elems elements */
-static bool runs_now(const Node *n, int64_t max_elems) {
+ * integer arguments static, its outputs at most *budget elements in all (taken from it) */
+static bool runs_now(const Node *n, int64_t *budget) {
   if (!n->op || n->op->inplace || n->op->outarg >= 0 || !strncmp(n->op->name, "rand", 4) || strstr(n->op->name, "dropout") || strstr(n->op->name, "bernoulli"))
     return false;
   for (int i = 0; i < n->op->nargs; i++) {
@@ -2721,18 +2721,19 @@ static bool runs_now(const Node *n, int64_t max_elems) {
     if (y->kind != VK_TENSOR) return false;
     int64_t ne = 1, k;
     for (int d = 0; d < y->rank; d++) {
-      if (!expr_is_const(y->sizes[d], &k)) return false;
+      if (!expr_is_const(y->sizes[d], &k) || (k > 0 && ne > *budget / k)) return false;
       ne *= k;
-      if (ne > max_elems) return false;
     }
+    if (ne > *budget) return false;
+    *budget -= ne;
   }
   return true;
 }
 
 /* The value of v computed at compile time, when nothing it depends on is a user input, a weight
- * without data, a random draw or a symbolic size, and no tensor on the way has more than max_elems
- * elements: the nodes it depends on are run, in graph order, over the weights' data. NULL when it
- * cannot be (no message: the caller compiles v as it is). The tensor lives until interp_free. */
+ * without data, a random draw or a symbolic size, and the nodes on the way make at most max_elems
+ * elements in all: the nodes it depends on are run, in graph order, over the weights' data. NULL
+ * when it cannot be (no message: the caller compiles v as it is). The tensor lives until interp_free. */
 Tensor *interp_constant(Interp *I, Value *v, int64_t max_elems) {
   Ctx *c = I->c;
   Graph *g = I->g;
@@ -2747,12 +2748,12 @@ Tensor *interp_constant(Interp *I, Value *v, int64_t max_elems) {
     if (!x->def) {   /* a graph input: a weight with its bytes */
       if (x->input == IN_USER || x->input == IN_NONE || !x->weight || x->kind != VK_TENSOR || graph_mutates(g, x)) return NULL;
       I->vals[x->id].k = RV_TENSOR;
-      I->vals[x->id].t = tensor_from_weight(I, x->weight, true);
+      I->vals[x->id].t = tensor_from_weight(I, x->weight, false);   /* read only: no node here writes */
       continue;
     }
     Node *n = x->def;
     if (need[n->id]) continue;
-    if (!runs_now(n, max_elems)) return NULL;
+    if (!runs_now(n, &max_elems)) return NULL;
     need[n->id] = true;
     FOR_TENSOR_ARGS(n, a, {
       if (!seen[a->id]) { seen[a->id] = true; stack[sp++] = a; }

@@ -272,8 +272,9 @@ static void test_schedule(void) {
     CHECK(s && sched_kernel_of(s, r->def) == y->def && s->nrefused == 0);
   }
   /* read by a reduction too, an output, a broadcast reader: each stored, each with its reason; a value
-   * of one operand read twice by pointwise nodes is recomputed by both */
+   * of one operand read twice by pointwise nodes is recomputed by both (the GPU's rules) */
   {
+    c->cuda = true;
     Graph *g = empty_graph(c);
     Rw rw = {.g = g, .orig = &orig};
     Value *x = input(g, "x", 2, (int64_t[]){4, 1}), *b = input(g, "b", 2, (int64_t[]){4, 5});
@@ -294,6 +295,7 @@ static void test_schedule(void) {
     CHECK(s && s->role[e->def->id] == SN_KERNEL && refused(s, e->def->name, "another shape"));
     CHECK(s && s->role[rr->def->id] == SN_FUSED && s->into[rr->def->id] == outs2->def);
     CHECK(s && s->nfused == SCHED_BCAST_NODES + 2);   /* the chain before e, over e's own shape; r2; rr */
+    c->cuda = false;
   }
   /* a cheap value read broadcast (RMSNorm's rsqrt per row) is computed in its reader's loop; a cat
    * and its pointwise input in the cat's pointwise reader's loop, not when the cat is read twice */
@@ -309,7 +311,12 @@ static void test_schedule(void) {
     Value *y = CALL(&rw, NULL, "mul.Tensor", "self", T(k), "other", T(w));
     Value *k2 = CALL(&rw, NULL, "cat", "tensors", (Arg){.k = AK_TENSORS, .n = 2, .u.ts = hh}, "dim", INT(&rw, -1));
     Value *outs[2] = {y, CALL(&rw, NULL, "add.Tensor", "self", T(k2), "other", T(k2))};
-    Schedule *s = sched_of(g, &rw, 2, outs);
+    Schedule *s = sched_of(g, &rw, 2, outs);   /* the CPU: neither rule; w (same shape) fuses into y */
+    CHECK(s && s->role[e->def->id] == SN_KERNEL && refused(s, e->def->name, "another shape") && s->role[w->def->id] == SN_FUSED);
+    CHECK(s && s->role[k->def->id] == SN_KERNEL && s->role[n->def->id] == SN_KERNEL && s->nfused == 1);
+    c->cuda = true;   /* the GPU: they are computed in their readers' loops */
+    s = sched_of(g, &rw, 2, outs);
+    c->cuda = false;
     CHECK(s && s->role[e->def->id] == SN_FUSED && s->into[e->def->id] == w->def && s->role[w->def->id] == SN_FUSED);
     CHECK(s && s->role[k->def->id] == SN_FUSED && s->into[k->def->id] == y->def && s->role[n->def->id] == SN_FUSED && s->into[n->def->id] == k->def);
     CHECK(s && s->role[k2->def->id] == SN_KERNEL && s->role[y->def->id] == SN_KERNEL && s->nfused == 4);
