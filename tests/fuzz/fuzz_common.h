@@ -38,9 +38,13 @@ static inline FILE *fuzz_null(void) {
 
 /* What explain does with a model: load, verify, print; when it verifies and every op is known,
  * the inference passes and the schedule (code generated into memory, no C compiler). */
-static inline void fuzz_model_file(const char *path) {
+/* for_gpu: the schedule and code of --target cuda (sm_90: the fused attention, the GPU's fusion
+ * rules), else the CPU's */
+static inline void fuzz_model_file_for(const char *path, bool for_gpu) {
   Ctx *c = ctx_new();
   c->file = path;
+  c->cuda = for_gpu;
+  c->cuda_sm = for_gpu ? 90 : 0;
   Graph *g = graph_load(c, path, NULL);
   if (g) {
     int rc = verify_graph(g);
@@ -54,4 +58,5 @@ static inline void fuzz_model_file(const char *path) {
   }
   ctx_free(c);
 }
+static inline void fuzz_model_file(const char *path) { fuzz_model_file_for(path, false); }
 #endif
