@@ -563,7 +563,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   }
   TV *out = alloc_value(e, y), flat;
   const Expr *ost[R];
-  if (!b_vec && e->s->rows_permuted[n->id] && A.rank == y->rank && sched_rows_permuted(n, &A.l, bv, y, ost, e->a)) {
+  if (!b_vec && e->s->rows_permuted[n->id] && (!e->saved_slot || e->saved_slot[y->id] < 0) && A.rank == y->rank && sched_rows_permuted(n, &A.l, bv, y, ost, e->a)) {
     /* one product over A's rows in memory order, the output laid out in the same order */
     const Expr *rows = C(e, 1), *sizes[2];
     for (int d = 0; d < A.rank - 1; d++) rows = MUL(e, rows, A.sizes[d]);

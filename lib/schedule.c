@@ -431,7 +431,7 @@ Schedule *schedule_graph(Graph *g) {
     }
     for (int i = 0; i < n->nouts; i++) if (n->outs[i]->kind == VK_TENSOR) fresh(s, n->outs[i]);
     if (sched_attention_bshd(s, n)) sched_bshd_strides(a, n->outs[0], s->layout[n->outs[0]->id].strides);
-    if (takes_epilogue(n) && n->args[0].k == AK_TENSOR && n->args[1].k == AK_TENSOR && s->has_layout[n->args[0].u.t->id] &&
+    if (takes_epilogue(n) && n->args[0].k == AK_TENSOR && n->args[1].k == AK_TENSOR && s->has_layout[n->args[0].u.t->id] && !is_output(s, n->outs[0]) &&
         sched_rows_permuted(n, &s->layout[n->args[0].u.t->id], n->args[1].u.t, n->outs[0], s->layout[n->outs[0]->id].strides, a)) {
       s->rows_permuted[n->id] = true;   /* its output is not contiguous: no epilogue reads it at its index */
       Node *u = s->reader[n->outs[0]->id];

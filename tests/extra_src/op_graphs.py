@@ -691,7 +691,8 @@ def fusion_forms():   # the schedule's fusions and fold's attention inputs (lib/
     lin = g.node("linear.default", [("input", xt), ("weight", WL), ("bias", BL)], torch.nn.functional.linear, out=False)
     g.node("add.Tensor", [("self", lin), ("other", 1.0)], torch.add)
     xp = g.node("permute.default", [("self", Q0), ("dims", [2, 0, 1, 3])], lambda t, d: t.permute(d), out=False)   # [3, 2, 5, 8]
-    g.node("matmul.default", [("self", xp), ("other", WM)], torch.matmul)
+    mm = g.node("matmul.default", [("self", xp), ("other", WM)], torch.matmul, out=False)
+    g.node("mul.Tensor", [("self", mm), ("other", 0.5)], torch.mul)   # (an output is written contiguous: the product's is not one)
     ones = g.node("ones.default", [("size", [70, 70]), ("dtype", torch.bool)], lambda sz, dt: torch.ones(sz, dtype=dt), out=False)
     g.node("scaled_dot_product_attention.default", [("query", QA), ("key", KA), ("value", VA), ("attn_mask", ones)], _attention)
     return g
