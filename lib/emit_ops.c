@@ -1129,7 +1129,7 @@ int emit_pad(Em *e, Node *n) {
   TV *x = tv_of(e, n, n->args[0].u.t);
   if (!x) return -1;
   TV *out = alloc_value(e, n->outs[0]);
-  Operand fill = {.f = scalar_arg(n, "value", 0), .i = (int64_t)scalar_arg(n, "value", 0)};
+  Operand fill = {.f = scalar_arg(n, "value", 0), .i = gg_f64_to_i64(scalar_arg(n, "value", 0))};
   bool fl = dtype_is_float(out->dt);
   pointwise_kernel(e, n, "pad fill", out, &fill, 1, fl ? "f_ident" : "i_ident", fl, fl ? out->dt : DT_I64);
   const Arg *p = &n->args[ops_arg_index(n->op, "pad")];

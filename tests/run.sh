@@ -505,6 +505,10 @@ got="$(grep -c 'is causal: is_causal instead' "$TMP/err")|$(grep -c 'masks nothi
 if [ "$got" = "2|1|1|3|23|2" ]; then ok; else no "fusion_forms on the GPU: $got causal masks|masks dropped|heads unrepeated|fused kernels|kernels|products of 30 rows, expected 2|1|1|3|23|2"; fi
 # a GPU sum that computes its input (exp) over a dim of size 1 only: one element per output
 expect 0 "" -- "$GG" compile tests/cuda_schedule/mean_size1.json --target cuda -S -o "$TMP/ms1.cu"
+# constant padding with a fill value no int64 holds (1e19; found by fuzz_model): compiled on both
+# targets, the value converted without undefined behaviour (make sanitize would stop on it)
+expect 0 "" -- "$GG" compile tests/cuda_schedule/pad_huge_value.json --target cuda -S -o "$TMP/phv.cu"
+expect 0 "" -- "$GG" compile tests/cuda_schedule/pad_huge_value.json -S -o "$TMP/phv.c"
 # the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
 # weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
 for m in tests/layout/*.json; do
