@@ -118,17 +118,6 @@ bool sched_fusible_cat(const Schedule *s, const Node *n) {
   return true;
 }
 
-/* The nodes computed in n's loop if n is fused: n and, transitively, the values fused into it; a
- * large count for a concatenation among them (it is evaluated only over its own shape). */
-static int fused_size(const Schedule *s, const Node *n) {
-  if (!sched_is_pointwise(n)) return 1 << 20;
-  int k = 1;
-  FOR_TENSOR_ARGS(n, a, {
-    if (a->def && s->role[a->def->id] == SN_FUSED) k += fused_size(s, a->def);
-  })
-  return k;
-}
-
 /* Whether value v is an output of the model */
 static bool is_output(const Schedule *s, const Value *v) {
   for (int i = 0; i < s->g->noutputs; i++)
@@ -144,8 +133,10 @@ static bool is_output(const Schedule *s, const Value *v) {
 static bool recomputed(const Schedule *s, const Node *n) {
   Value *v = n->outs[0];
   int nt = 0, k = s->uses[v->id];
-  if (!sched_is_pointwise(n) || k < 2 || k > SCHED_MULTI_READS || is_output(s, v) || fused_size(s, n) != 1) return false;
-  FOR_TENSOR_ARGS(n, a, { nt++; (void)a; })
+  if (!sched_is_pointwise(n) || k < 2 || k > SCHED_MULTI_READS || is_output(s, v)) return false;
+  FOR_TENSOR_ARGS(n, a, {   /* one operand, stored: nothing fused into n */
+    if (++nt > 1 || (a->def && s->role[a->def->id] == SN_FUSED)) return false;
+  })
   if (nt != 1) return false;
   for (int i = s->rd_start[v->id]; i < s->rd_start[v->id + 1]; i++) {
     const Node *u = s->rd[i];
