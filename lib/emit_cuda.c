@@ -259,7 +259,7 @@ static void conv_wgrad_cuda(Em *e, DType dt) {
 /* ---------------------------------------------------------------- attention */
 
 /* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
- * which decompose() then keeps whole: float16 or bfloat16 on sm_80 or later, rank 3 or 4, a static
+ * which decompose() then keeps whole: float16, bfloat16 or float32 on sm_80 or later, rank 3 or 4, a static
  * head size the kernel is built for (32, 64, 96, 128) shared by the values, no dropout, the key/value
  * heads dividing the query heads (grouped-query attention), equal batch sizes, and a mask that is bool
  * or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
@@ -267,7 +267,7 @@ bool cuda_attention_fits(const Graph *g, const Node *n) {
   Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask");
   const Arg *dp = rw_arg(n, "dropout_p"), *sc = rw_arg(n, "scale"), *gq = rw_arg(n, "enable_gqa"), *ca = rw_arg(n, "is_causal");
   if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != 1) return false;
-  if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16)) return false;
+  if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16 && q->dtype != DT_F32)) return false;
   int r = q->rank;
   if ((r != 3 && r != 4) || k->rank != r || v->rank != r) return false;
   int64_t D, Dk, Dv, hq, hk, hv, zero;
@@ -325,9 +325,11 @@ static int attention_cuda(Em *e, Node *n) {
   for (int j = 0; j < 3; j++) ys[j] = r == 3 && j == 0 ? "0" : cx(e, out->strides[j - (4 - r)]);
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "attention (fused, tensor cores)");
+  const bool f32 = qv->dtype == DT_F32;
+  const char *et = f32 ? "float" : "uint16_t";
+  kernel_begin(e, n, f32 ? "attention (fused, float32)" : "attention (fused, tensor cores)");
   kopen(e, id, false, true);
-  fprintf(f, "uint16_t *y, const uint16_t *q, const uint16_t *k, const uint16_t *v, const %s *m", mv ? ctype(mv->dtype) : "void");
+  fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m", et, et, et, et, mv ? ctype(mv->dtype) : "void");
   ksyms(e);
   const char *st[3][3];
   for (int i = 0; i < 3; i++)
@@ -338,7 +340,7 @@ static int attention_cuda(Em *e, Node *n) {
   if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb.strides[0]), cx(e, mb.strides[1]), cx(e, mb.strides[2]), cx(e, mb.strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
   else fputs("{0, 0, 0, 0}, 0, ", f);
   fprintf(f, "%d, %.17g};\n", ca && ca->k == AK_BOOL && ca->u.b, scale);
-  fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
+  fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
           cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb.offset)) : "NULL");
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, t[0]->stor), sname(e, t[1]->stor), sname(e, t[2]->stor), mv ? sname(e, mb.stor) : "NULL");

@@ -503,6 +503,13 @@ rm -rf "$TMP/ff"
 GCC_GRAPH_LOGS=decomp "$GG" compile tests/extra/fusion_forms/model.pt2 --target cuda -S -o "$TMP/ff.cu" --debug-dir "$TMP/ff" >"$TMP/err" 2>&1
 got="$(grep -c 'is causal: is_causal instead' "$TMP/err")|$(grep -c 'masks nothing: dropped' "$TMP/err")|$(grep -c '(enable_gqa), not repeated' "$TMP/err")|$(grep -c "^  k[0-9]* *pointwise *'\(add_7\|mul_11\|mul_19\)' .*\(cat_4\|cat_10\|to_12.0\)" "$TMP/ff/schedule.txt")|$(grep -c '^  k' "$TMP/ff/schedule.txt")|$(grep -c "M = INT64_C(30)" "$TMP/ff.cu/model.c")"
 if [ "$got" = "2|1|1|3|23|2" ]; then ok; else no "fusion_forms on the GPU: $got causal masks|masks dropped|heads unrepeated|fused kernels|kernels|products of 30 rows, expected 2|1|1|3|23|2"; fi
+# float32 attention on the GPU: the six forms of tests/extra/attention_f32 (make test checks their
+# answers on the CPU, make test-cuda on the GPU) are each one call of the fused float32 kernel (dt 0;
+# 4 under --precision tf32), not products and a softmax
+"$GG" compile tests/extra/attention_f32/model.pt2 --target cuda -S -o "$TMP/af.cu" >/dev/null 2>&1
+"$GG" compile tests/extra/attention_f32/model.pt2 --target cuda --precision tf32 -S -o "$TMP/af4.cu" >/dev/null 2>&1
+got="$(grep -c 'gg_cu_attention(0,' "$TMP/af.cu/model.c")|$(grep -c 'gg_cu_attention(4,' "$TMP/af4.cu/model.c")|$(grep -c 'gg_cu_gemm' "$TMP/af.cu/model.c")"
+if [ "$got" = "6|6|0" ]; then ok; else no "attention_f32 on the GPU: $got fused float32|fused under tf32|products, expected 6|6|0"; fi
 # a GPU sum that computes its input (exp) over a dim of size 1 only: one element per output
 expect 0 "" -- "$GG" compile tests/cuda_schedule/mean_size1.json --target cuda -S -o "$TMP/ms1.cu"
 # constant padding with a fill value no int64 holds (1e19; found by fuzz_model): compiled on both

@@ -383,9 +383,10 @@ void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const vo
 void gg_cu_conv_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, void *dw, void *db, void *col, void *tmp);
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);
 /* Fused attention (scaled_dot_product_attention) in float16 (dt 2) or bfloat16 (dt 3) on tensor cores
- * (sm_80 and later), never materializing the score matrix: y[b, h] = softmax(q k^T * scale + mask) v,
- * y contiguous [B, H, L, D]. q, k and v have a unit stride along their last dim. Head sizes D: 32, 64,
- * 96, 128 (emit_cuda.c's attention_fits). */
+ * (sm_80 and later), or float32 (dt 0, or 4 where TF32 is allowed) on the FMA units, never
+ * materializing the score matrix: y[b, h] = softmax(q k^T * scale + mask) v, y laid out by ys. q, k
+ * and v have a unit stride along their last dim. Head sizes D: 32, 64, 96, 128 (emit_cuda.c's
+ * cuda_attention_fits). */
 typedef struct gg_attn {
   int64_t B, H, Hk, L, S, D;   /* batch, query heads, key/value heads (dividing H), query and key lengths, head size */
   int64_t qs[3], ks[3], vs[3]; /* each operand's strides along batch, head and row */

@@ -1895,10 +1895,205 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
   }
 }
 
+/* float32: the same online softmax on the FMA units, in float32 throughout (no tensor cores: float32's
+ * accuracy, as PyTorch's memory-efficient kernel keeps it). A block takes 64 query rows of one
+ * (batch, head), in shared memory, and two groups of 128 threads walk alternate key tiles of 32 keys,
+ * each with its own K, V and P buffers (rows padded by 4 floats: 16-byte reads without bank
+ * conflicts), maximum, sum and output; the second group's are merged into the first's at the end. In
+ * a group, thread (ty, tx) = (t / 8, t % 8) computes S for query rows ty + 16 i (i < 4) against keys
+ * tx + 8 j (j < 4), so that a row's maximum and sum are a shuffle among 8 lanes, and the output's
+ * columns 4 tx + 32 c .. + 3 (c < D / 32) of the same rows; P passes through shared memory between
+ * the two products. The blocks with the most causal key tiles are launched first. */
+#define GG_ATF_BM 64
+#define GG_ATF_BN 32
+#define GG_ATF_PP (GG_ATF_BN + 8)
+#define GG_ATF_GROUP ((size_t)2 * GG_ATF_BN * (D + 4) + (size_t)GG_ATF_BM * GG_ATF_PP)   /* one group's floats: K, V, P */
+static constexpr size_t att_f32_smem(int D) { return sizeof(float) * ((size_t)GG_ATF_BM * (D + 4) + 2 * GG_ATF_GROUP); }
+
+static __device__ __forceinline__ float4 att_f4(const float *p, bool vec) {
+  return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+
+/* a barrier of the 128 threads of group g (named barrier 1 + g; 0 is __syncthreads') */
+static __device__ __forceinline__ void att_group_sync(int g) {
+  if (g) asm volatile("bar.sync 2, 128;" ::: "memory");
+  else asm volatile("bar.sync 1, 128;" ::: "memory");
+}
+
+template <int D> __global__ void __launch_bounds__(256, 2) attention_f32(gg_attn a, const float *q, const float *k, const float *v, const void *mask, float *y) {
+  constexpr int DP = D + 4, NC = D / 32;
+  extern __shared__ float4 att_smem[];
+  const int g = threadIdx.x >> 7, lt = threadIdx.x & 127, ty = lt >> 3, tx = lt & 7;
+  float *Qs = (float *)att_smem, *Ks = Qs + GG_ATF_BM * DP + g * GG_ATF_GROUP, *Vs = Ks + GG_ATF_BN * DP, *Ps = Vs + GG_ATF_BN * DP;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * GG_ATF_BM;
+  const float *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
+  const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 4 == 0, kvec = (uintptr_t)K % 16 == 0 && a.ks[2] % 4 == 0,
+             vvec = (uintptr_t)V % 16 == 0 && a.vs[2] % 4 == 0;
+  for (int i = threadIdx.x; i < GG_ATF_BM * D / 4; i += blockDim.x) {
+    const int r = i / (D / 4), e = i % (D / 4) * 4;
+    *(float4 *)&Qs[r * DP + e] = q0 + r < a.L ? att_f4(Q + (q0 + r) * a.qs[2] + e, qvec) : make_float4(0, 0, 0, 0);
+  }
+  __syncthreads();
+  float o[4][NC][4], m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    m[i] = -INFINITY;
+    l[i] = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++) o[i][c][0] = o[i][c][1] = o[i][c][2] = o[i][c][3] = 0;
+  }
+  const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
+  const int64_t kend = a.causal && q0 + GG_ATF_BM < a.S ? q0 + GG_ATF_BM : a.S;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const float *mf = (const float *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  for (int64_t k0 = g * GG_ATF_BN; k0 < kend; k0 += 2 * GG_ATF_BN) {
+    att_group_sync(g);   /* the group is done with its last tile and P */
+    for (int i = lt; i < GG_ATF_BN * D / 4; i += 128) {
+      const int j = i / (D / 4), e = i % (D / 4) * 4;
+      const bool in = k0 + j < a.S;
+      *(float4 *)&Ks[j * DP + e] = in ? att_f4(K + (k0 + j) * a.ks[2] + e, kvec) : make_float4(0, 0, 0, 0);
+      *(float4 *)&Vs[j * DP + e] = in ? att_f4(V + (k0 + j) * a.vs[2] + e, vvec) : make_float4(0, 0, 0, 0);
+    }
+    att_group_sync(g);
+    float s[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll 4
+    for (int d = 0; d < D; d += 4) {
+      float4 qf[4], kf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) qf[i] = *(const float4 *)&Qs[(ty + 16 * i) * DP + d];
+#pragma unroll
+      for (int j = 0; j < 4; j++) kf[j] = *(const float4 *)&Ks[(tx + 8 * j) * DP + d];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          s[i][j] = fmaf(qf[i].x, kf[j].x, s[i][j]);
+          s[i][j] = fmaf(qf[i].y, kf[j].y, s[i][j]);
+          s[i][j] = fmaf(qf[i].z, kf[j].z, s[i][j]);
+          s[i][j] = fmaf(qf[i].w, kf[j].w, s[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int64_t row = q0 + ty + 16 * i;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int64_t col = k0 + tx + 8 * j;
+        float x = s[i][j] * sl;
+        if (col >= a.S || (a.causal && col > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + col * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += mf[mi] * 1.4426950408889634f;
+        }
+        s[i][j] = x;
+        mx = fmaxf(mx, x);
+      }
+#pragma unroll
+      for (int o2 = 1; o2 < 8; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+      const float n = fmaxf(m[i], mx), base = n == -INFINITY ? 0.f : n, al = exp2f(m[i] - base);
+      m[i] = n;
+      l[i] *= al;
+#pragma unroll
+      for (int c = 0; c < NC; c++) { o[i][c][0] *= al; o[i][c][1] *= al; o[i][c][2] *= al; o[i][c][3] *= al; }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const float p = exp2f(s[i][j] - base);
+        l[i] += p;
+        Ps[(ty + 16 * i) * GG_ATF_PP + tx + 8 * j] = p;
+      }
+    }
+    att_group_sync(g);
+#pragma unroll 2
+    for (int j = 0; j < GG_ATF_BN; j += 4) {
+      float4 pf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) pf[i] = *(const float4 *)&Ps[(ty + 16 * i) * GG_ATF_PP + j];
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+          const float4 vf = *(const float4 *)&Vs[(j + jj) * DP + 4 * tx + 32 * c];
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const float p = jj == 0 ? pf[i].x : jj == 1 ? pf[i].y : jj == 2 ? pf[i].z : pf[i].w;
+            o[i][c][0] = fmaf(p, vf.x, o[i][c][0]);
+            o[i][c][1] = fmaf(p, vf.y, o[i][c][1]);
+            o[i][c][2] = fmaf(p, vf.z, o[i][c][2]);
+            o[i][c][3] = fmaf(p, vf.w, o[i][c][3]);
+          }
+        }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int o2 = 1; o2 < 8; o2 <<= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o2);
+  /* the second group's maximum, sum and output, through its own buffers, merged into the first's */
+  __syncthreads();
+  float *X = Qs + GG_ATF_BM * DP + GG_ATF_GROUP, *XM = X + GG_ATF_BM * D, *XL = XM + GG_ATF_BM;
+  if (g == 1) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if (tx == 0) { XM[ty + 16 * i] = m[i]; XL[ty + 16 * i] = l[i]; }
+#pragma unroll
+      for (int c = 0; c < NC; c++) *(float4 *)&X[(i * NC + c) * 512 + lt * 4] = make_float4(o[i][c][0], o[i][c][1], o[i][c][2], o[i][c][3]);
+    }
+  }
+  __syncthreads();
+  if (g == 1) return;
+  float *Y = y + b * a.ys[0] + h * a.ys[1];
+  const bool yvec = (uintptr_t)Y % 16 == 0 && a.ys[2] % 4 == 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int64_t row = q0 + ty + 16 * i;
+    const float m1 = XM[ty + 16 * i], mt = fmaxf(m[i], m1), base = mt == -INFINITY ? 0.f : mt;
+    const float a0 = exp2f(m[i] - base), a1 = exp2f(m1 - base), li = l[i] * a0 + XL[ty + 16 * i] * a1;
+    const float inv = li > 0 ? 1.f / li : 0.f;
+    if (row >= a.L) continue;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+      const float4 x = *(const float4 *)&X[(i * NC + c) * 512 + lt * 4];
+      float *p = Y + row * a.ys[2] + 4 * tx + 32 * c;
+      const float4 w = make_float4((o[i][c][0] * a0 + x.x * a1) * inv, (o[i][c][1] * a0 + x.y * a1) * inv, (o[i][c][2] * a0 + x.z * a1) * inv,
+                                   (o[i][c][3] * a0 + x.w * a1) * inv);
+      if (yvec) *(float4 *)p = w;
+      else { p[0] = w.x; p[1] = w.y; p[2] = w.z; p[3] = w.w; }
+    }
+  }
+}
+
+/* shared memory past 48 KiB is granted per kernel, once */
+static pthread_once_t att_f32_once = PTHREAD_ONCE_INIT;
+static void att_f32_init(void) {
+  cudaFuncSetAttribute(attention_f32<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(32));
+  cudaFuncSetAttribute(attention_f32<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(64));
+  cudaFuncSetAttribute(attention_f32<96>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(96));
+  cudaFuncSetAttribute(attention_f32<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(128));
+}
+
 void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y) {
   if (a->B * a->H == 0 || a->L == 0) return;
   dim3 grid((unsigned)((a->L + GG_ATT_BM - 1) / GG_ATT_BM), (unsigned)(a->B * a->H));
   cudaStream_t st = gg_cur->stream;
+  if (dt == 0 || dt == 4) {   /* float32 (TF32 allowed or not: the FMA units either way) */
+    dim3 g32((unsigned)((a->L + GG_ATF_BM - 1) / GG_ATF_BM), (unsigned)(a->B * a->H));
+    const float *Q = (const float *)q, *K = (const float *)k, *V = (const float *)v;
+    float *Y = (float *)y;
+    pthread_once(&att_f32_once, att_f32_init);
+    switch (a->D) {
+      case 32: attention_f32<32><<<g32, 256, att_f32_smem(32), st>>>(*a, Q, K, V, mask, Y); break;
+      case 64: attention_f32<64><<<g32, 256, att_f32_smem(64), st>>>(*a, Q, K, V, mask, Y); break;
+      case 96: attention_f32<96><<<g32, 256, att_f32_smem(96), st>>>(*a, Q, K, V, mask, Y); break;
+      case 128: attention_f32<128><<<g32, 256, att_f32_smem(128), st>>>(*a, Q, K, V, mask, Y); break;
+    }
+    return;
+  }
   const uint16_t *Q = (const uint16_t *)q, *K = (const uint16_t *)k, *V = (const uint16_t *)v;
   uint16_t *Y = (uint16_t *)y;
 #define GG_ATT_CASE(DD)                                                                  \

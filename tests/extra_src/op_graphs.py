@@ -698,6 +698,64 @@ def fusion_forms():   # the schedule's fusions and fold's attention inputs (lib/
     return g
 
 
+def _sdpa(q, k, v, m=None, causal=False, scale=None, gqa=False):   # PyTorch's math path, in the operands' dtype (float32, or float64 for ref64)
+    if gqa:
+        k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], dim=-3) for t in (k, v))
+    s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if causal:
+        m = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    if m is not None:
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.to(s.dtype)
+    return torch.softmax(s, -1) @ v
+
+
+@case
+def attention_f32():   # float32 attention, which --target cuda runs as one fused kernel (FMA units): lengths not a multiple of the
+    # kernel's 64-row and 32-key tiles, L != S, causal (tiles left out whole), bool and additive masks broadcast, grouped heads, rank 3,
+    # head sizes 32, 64, 96 and 128, operands that are strided views (rows of 256 elements) or computed
+    x, kv = torch.randn(1, 70, 256), torch.randn(1, 90, 256)
+    ma = torch.randn(1, 1, 1, 90) * 2
+    mb = torch.rand(70, 45) > 0.3
+    mb[:, 0] = True   # no row left without keys
+    g = Graph("attention_f32", x=x, kv=kv, ma=ma, mb=mb)
+    X, KV, MA, MB = Ref("x"), Ref("kv"), Ref("ma"), Ref("mb")
+    def view(t, shape):
+        return g.node("view.default", [("self", t), ("size", shape)], lambda a, sz: a.view(sz), out=False)
+    def heads(t, n, h, d):   # [1, n, h * d] -> [1, h, n, d], a view with rows of 256 elements
+        return g.node("transpose.int", [("self", view(t, [1, n, h, d])), ("dim0", 1), ("dim1", 2)], lambda a, d0, d1: a.transpose(d0, d1), out=False)
+    def sl(t, dim, a, b):
+        return g.node("slice.Tensor", [("self", t), ("dim", dim), ("start", a), ("end", b)], lambda u, d, s0, e: u.narrow(d, s0, e - s0), out=False)
+    def att(q, k, v, m=None, causal=False, scale=None, gqa=False):
+        args = [("query", q), ("key", k), ("value", v)]
+        if m is not None:
+            args.append(("attn_mask", m))
+        if causal:
+            args.append(("is_causal", True))
+        if scale is not None:
+            args.append(("scale", scale))
+        if gqa:
+            args.append(("enable_gqa", True))
+        fn = lambda *a: _sdpa(a[0], a[1], a[2], a[3] if m is not None else None, causal, scale, gqa)
+        g.node("scaled_dot_product_attention.default", args, fn)
+    q = heads(X, 70, 4, 64)                                                    # [1, 4, 70, 64]
+    k = heads(KV, 90, 4, 64)
+    v2 = g.node("sub.Tensor", [("self", g.node("mul.Tensor", [("self", KV), ("other", 2.0)], torch.mul, out=False)), ("other", 1.0)], torch.sub, out=False)
+    v = heads(v2, 90, 4, 64)                                                   # computed, then viewed
+    att(q, q, q, causal=True)
+    att(q, k, v, MA)                                                           # additive [1, 1, 1, 90]
+    att(sl(q, 2, 0, 20), k, v, causal=True)                                    # L < S, causal
+    att(heads(X, 70, 8, 32), sl(sl(k, 1, 0, 2), 3, 0, 32), sl(sl(v, 1, 0, 2), 3, 0, 32), scale=0.3, gqa=True)   # grouped heads, D 32
+    def reshape(t, shape):
+        return g.node("reshape.default", [("self", t), ("shape", shape)], torch.reshape, out=False)
+    def tr(t):
+        return g.node("transpose.int", [("self", t), ("dim0", 1), ("dim1", 2)], lambda a, d0, d1: a.transpose(d0, d1), out=False)
+    k128 = reshape(sl(KV, 2, 0, 128), [2, 45, 128])
+    att(view(X, [2, 70, 128]), k128, k128, MB)                                 # rank 3, D 128, bool [70, 45]
+    att(tr(reshape(sl(X, 2, 0, 192), [1, 70, 2, 96])), tr(reshape(sl(KV, 2, 0, 192), [1, 90, 2, 96])),
+        tr(reshape(sl(KV, 2, 64, 256), [1, 90, 2, 96])))                       # D 96
+    return g
+
+
 @case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
