@@ -2733,7 +2733,8 @@ static bool runs_now(const Node *n, int64_t *budget) {
 /* The value of v computed at compile time, when nothing it depends on is a user input, a weight
  * without data, a random draw or a symbolic size, and the nodes on the way make at most max_elems
  * elements in all: the nodes it depends on are run, in graph order, over the weights' data. NULL
- * when it cannot be (no message: the caller compiles v as it is). The tensor lives until interp_free. */
+ * when it cannot be (no message: the caller compiles v as it is). The tensor lives until interp_free;
+ * values an earlier call on I computed are not computed again (every layer's attention reads one mask). */
 Tensor *interp_constant(Interp *I, Value *v, int64_t max_elems) {
   Ctx *c = I->c;
   Graph *g = I->g;
@@ -2741,10 +2742,12 @@ Tensor *interp_constant(Interp *I, Value *v, int64_t max_elems) {
   Value **stack = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *stack);
   bool *seen = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *seen);
   int sp = 0;
+  if (I->vals[v->id].k == RV_TENSOR) return I->vals[v->id].t;   /* an earlier call computed it (a mask every layer reads) */
   stack[sp++] = v;
   seen[v->id] = true;
   while (sp) {
     Value *x = stack[--sp];
+    if (I->vals[x->id].k == RV_TENSOR) continue;   /* computed by an earlier call */
     if (!x->def) {   /* a graph input: a weight with its bytes */
       if (x->input == IN_USER || x->input == IN_NONE || !x->weight || x->kind != VK_TENSOR || graph_mutates(g, x)) return NULL;
       I->vals[x->id].k = RV_TENSOR;

@@ -424,11 +424,14 @@ for k in "'conv2d_2'  + add_1, relu" "'conv2d_3'  + leaky_relu, mul, sub" "'conv
          "'conv2d_5'  + add_4, relu_2" "'conv2d_7'  + add_6\$" "'conv2d_6'\$"; do
   if grep -q "$k" "$TMP/epi_explain"; then ok; else no "epilogues: no kernel $k in explain's schedule"; fi
 done
-# the CUDA target gets the same epilogues: a kernel right after the product, in place
+# the CUDA target gets the products' epilogues: a kernel right after the product, in place; a
+# convolution's bias is added by the pointwise kernel after it there (decompose's bias_apart), which
+# then computes the chain (relu6's reads the convolution, its bias and the residual)
 "$GG" compile tests/extra/epilogues/model.pt2 --target cuda -S -o "$TMP/epi_cu" >"$TMP/err" 2>&1 || no "epilogues -S --target cuda: $(cat "$TMP/err")"
-for k in "/* applies: add relu6 */" "/* applies: leaky_relu mul sub */" "/* applies: relu_1 */"; do
+for k in "/* applies: div */" "/* applies: relu_1 */" "/* pointwise: node relu6 " "/* pointwise: node sub "; do
   if cat "$TMP"/epi_cu/model*.cu | grep -qF "$k"; then ok; else no "epilogues: the CUDA code lacks '$k'"; fi
 done
+if cat "$TMP"/epi_cu/model*.cu | grep -A1 -F "/* pointwise: node relu6 " | grep -q "const float \*x2, const gg_s"; then ok; else no "epilogues: relu6's CUDA kernel does not read three tensors"; fi
 # explain shows each kernel's iteration space, bytes and FLOPs (conv2d: 2 x 1600 outputs x 72 deep, plus
 # one per element for the add and relu6; it reads x once, as its input and as the residual) and the
 # fusions refused, with why
@@ -510,6 +513,12 @@ if [ "$got" = "2|1|1|3|23|2" ]; then ok; else no "fusion_forms on the GPU: $got 
 "$GG" compile tests/extra/attention_f32/model.pt2 --target cuda --precision tf32 -S -o "$TMP/af4.cu" >/dev/null 2>&1
 got="$(grep -c 'gg_cu_attention(0,' "$TMP/af.cu/model.c")|$(grep -c 'gg_cu_attention(4,' "$TMP/af4.cu/model.c")|$(grep -c 'gg_cu_gemm' "$TMP/af.cu/model.c")"
 if [ "$got" = "6|6|0" ]; then ok; else no "attention_f32 on the GPU: $got fused float32|fused under tf32|products, expected 6|6|0"; fi
+# a float32 convolution's bias (batch norm folded into it) on the GPU: added by the pointwise kernel
+# after it, not by a pass of cuDNN's own (AddTensor: 32% of ResNet-50's time under --precision tf32);
+# each convolution is called without one and the kernel after it reads it
+GCC_GRAPH_LOGS=decomp "$GG" compile tests/corpus/models/cnn_small/model.pt2 --target cuda -S -o "$TMP/cb.cu" >"$TMP/err" 2>&1
+got="$(grep -c 'conv2d -> 3 nodes' "$TMP/err")|$(grep -c '^  k[0-9]*(t[0-9]*, [a-z0-9]*, w[0-9]*, NULL, ' "$TMP/cb.cu/model.c")"
+if [ "$got" = "2|2" ]; then ok; else no "cnn_small on the GPU: $got convolutions with the bias apart|called without one, expected 2|2"; fi
 # a GPU sum that computes its input (exp) over a dim of size 1 only: one element per output
 expect 0 "" -- "$GG" compile tests/cuda_schedule/mean_size1.json --target cuda -S -o "$TMP/ms1.cu"
 # constant padding with a fill value no int64 holds (1e19; found by fuzz_model): compiled on both
