@@ -263,8 +263,8 @@ static int finish_overlapped(Ctx *c, const char *so, const char *to, struct Blob
 #define BUILD_MAX_UNITS 16
 
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "model.cu", "kernels.c", "model.fatbin", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt.h", "scalar.h",
-                                "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "cc.log", NULL};
+  static const char *names[] = {"model.c", "model.cu", "kernels.c", "model.fatbin", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt_cuda_attn.cu", "gg_rt_cuda_dw.cu",
+                                "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "gg_rt_attn.o", "gg_rt_dw.o", "cc.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }
   for (int i = 0; i < BUILD_MAX_UNITS; i++) {   /* run_build's logs, the kernels' parts */
@@ -503,13 +503,15 @@ int build_cuda_sm(Ctx *c, const CompileOptions *o) {
   return atoi(a);
 }
 
-/* A CUDA model builds in three parts at once (-j): nvcc compiles the kernels (model.cu) to a
- * fatbinary, device code only; the C compiler the host code (model.c: launches, library calls,
- * descriptors; no CUDA header, so it builds in a fraction of nvcc's time for the same code); nvcc
- * the CUDA runtime (gg_rt_cuda.cu), whose object is taken from the cache when it is there, as for
- * C. nvcc then links them, kernels.c putting the fatbinary in, with cuBLAS; the .so finds the
- * toolkit's libraries through its rpath. Directories in CPATH are searched for headers as gcc does
- * (nvcc itself does not read CPATH). */
+/* A CUDA model builds in parts at once (-j): nvcc compiles the kernels (model.cu) to a fatbinary,
+ * device code only; the C compiler the host code (model.c: launches, library calls, descriptors; no
+ * CUDA header, so it builds in a fraction of nvcc's time for the same code); nvcc the CUDA runtime,
+ * in three units (RT_UNITS: the attention and depthwise kernels apart), whose objects are taken from the cache when
+ * they are there, as for C. nvcc then links them, kernels.c putting the fatbinary in, with cuBLAS;
+ * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
+ * headers as gcc does (nvcc itself does not read CPATH). */
+static const char *const RT_UNITS[][2] = {{"gg_rt_cuda.cu", "gg_rt.o"}, {"gg_rt_cuda_attn.cu", "gg_rt_attn.o"}, {"gg_rt_cuda_dw.cu", "gg_rt_dw.o"}};
+#define NRT ((int)(sizeof RT_UNITS / sizeof *RT_UNITS))
 static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
   const char *nvcc = o->nvcc ? o->nvcc : "nvcc", *cc = o->cc ? o->cc : "cc";
   const char *arch = cuda_arch(c, o);
@@ -547,13 +549,16 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
   }
   /* the kernels' parts (build_sources), each a command */
   int nparts = 1;
-  while (nparts < BUILD_MAX_UNITS - 2 && access(arena_printf(c->arena, "%s/model_%d.cu", dir, nparts), R_OK) == 0) nparts++;
-  /* argv[0]: the host code; argv[1]: the runtime; argv[2]: the link; argv[3...]: the kernels' parts */
+  while (nparts < BUILD_MAX_UNITS - 1 - NRT && access(arena_printf(c->arena, "%s/model_%d.cu", dir, nparts), R_OK) == 0) nparts++;
+  /* argv[0]: the host code; argv[1]: the link; argv[2 ... 1 + NRT]: the runtime's units; then the
+   * kernels' parts */
+  enum { HOST, LINK, RT };
+  const int KP = RT + NRT;   /* the first kernel part's */
   char *argv[BUILD_MAX_UNITS + 1][80];
-  for (int k = 0; k < 3 + nparts; k++) {
+  for (int k = 0; k < KP + nparts; k++) {
     char **a = argv[k];
     int n = 0;
-    if (k == 0) {   /* the host code: -O1 unless --cflags says otherwise (launches and calls: -O3 buys nothing) */
+    if (k == HOST) {   /* the host code: -O1 unless --cflags says otherwise (launches and calls: -O3 buys nothing) */
       char *hf[24];
       int nh = split_flags(c, o->cflags ? o->cflags : "-O1", hf, 20);
       a[n++] = (char *)cc;
@@ -565,13 +570,13 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
       continue;
     }
     for (int i = 0; i < nc; i++) a[n++] = common[i];
-    if (k >= 3) {
-      const char *part = k == 3 ? "model" : arena_printf(c->arena, "model_%d", k - 3);
+    if (k >= KP) {
+      const char *part = k == KP ? "model" : arena_printf(c->arena, "model_%d", k - KP);
       a[n++] = "-fatbin";
       a[n++] = arena_printf(c->arena, "%s.cu", part);
       a[n++] = "-o";
       a[n++] = arena_printf(c->arena, "%s.fatbin", part);
-    } else if (k == 1) { a[n++] = "-c"; a[n++] = "gg_rt_cuda.cu"; a[n++] = "-o"; a[n++] = "gg_rt.o"; }
+    } else if (k >= RT) { a[n++] = "-c"; a[n++] = (char *)RT_UNITS[k - RT][0]; a[n++] = "-o"; a[n++] = (char *)RT_UNITS[k - RT][1]; }
     else {
       a[n++] = "-shared";
       a[n++] = "-Xlinker=--build-id=none,-z,nodelete";
@@ -579,31 +584,34 @@ static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
       a[n++] = "-o";
       a[n++] = "model.so";
       a[n++] = "model.o";
-      a[n++] = "gg_rt.o";
+      for (int u = 0; u < NRT; u++) a[n++] = (char *)RT_UNITS[u][1];
       a[n++] = "kernels.c";
       a[n++] = "-lcublas";
       a[n++] = "-lcublasLt";
     }
     a[n] = NULL;
   }
-  /* the runtime first (when not cached: the longest), then the kernels' parts, then the host code;
-   * nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached runtime */
+  /* the runtime's units first (when not cached: the longest), then the kernels' parts, then the host
+   * code; nvcc drives the host compiler (gcc unless the flags say otherwise): both name the cached
+   * runtime */
   const char *tools = arena_printf(c->arena, "%s|%s", compiler_id(c, nvcc), compiler_id(c, "gcc"));
   char *store[BUILD_MAX_UNITS], **cmds[BUILD_MAX_UNITS];
   const char *outs[BUILD_MAX_UNITS];
   bool skip[BUILD_MAX_UNITS] = {false};
-  cmds[0] = argv[1];
-  outs[0] = "gg_rt.o";
-  skip[0] = unit_cached(c, "runtime", tools, argv[1], dir, NULL, outs[0], &store[0]);
-  for (int i = 0; i < nparts; i++) {
-    cmds[1 + i] = argv[3 + i];
-    outs[1 + i] = argv[3 + i][nc + 3];   /* -fatbin PART.cu -o PART.fatbin */
-    skip[1 + i] = unit_cached(c, "kernels", tools, argv[3 + i], dir, argv[3 + i][nc + 1], outs[1 + i], &store[1 + i]);
+  for (int u = 0; u < NRT; u++) {
+    cmds[u] = argv[RT + u];
+    outs[u] = RT_UNITS[u][1];
+    skip[u] = unit_cached(c, "runtime", tools, argv[RT + u], dir, NULL, outs[u], &store[u]);
   }
-  cmds[1 + nparts] = argv[0];
-  store[1 + nparts] = NULL;
-  if (run_build(c, o, dir, cmds, skip, 2 + nparts, argv[2])) return -1;
-  for (int i = 0; i < 1 + nparts; i++) if (!skip[i]) unit_store(c, dir, outs[i], store[i]);
+  for (int i = 0; i < nparts; i++) {
+    cmds[NRT + i] = argv[KP + i];
+    outs[NRT + i] = argv[KP + i][nc + 3];   /* -fatbin PART.cu -o PART.fatbin */
+    skip[NRT + i] = unit_cached(c, "kernels", tools, argv[KP + i], dir, argv[KP + i][nc + 1], outs[NRT + i], &store[NRT + i]);
+  }
+  cmds[NRT + nparts] = argv[HOST];
+  store[NRT + nparts] = NULL;
+  if (run_build(c, o, dir, cmds, skip, NRT + 1 + nparts, argv[LINK])) return -1;
+  for (int i = 0; i < NRT + nparts; i++) if (!skip[i]) unit_store(c, dir, outs[i], store[i]);
   return 0;
 }
 

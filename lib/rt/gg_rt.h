@@ -373,12 +373,25 @@ GG_HD void gg_step_one(int kind, float *w, const float *g, float *acc, float *b,
  * i's batch stride sb*; C is compact; `bias` (or NULL; with beta 0) is added to every row of C. */
 void *gg_cu_stream(void);
 unsigned gg_cu_blocks(int64_t n);
+#ifdef __CUDACC__
+/* elements of the runtime's dtype codes as float (0 and 4 float32, 2 float16, 3 bfloat16) */
+static __device__ __forceinline__ float dt_ld(int dt, const void *p, int64_t i) {
+  return dt == 2 ? gg_h2f(((const uint16_t *)p)[i]) : dt == 3 ? gg_bf2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static __device__ __forceinline__ void dt_st(int dt, void *p, int64_t i, float v) {
+  if (dt == 2) ((uint16_t *)p)[i] = gg_f2h(v);
+  else if (dt == 3) ((uint16_t *)p)[i] = gg_f2bf(v);
+  else ((float *)p)[i] = v;
+}
+#endif
 /* launch the model's kernel `id` (gg_model_desc.kernel_names) on the run's stream, 1-d, args as
  * cudaLaunchKernel takes them */
 void gg_cu_launch(int id, unsigned grid, unsigned block, void **args);
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
+/* a depthwise convolution in channels-last (gg_rt_cuda_dw.cu; gg_cu_conv's, for dtype codes 0, 2, 3) */
+void gg_cu_dw_nhwc(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y);
 /* the weight and bias gradients of plain convolution c (gg_rt_conv_wgrad's arguments) */
 void gg_cu_conv_wgrad(int dt, const gg_conv *c, const void *x, const void *dy, void *dw, void *db, void *col, void *tmp);
 void gg_cu_pool(int dt, const gg_pool *p, const void *x, void *y, int64_t *idx);

@@ -1,0 +1,456 @@
+/* gg_rt_cuda_attn.cu: the fused attention kernels of the CUDA runtime (gg_cu_attention, gg_rt.h),
+ * a translation unit of their own so that nvcc builds them beside the rest of the runtime
+ * (gg_rt_cuda.cu) rather than after it: a new machine's first CUDA compile waits for the longer of
+ * the two. Launched on the stream of the model that runs (gg_cu_stream). */
+#include "gg_rt.h"
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+/* ---------------------------------------------------------------- attention */
+
+/* FlashAttention-2's scheme on mma.sync (m16n8k16, float32 accumulators): a block of four warps takes
+ * 64 query rows of one (batch, head), each warp 16 rows, and walks the keys 64 at a time: S = Q K^T
+ * from Q's fragments (registers, loaded once) and a K tile in shared memory; the running row maximum
+ * and sum rescale the output accumulators (online softmax, in float32, in base 2); P, rounded to the
+ * operands' dtype as the accumulators hold it (the m16n8k16 C layout is the A layout of the next
+ * product), times a V tile. K and V tiles are stored as they are (16-byte rows) and read as fragments
+ * through ldmatrix (V's transposed). Nothing of size L x S reaches memory. A
+ * row whose every key is left out gives zeros, as the decomposition (PyTorch's math path) does.
+ * Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 g + t; A regs {A[g][2t..], A[g+8][2t..],
+ * A[g][2t+8..], A[g+8][2t+8..]}; B regs {B[2t..][g], B[2t+8..][g]}; C {C[g][2t], C[g][2t+1],
+ * C[g+8][2t], C[g+8][2t+1]}. */
+#define GG_ATT_BM 64
+#define GG_ATT_BN 64
+
+static __device__ __forceinline__ float att_load(int dt, const uint16_t *p) {
+  uint16_t h = *p;
+  if (dt == 3) return __uint_as_float((uint32_t)h << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+static __device__ __forceinline__ uint32_t att_pack(int dt, float lo, float hi) {
+  uint32_t d = 0;
+#if __CUDA_ARCH__ >= 800
+  if (dt == 3) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
+}
+
+static __device__ __forceinline__ void att_mma(int dt, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if __CUDA_ARCH__ >= 800
+  if (dt == 3)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* four 8x8 matrices of 16-bit elements from shared memory, lanes 8i..8i+7 giving matrix i's rows; as
+ * stored (a B operand from rows of B^T) or transposed (.trans: a B operand from rows of B) */
+static __device__ __forceinline__ void att_ldsm(uint32_t r[4], const uint16_t *p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+static __device__ __forceinline__ void att_ldsm_t(uint32_t r[4], const uint16_t *p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* 16 bytes from global to shared memory without passing through registers (zeros when !in: no
+ * byte is read), completed by att_cp_wait */
+static __device__ __forceinline__ void att_cp16(uint16_t *dst, const uint16_t *src, bool in) {
+#if __CUDA_ARCH__ >= 800
+  const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(in ? 16 : 0));
+#endif
+}
+static __device__ __forceinline__ void att_cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int N> static __device__ __forceinline__ void att_cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#endif
+}
+
+/* two adjacent elements of a row as one register (zeros past the end of the rows) */
+static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in) {
+  return in ? (uint32_t)row[0] | (uint32_t)row[1] << 16 : 0u;
+}
+
+template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                                             const void *mask, uint16_t *y) {
+  /* two K/V buffers where they fit the 48 KiB of static shared memory (head sizes up to 64): the next
+   * tile is copied in (cp.async) while the warps compute on this one */
+  constexpr int NB = D <= 64 ? 2 : 1;
+  __shared__ __align__(16) uint16_t Ks[NB][GG_ATT_BN][D + 8];
+  __shared__ __align__(16) uint16_t Vs[NB][GG_ATT_BN][D + 8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  const int64_t q0 = (int64_t)blockIdx.x * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+  const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; c++) {
+    qa[c][0] = att_pair(Q + r0 * a.qs[2] + c * 16 + 2 * t, r0 < a.L);
+    qa[c][1] = att_pair(Q + r1 * a.qs[2] + c * 16 + 2 * t, r1 < a.L);
+    qa[c][2] = att_pair(Q + r0 * a.qs[2] + c * 16 + 8 + 2 * t, r0 < a.L);
+    qa[c][3] = att_pair(Q + r1 * a.qs[2] + c * 16 + 8 + 2 * t, r1 < a.L);
+  }
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
+  const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
+  const int64_t kend = a.causal && q0 + GG_ATT_BM < a.S ? q0 + GG_ATT_BM : a.S;
+  /* 16-byte loads of 8 elements where every row start is aligned */
+  const bool kvec = ((uintptr_t)K % 16 == 0) && a.ks[2] % 8 == 0, vvec = ((uintptr_t)V % 16 == 0) && a.vs[2] % 8 == 0;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const uint16_t *mh = (const uint16_t *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  const bool async = NB == 2 && kvec && vvec;
+  auto copy_tile = [&](int buf, int64_t k0) {
+    for (int i = threadIdx.x; i < GG_ATT_BN * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = k0 + j < a.S;
+      att_cp16(&Ks[buf][j][e], in ? K + (k0 + j) * a.ks[2] + e : K, in);
+      att_cp16(&Vs[buf][j][e], in ? V + (k0 + j) * a.vs[2] + e : V, in);
+    }
+    att_cp_commit();
+  };
+  if (async && kend > 0) copy_tile(0, 0);
+  for (int64_t k0 = 0, it = 0; k0 < kend; k0 += GG_ATT_BN, it++) {
+    const int cur = NB == 2 ? (int)(it & 1) : 0;
+    __syncthreads();   /* every warp is done with the buffer the next copy overwrites */
+    if (async) {
+      if (k0 + GG_ATT_BN < kend) {
+        copy_tile(cur ^ 1, k0 + GG_ATT_BN);
+        att_cp_wait<1>();   /* this tile's copies (the group before) have landed */
+      } else att_cp_wait<0>();
+    }
+    for (int i = threadIdx.x; !async && i < GG_ATT_BN * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = k0 + j < a.S;
+      uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      const uint16_t *kr = K + (k0 + j) * a.ks[2] + e, *vr = V + (k0 + j) * a.vs[2] + e;
+      uint16_t ke[8], ve[8];
+      if (in && kvec) kk = *(const uint4 *)kr;
+      if (in && vvec) vv = *(const uint4 *)vr;
+      memcpy(ke, &kk, 16);
+      memcpy(ve, &vv, 16);
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        if (in && !kvec) ke[u] = kr[u];
+        if (in && !vvec) ve[u] = vr[u];
+      }
+      memcpy(&Ks[cur][j][e], ke, 16);
+      memcpy(&Vs[cur][j][e], ve, 16);
+    }
+    __syncthreads();
+    float s[GG_ATT_BN / 8][4];
+    /* lanes 8i..8i+7 address matrix i: rows of n-tile n + i / 2, columns 8 (i % 2) on */
+    const int lr = lane & 7, lm = lane >> 3;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n += 2)
+#pragma unroll
+      for (int c = 0; c < D / 16; c++) {
+        uint32_t kb[4];
+        att_ldsm(kb, &Ks[cur][(n + (lm >> 1)) * 8 + lr][c * 16 + (lm & 1) * 8]);
+        att_mma(DT, s[n], qa[c], kb[0], kb[1]);
+        att_mma(DT, s[n + 1], qa[c], kb[2], kb[3]);
+      }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++)
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int64_t row = u < 2 ? r0 : r1, col = k0 + n * 8 + 2 * t + (u & 1);
+        float x = s[n][u] * sl;
+        if (col >= a.S || (a.causal && col > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + col * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += att_load(DT, mh + mi) * 1.4426950408889634f;
+        }
+        s[n][u] = x;
+        if (u < 2) mx0 = fmaxf(mx0, x);
+        else mx1 = fmaxf(mx1, x);
+      }
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float b0 = n0 == -INFINITY ? 0.f : n0, b1 = n1 == -INFINITY ? 0.f : n1;
+    const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
+    m0 = n0;
+    m1 = n1;
+    l0 *= al0;
+    l1 *= al1;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] *= al0; o[n][1] *= al0;
+      o[n][2] *= al1; o[n][3] *= al1;
+    }
+#pragma unroll
+    for (int n = 0; n < GG_ATT_BN / 8; n++) {
+      s[n][0] = exp2f(s[n][0] - b0); s[n][1] = exp2f(s[n][1] - b0);
+      s[n][2] = exp2f(s[n][2] - b1); s[n][3] = exp2f(s[n][3] - b1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int kc = 0; kc < GG_ATT_BN / 16; kc++) {
+      const uint32_t pa[4] = {att_pack(DT, s[2 * kc][0], s[2 * kc][1]), att_pack(DT, s[2 * kc][2], s[2 * kc][3]),
+                              att_pack(DT, s[2 * kc + 1][0], s[2 * kc + 1][1]), att_pack(DT, s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t vb[4];   /* matrix i: keys 8 (i % 2) on, head columns of n-tile n + i / 2 */
+        att_ldsm_t(vb, &Vs[cur][kc * 16 + (lm & 1) * 8 + lr][(n + (lm >> 1)) * 8]);
+        att_mma(DT, o[n], pa, vb[0], vb[1]);
+        att_mma(DT, o[n + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int o2 = 1; o2 < 4; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  }
+  const float i0 = l0 > 0 ? 1.f / l0 : 0.f, i1 = l1 > 0 ? 1.f / l1 : 0.f;
+  uint16_t *Y = y + b * a.ys[0] + h * a.ys[1];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
+    if (r0 < a.L) memcpy(Y + r0 * a.ys[2] + n * 8 + 2 * t, &w0, 4);
+    if (r1 < a.L) memcpy(Y + r1 * a.ys[2] + n * 8 + 2 * t, &w1, 4);
+  }
+}
+
+/* float32: the same online softmax on the FMA units, in float32 throughout (no tensor cores: float32's
+ * accuracy, as PyTorch's memory-efficient kernel keeps it). A block takes 64 query rows of one
+ * (batch, head), in shared memory, and two groups of 128 threads walk alternate key tiles of 32 keys,
+ * each with its own K, V and P buffers (rows padded by 4 floats: 16-byte reads without bank
+ * conflicts), maximum, sum and output; the second group's are merged into the first's at the end. In
+ * a group, thread (ty, tx) = (t / 8, t % 8) computes S for query rows ty + 16 i (i < 4) against keys
+ * tx + 8 j (j < 4), so that a row's maximum and sum are a shuffle among 8 lanes, and the output's
+ * columns 4 tx + 32 c .. + 3 (c < D / 32) of the same rows; P passes through shared memory between
+ * the two products. The blocks with the most causal key tiles are launched first. */
+#define GG_ATF_BM 64
+#define GG_ATF_BN 32
+#define GG_ATF_PP (GG_ATF_BN + 8)
+#define GG_ATF_GROUP ((size_t)2 * GG_ATF_BN * (D + 4) + (size_t)GG_ATF_BM * GG_ATF_PP)   /* one group's floats: K, V, P */
+static constexpr size_t att_f32_smem(int D) { return sizeof(float) * ((size_t)GG_ATF_BM * (D + 4) + 2 * GG_ATF_GROUP); }
+
+static __device__ __forceinline__ float4 att_f4(const float *p, bool vec) {
+  return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+
+/* a barrier of the 128 threads of group g (named barrier 1 + g; 0 is __syncthreads') */
+static __device__ __forceinline__ void att_group_sync(int g) {
+  if (g) asm volatile("bar.sync 2, 128;" ::: "memory");
+  else asm volatile("bar.sync 1, 128;" ::: "memory");
+}
+
+template <int D> __global__ void __launch_bounds__(256, 2) attention_f32(gg_attn a, const float *q, const float *k, const float *v, const void *mask, float *y) {
+  constexpr int DP = D + 4, NC = D / 32;
+  extern __shared__ float4 att_smem[];
+  const int g = threadIdx.x >> 7, lt = threadIdx.x & 127, ty = lt >> 3, tx = lt & 7;
+  float *Qs = (float *)att_smem, *Ks = Qs + GG_ATF_BM * DP + g * GG_ATF_GROUP, *Vs = Ks + GG_ATF_BN * DP, *Ps = Vs + GG_ATF_BN * DP;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * GG_ATF_BM;
+  const float *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
+  const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 4 == 0, kvec = (uintptr_t)K % 16 == 0 && a.ks[2] % 4 == 0,
+             vvec = (uintptr_t)V % 16 == 0 && a.vs[2] % 4 == 0;
+  for (int i = threadIdx.x; i < GG_ATF_BM * D / 4; i += blockDim.x) {
+    const int r = i / (D / 4), e = i % (D / 4) * 4;
+    *(float4 *)&Qs[r * DP + e] = q0 + r < a.L ? att_f4(Q + (q0 + r) * a.qs[2] + e, qvec) : make_float4(0, 0, 0, 0);
+  }
+  __syncthreads();
+  float o[4][NC][4], m[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    m[i] = -INFINITY;
+    l[i] = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++) o[i][c][0] = o[i][c][1] = o[i][c][2] = o[i][c][3] = 0;
+  }
+  const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
+  const int64_t kend = a.causal && q0 + GG_ATF_BM < a.S ? q0 + GG_ATF_BM : a.S;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const float *mf = (const float *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  for (int64_t k0 = g * GG_ATF_BN; k0 < kend; k0 += 2 * GG_ATF_BN) {
+    att_group_sync(g);   /* the group is done with its last tile and P */
+    for (int i = lt; i < GG_ATF_BN * D / 4; i += 128) {
+      const int j = i / (D / 4), e = i % (D / 4) * 4;
+      const bool in = k0 + j < a.S;
+      *(float4 *)&Ks[j * DP + e] = in ? att_f4(K + (k0 + j) * a.ks[2] + e, kvec) : make_float4(0, 0, 0, 0);
+      *(float4 *)&Vs[j * DP + e] = in ? att_f4(V + (k0 + j) * a.vs[2] + e, vvec) : make_float4(0, 0, 0, 0);
+    }
+    att_group_sync(g);
+    float s[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll 4
+    for (int d = 0; d < D; d += 4) {
+      float4 qf[4], kf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) qf[i] = *(const float4 *)&Qs[(ty + 16 * i) * DP + d];
+#pragma unroll
+      for (int j = 0; j < 4; j++) kf[j] = *(const float4 *)&Ks[(tx + 8 * j) * DP + d];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          s[i][j] = fmaf(qf[i].x, kf[j].x, s[i][j]);
+          s[i][j] = fmaf(qf[i].y, kf[j].y, s[i][j]);
+          s[i][j] = fmaf(qf[i].z, kf[j].z, s[i][j]);
+          s[i][j] = fmaf(qf[i].w, kf[j].w, s[i][j]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int64_t row = q0 + ty + 16 * i;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int64_t col = k0 + tx + 8 * j;
+        float x = s[i][j] * sl;
+        if (col >= a.S || (a.causal && col > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + col * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += mf[mi] * 1.4426950408889634f;
+        }
+        s[i][j] = x;
+        mx = fmaxf(mx, x);
+      }
+#pragma unroll
+      for (int o2 = 1; o2 < 8; o2 <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+      const float n = fmaxf(m[i], mx), base = n == -INFINITY ? 0.f : n, al = exp2f(m[i] - base);
+      m[i] = n;
+      l[i] *= al;
+#pragma unroll
+      for (int c = 0; c < NC; c++) { o[i][c][0] *= al; o[i][c][1] *= al; o[i][c][2] *= al; o[i][c][3] *= al; }
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const float p = exp2f(s[i][j] - base);
+        l[i] += p;
+        Ps[(ty + 16 * i) * GG_ATF_PP + tx + 8 * j] = p;
+      }
+    }
+    att_group_sync(g);
+#pragma unroll 2
+    for (int j = 0; j < GG_ATF_BN; j += 4) {
+      float4 pf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) pf[i] = *(const float4 *)&Ps[(ty + 16 * i) * GG_ATF_PP + j];
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+          const float4 vf = *(const float4 *)&Vs[(j + jj) * DP + 4 * tx + 32 * c];
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const float p = jj == 0 ? pf[i].x : jj == 1 ? pf[i].y : jj == 2 ? pf[i].z : pf[i].w;
+            o[i][c][0] = fmaf(p, vf.x, o[i][c][0]);
+            o[i][c][1] = fmaf(p, vf.y, o[i][c][1]);
+            o[i][c][2] = fmaf(p, vf.z, o[i][c][2]);
+            o[i][c][3] = fmaf(p, vf.w, o[i][c][3]);
+          }
+        }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int o2 = 1; o2 < 8; o2 <<= 1) l[i] += __shfl_xor_sync(0xffffffffu, l[i], o2);
+  /* the second group's maximum, sum and output, through its own buffers, merged into the first's */
+  __syncthreads();
+  float *X = Qs + GG_ATF_BM * DP + GG_ATF_GROUP, *XM = X + GG_ATF_BM * D, *XL = XM + GG_ATF_BM;
+  if (g == 1) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if (tx == 0) { XM[ty + 16 * i] = m[i]; XL[ty + 16 * i] = l[i]; }
+#pragma unroll
+      for (int c = 0; c < NC; c++) *(float4 *)&X[(i * NC + c) * 512 + lt * 4] = make_float4(o[i][c][0], o[i][c][1], o[i][c][2], o[i][c][3]);
+    }
+  }
+  __syncthreads();
+  if (g == 1) return;
+  float *Y = y + b * a.ys[0] + h * a.ys[1];
+  const bool yvec = (uintptr_t)Y % 16 == 0 && a.ys[2] % 4 == 0;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int64_t row = q0 + ty + 16 * i;
+    const float m1 = XM[ty + 16 * i], mt = fmaxf(m[i], m1), base = mt == -INFINITY ? 0.f : mt;
+    const float a0 = exp2f(m[i] - base), a1 = exp2f(m1 - base), li = l[i] * a0 + XL[ty + 16 * i] * a1;
+    const float inv = li > 0 ? 1.f / li : 0.f;
+    if (row >= a.L) continue;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+      const float4 x = *(const float4 *)&X[(i * NC + c) * 512 + lt * 4];
+      float *p = Y + row * a.ys[2] + 4 * tx + 32 * c;
+      const float4 w = make_float4((o[i][c][0] * a0 + x.x * a1) * inv, (o[i][c][1] * a0 + x.y * a1) * inv, (o[i][c][2] * a0 + x.z * a1) * inv,
+                                   (o[i][c][3] * a0 + x.w * a1) * inv);
+      if (yvec) *(float4 *)p = w;
+      else { p[0] = w.x; p[1] = w.y; p[2] = w.z; p[3] = w.w; }
+    }
+  }
+}
+
+/* shared memory past 48 KiB is granted per kernel, once */
+static pthread_once_t att_f32_once = PTHREAD_ONCE_INIT;
+static void att_f32_init(void) {
+  cudaFuncSetAttribute(attention_f32<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(32));
+  cudaFuncSetAttribute(attention_f32<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(64));
+  cudaFuncSetAttribute(attention_f32<96>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(96));
+  cudaFuncSetAttribute(attention_f32<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(128));
+}
+
+void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y) {
+  if (a->B * a->H == 0 || a->L == 0) return;
+  dim3 grid((unsigned)((a->L + GG_ATT_BM - 1) / GG_ATT_BM), (unsigned)(a->B * a->H));
+  cudaStream_t st = (cudaStream_t)gg_cu_stream();
+  if (dt == 0 || dt == 4) {   /* float32 (TF32 allowed or not: the FMA units either way) */
+    dim3 g32((unsigned)((a->L + GG_ATF_BM - 1) / GG_ATF_BM), (unsigned)(a->B * a->H));
+    const float *Q = (const float *)q, *K = (const float *)k, *V = (const float *)v;
+    float *Y = (float *)y;
+    pthread_once(&att_f32_once, att_f32_init);
+    switch (a->D) {
+      case 32: attention_f32<32><<<g32, 256, att_f32_smem(32), st>>>(*a, Q, K, V, mask, Y); break;
+      case 64: attention_f32<64><<<g32, 256, att_f32_smem(64), st>>>(*a, Q, K, V, mask, Y); break;
+      case 96: attention_f32<96><<<g32, 256, att_f32_smem(96), st>>>(*a, Q, K, V, mask, Y); break;
+      case 128: attention_f32<128><<<g32, 256, att_f32_smem(128), st>>>(*a, Q, K, V, mask, Y); break;
+    }
+    return;
+  }
+  const uint16_t *Q = (const uint16_t *)q, *K = (const uint16_t *)k, *V = (const uint16_t *)v;
+  uint16_t *Y = (uint16_t *)y;
+#define GG_ATT_CASE(DD)                                                                  \
+  case DD:                                                                               \
+    if (dt == 3) attention_tc<3, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);       \
+    else attention_tc<2, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);               \
+    break;
+  switch (a->D) {
+    GG_ATT_CASE(32)
+    GG_ATT_CASE(64)
+    GG_ATT_CASE(96)
+    GG_ATT_CASE(128)
+  }
+#undef GG_ATT_CASE
+}
