@@ -431,6 +431,7 @@ static const Expr *shifted_offset(Em *e, const Layout *l, int rank) {
 }
 
 int emit_cat(Em *, Node *);
+static const char *load_operand(Em *e, Node *n, const TV *t, int rank, const Expr *const *sizes, Params *P, bool as_float, const char *rt, bool several);
 
 /* A concatenation in its reader's loop (schedule.c's sched_fusible_cat): the element of the input
  * whose range along the cat's dim holds the loop index there, each input's statements in a branch of
@@ -462,24 +463,7 @@ static const char *fused_cat(Em *e, FILE *f, Node *n, int rank, const Expr *cons
     bool xf = fl;
     if (!t) v = NULL;
     else if (t->deferred) v = fused_value(e, f, t->deferred, rank, sizes, P, &xf);
-    else {
-      int p = add_param(P, t);
-      if (p < 0) efail(e, n, "too many fused operands");
-      else {
-        TV b = broadcast_tv(e, t, rank, sizes);
-        b.l.offset = shifted_offset(e, &b.l, rank);
-        P->several[p] = true;
-        P->seen[p] = true;
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *bf = open_memstream(&buf, &len);
-        const char *ptr = arena_printf(e->a, "x%d", p), *ix = index_of(e, &b, rank);
-        if (fl) load_r(bf, b.dt, ptr, ix, T); else load_i(bf, b.dt, ptr, ix);
-        fclose(bf);
-        v = arena_strdup(e->a, buf);
-        free(buf);
-      }
-    }
+    else v = load_operand(e, n, t, rank, sizes, P, fl, T, true);
     e->shift = saved;
     if (!v) { e->lin_index = lin; return NULL; }
     fprintf(f, "      r%d = (%s)(%s);\n    }\n", id, T, v);
@@ -501,6 +485,39 @@ static bool vector_load(Em *e, const TV *b, int rank) {
   for (int d = 0; d < rank - 1; d++)
     if (!expr_is_const(b->strides[d], &k) || k % e->vec) return false;
   return true;
+}
+
+/* The expression loading stored operand t of node n at the loop indices (broadcast to the loop's
+ * sizes, moved by e->shift) as rt (as_float) or int64_t: its pointer a kernel parameter (P), read
+ * through the linear index where its layout is the loop's, or from the thread's 16-byte preload
+ * (vector_load). several: the parameter is read at more than one layout (a concatenation's branches).
+ * NULL after an error. */
+static const char *load_operand(Em *e, Node *n, const TV *t, int rank, const Expr *const *sizes, Params *P, bool as_float, const char *rt, bool several) {
+  int p = add_param(P, t);
+  if (p < 0) { efail(e, n, "too many fused operands"); return NULL; }
+  TV b = broadcast_tv(e, t, rank, sizes);
+  b.l.offset = shifted_offset(e, &b.l, rank);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *bf = open_memstream(&buf, &len);
+  const char *ptr = arena_printf(e->a, "x%d", p);
+  const char *ix = e->lin_index && layout_same(e->g, &b.l, e->lin_layout) ? e->lin_index : index_of(e, &b, rank);
+  if (vector_load(e, &b, rank)) {   /* the thread's V elements in 16-byte loads, before its loop over them */
+    int id = e->nfv++;
+    const char *T = ctype(b.dt);
+    fprintf(e->vpre, "    __align__(16) %s p%d[%d];\n    { const int64_t i%d = i%db; _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)p%d)[j] = ((const uint4 *)(%s + %s))[j]; }\n",
+            T, id, e->vec, rank - 1, rank - 1, e->vec * dtype_info(b.dt)->size / 16, id, ptr, ix);
+    ptr = arena_printf(e->a, "p%d", id);
+    ix = "v";
+  }
+  if (several || (P->seen[p] && !layout_same(e->g, &P->at[p], &b.l))) P->several[p] = true;
+  else if (!P->seen[p]) P->at[p] = b.l;
+  P->seen[p] = true;
+  if (as_float) load_r(bf, b.dt, ptr, ix, rt); else load_i(bf, b.dt, ptr, ix);
+  fclose(bf);
+  const char *v = arena_strdup(e->a, buf);
+  free(buf);
+  return v;
 }
 
 /* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
@@ -539,30 +556,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
       arg[j] = plan.use_float ? arena_printf(e->a, "(%s)%s", rt, v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
       continue;
     }
-    int p = add_param(P, &ops[j].t);
-    if (p < 0) { efail(e, n, "too many fused operands"); return NULL; }
-    TV b = broadcast_tv(e, &ops[j].t, rank, sizes);
-    b.l.offset = shifted_offset(e, &b.l, rank);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *bf = open_memstream(&buf, &len);
-    const char *ptr = arena_printf(e->a, "x%d", p);
-    const char *ix = e->lin_index && layout_same(e->g, &b.l, e->lin_layout) ? e->lin_index : index_of(e, &b, rank);
-    if (vector_load(e, &b, rank)) {   /* the thread's V elements in 16-byte loads, before its loop over them */
-      int id = e->nfv++;
-      const char *T = ctype(b.dt);
-      fprintf(e->vpre, "    __align__(16) %s p%d[%d];\n    { const int64_t i%d = i%db; _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)p%d)[j] = ((const uint4 *)(%s + %s))[j]; }\n",
-              T, id, e->vec, rank - 1, rank - 1, e->vec * dtype_info(b.dt)->size / 16, id, ptr, ix);
-      ptr = arena_printf(e->a, "p%d", id);
-      ix = "v";
-    }
-    if (!P->seen[p]) P->at[p] = b.l;
-    else if (!layout_same(e->g, &P->at[p], &b.l)) P->several[p] = true;
-    P->seen[p] = true;
-    if (plan.use_float) load_r(bf, b.dt, ptr, ix, rt); else load_i(bf, b.dt, ptr, ix);
-    fclose(bf);
-    arg[j] = arena_strdup(e->a, buf);
-    free(buf);
+    if (!(arg[j] = load_operand(e, n, &ops[j].t, rank, sizes, P, plan.use_float, rt, false))) return NULL;
   }
   int id = e->nfv++;   /* each evaluation its own names: a value recomputed by two readers of one kernel */
   const char *T = plan.use_float ? rt : "int64_t";
