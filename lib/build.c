@@ -506,10 +506,10 @@ int build_cuda_sm(Ctx *c, const CompileOptions *o) {
 /* A CUDA model builds in parts at once (-j): nvcc compiles the kernels (model.cu) to a fatbinary,
  * device code only; the C compiler the host code (model.c: launches, library calls, descriptors; no
  * CUDA header, so it builds in a fraction of nvcc's time for the same code); nvcc the CUDA runtime,
- * in three units (RT_UNITS: the attention and depthwise kernels apart), whose objects are taken from the cache when
- * they are there, as for C. nvcc then links them, kernels.c putting the fatbinary in, with cuBLAS;
- * the .so finds the toolkit's libraries through its rpath. Directories in CPATH are searched for
- * headers as gcc does (nvcc itself does not read CPATH). */
+ * in three units (RT_UNITS: the attention and depthwise kernels apart), whose objects are taken
+ * from the cache when they are there, as for C. nvcc then links them, kernels.c putting the
+ * fatbinary in, with cuBLAS; the .so finds the toolkit's libraries through its rpath. Directories in
+ * CPATH are searched for headers as gcc does (nvcc itself does not read CPATH). */
 static const char *const RT_UNITS[][2] = {{"gg_rt_cuda.cu", "gg_rt.o"}, {"gg_rt_cuda_attn.cu", "gg_rt_attn.o"}, {"gg_rt_cuda_dw.cu", "gg_rt_dw.o"}};
 #define NRT ((int)(sizeof RT_UNITS / sizeof *RT_UNITS))
 static int build_cuda(Ctx *c, const CompileOptions *o, const char *dir) {
