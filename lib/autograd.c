@@ -555,7 +555,7 @@ int grad_conv(Ad *a, Node *n) {
     if (!xb || !gb) return -1;
   }
   const Arg *sa = rw_arg(n, "stride"), *pa = rw_arg(n, "padding"), *da = rw_arg(n, "dilation"), *oa = rw_arg(n, "output_padding");
-  int64_t st[3], pd[3], dl[3], opd[3] = {0, 0, 0}, groups = rw_iarg(n, "groups", 1), K[3], in[3], zero[3] = {0, 0, 0};
+  int64_t st[3], pd[3], dl[3], opd[3] = {0, 0, 0}, groups = node_int_arg(n, "groups", 1), K[3], in[3], zero[3] = {0, 0, 0};
   for (int i = 0; i < nsp; i++) {
     bool ok = expr_is_const(sa->u.is[sa->n == 1 ? 0 : i], &st[i]) && expr_is_const(pa->u.is[pa->n == 1 ? 0 : i], &pd[i]) &&
               expr_is_const(da->u.is[da->n == 1 ? 0 : i], &dl[i]) && expr_is_const(w->sizes[2 + i], &K[i]) && expr_is_const(xb->sizes[2 + i], &in[i]) &&
@@ -683,10 +683,10 @@ int grad_diagonal(Ad *a, Node *n) {
   Ctx *c = a->g->ctx;
   Value *x = n->args[0].u.t, *g = G(a, n, 0);
   if (!g) return 0;
-  int r = x->rank, d1 = (int)rw_iarg(n, "dim1", 0), d2 = (int)rw_iarg(n, "dim2", 1);
+  int r = x->rank, d1 = (int)node_int_arg(n, "dim1", 0), d2 = (int)node_int_arg(n, "dim2", 1);
   if (d1 < 0) d1 += r;
   if (d2 < 0) d2 += r;
-  int64_t off = rw_iarg(n, "offset", 0), n1, n2, L;
+  int64_t off = node_int_arg(n, "offset", 0), n1, n2, L;
   if (!expr_is_const(x->sizes[d1], &n1) || !expr_is_const(x->sizes[d2], &n2) || !expr_is_const(g->sizes[g->rank - 1], &L))
     return gg_error(c, "%s: node %s: the gradient of a diagonal needs static sizes", a->g->path, gg_quote(c, n->name));
   int keep = off >= 0 ? d1 : d2, other = off >= 0 ? d2 : d1;

@@ -263,7 +263,7 @@ int decomp_sdpa(Rw *r, Node *n) {
 int decomp_diff(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *x = rw_targ(n, "self"), *pre = rw_targ(n, "prepend"), *app = rw_targ(n, "append");
-  int64_t times = rw_iarg(n, "n", 1), d = rw_iarg(n, "dim", -1);
+  int64_t times = node_int_arg(n, "n", 1), d = node_int_arg(n, "dim", -1);
   if (d < 0) d += x->rank;
   if (pre || app) {
     Arg list = {.k = AK_TENSORS, .n = 0};
@@ -290,7 +290,7 @@ int decomp_diff(Rw *r, Node *n) {
 /* glu: first half * sigmoid(second half) */
 int decomp_glu(Rw *r, Node *n) {
   Value *x = rw_targ(n, "self");
-  int64_t d = rw_iarg(n, "dim", -1), half;
+  int64_t d = node_int_arg(n, "dim", -1), half;
   if (d < 0) d += x->rank;
   expr_is_const(x->sizes[d], &half);
   half /= 2;
@@ -337,7 +337,7 @@ static Value *reduce_loss(Rw *r, Value *loss, Value *denom, int64_t reduction, V
 int decomp_mse_loss(Rw *r, Node *n) {
   Value *d = CALL(r, NULL, "sub.Tensor", "self", T(rw_targ(n, "self")), "other", T(rw_targ(n, "target")));
   Value *sq = d ? CALL(r, NULL, "mul.Tensor", "self", T(d), "other", T(d)) : NULL;
-  return sq && reduce_loss(r, sq, NULL, rw_iarg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
+  return sq && reduce_loss(r, sq, NULL, node_int_arg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
 }
 
 /* l1, smooth l1, huber and binary cross entropy: the per-element loss from pointwise ops, weighted,
@@ -377,7 +377,7 @@ int decomp_elementwise_loss(Rw *r, Node *n) {
     l = pw2(r, "add.Tensor", pw2(r, "mul.Tensor", omt, x), coef ? pw2(r, "mul.Tensor", coef, sp) : sp);
   }
   if (w) l = pw2(r, "mul.Tensor", l, w);
-  return l && reduce_loss(r, l, NULL, rw_iarg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
+  return l && reduce_loss(r, l, NULL, node_int_arg(n, "reduction", 1), n->outs[0]) ? 0 : -1;
 }
 
 /* cross entropy (and nll on log-probabilities) with class-index targets: the picked log-probability,
@@ -387,7 +387,7 @@ int decomp_cross_entropy(Rw *r, Node *n) {
   Value *x = rw_targ(n, "self"), *t = rw_targ(n, "target"), *w = rw_targ(n, "weight");
   bool nll = !strncmp(n->op->name, "nll_loss", 8);
   if (dtype_is_float(t->dtype)) return gg_error(c, "%s: node %s: cross entropy with probability targets is not supported in compiled code yet", r->g->path, gg_quote(c, n->name));
-  int64_t red = rw_iarg(n, "reduction", 1), ignore = rw_iarg(n, "ignore_index", -100), C = 0;
+  int64_t red = node_int_arg(n, "reduction", 1), ignore = node_int_arg(n, "ignore_index", -100), C = 0;
   double eps = rw_farg(n, "label_smoothing", 0);
   int cd = x->rank > 1 ? 1 : 0;
   if (!expr_is_const(x->sizes[cd], &C)) return gg_error(c, "%s: node %s: the class count must be static", r->g->path, gg_quote(c, n->name));
@@ -600,7 +600,7 @@ static void pool3(const Node *n, const char *name, const int64_t *dflt, int64_t 
 int decomp_group_norm_backward(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *g = rw_targ(n, "grad_out"), *x = rw_targ(n, "input"), *w = rw_targ(n, "weight");
-  int64_t G = rw_iarg(n, "group", 1);
+  int64_t G = node_int_arg(n, "group", 1);
   const Expr *N = x->sizes[0], *Cx = x->sizes[1], *m1 = expr_const(c->arena, -1), *one = expr_const(c->arena, 1);
   const Expr *c3[3] = {N, Cx, m1}, *g3[3] = {N, expr_const(c->arena, G), m1}, *gs[3] = {N, expr_const(c->arena, G), one}, *w3[3] = {one, Cx, one};
   Value *x3 = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, c3));
@@ -761,7 +761,7 @@ int decomp_im2col(Rw *r, Node *n) {
 /* _weight_norm: v * (g / ||v||), the 2-norm over every dim but dim (all of them for -1) */
 int decomp_weight_norm(Rw *r, Node *n) {
   Value *v = rw_targ(n, "v"), *g = rw_targ(n, "g");
-  int64_t d = rw_iarg(n, "dim", 0), dims[GG_MAX_RANK];
+  int64_t d = node_int_arg(n, "dim", 0), dims[GG_MAX_RANK];
   int nd = 0;
   for (int k = 0; k < v->rank; k++) if (k != d) dims[nd++] = k;
   Value *nv = CALL(r, NULL, "linalg_vector_norm", "self", T(v), "ord", FL(2), "dim", INTS(r, nd, dims), "keepdim", BO(true));
@@ -779,7 +779,7 @@ int decomp_repeat_interleave(Rw *r, Node *n) {
   Arena *a = r->g->ctx->arena;
   Value *x = rw_targ(n, "self"), *y = n->outs[0];
   const Arg *da = rw_arg(n, "dim");
-  int64_t d = 0, rep = rw_iarg(n, "repeats", 1), all[1] = {-1};
+  int64_t d = 0, rep = node_int_arg(n, "repeats", 1), all[1] = {-1};
   if (!da || da->k != AK_INT) x = CALL(r, NULL, "reshape", "self", T(x), "shape", INTS(r, 1, all));
   else {
     expr_is_const(da->u.i, &d);
@@ -858,7 +858,7 @@ int decomp_lstm(Rw *r, Node *n) {
   Arena *a = r->g->ctx->arena;
   Value *x = rw_targ(n, "input");
   const Arg *hx = rw_arg(n, "hx"), *pa = rw_arg(n, "params");
-  int64_t L = rw_iarg(n, "num_layers", 1), Tn, H;
+  int64_t L = node_int_arg(n, "num_layers", 1), Tn, H;
   bool bias = rw_arg(n, "has_biases")->u.b, bi = rw_arg(n, "bidirectional")->u.b, bf = rw_arg(n, "batch_first")->u.b, unb = x->rank == 2;
   int D = bi ? 2 : 1, per = bias ? 4 : 2;
   Value *h0 = hx->u.ts[0], *c0 = hx->u.ts[1];
@@ -1055,7 +1055,7 @@ static Value *gs_tap(Rw *r, Value *flat, Value *tx, Value *ty, int64_t H, int64_
 
 int decomp_grid_sampler(Rw *r, Node *n) {
   Value *x = rw_targ(n, "input"), *g = rw_targ(n, "grid");
-  int im = (int)rw_iarg(n, "interpolation_mode", 0), pm = (int)rw_iarg(n, "padding_mode", 0);
+  int im = (int)node_int_arg(n, "interpolation_mode", 0), pm = (int)node_int_arg(n, "padding_mode", 0);
   bool align = rw_arg(n, "align_corners")->u.b;
   int64_t H, W;
   expr_is_const(x->sizes[2], &H);
@@ -1113,7 +1113,7 @@ int decomp_grid_sampler(Rw *r, Node *n) {
 int decomp_embedding_bag(Rw *r, Node *n) {
   Arena *a = r->g->ctx->arena;
   Value *w = rw_targ(n, "weight"), *ix = rw_targ(n, "indices"), *of = rw_targ(n, "offsets"), *psw = rw_targ(n, "per_sample_weights");
-  int64_t mode = rw_iarg(n, "mode", 0), pad = rw_iarg(n, "padding_idx", -1), L, B, D, nof;
+  int64_t mode = node_int_arg(n, "mode", 0), pad = node_int_arg(n, "padding_idx", -1), L, B, D, nof;
   bool last = rw_arg(n, "include_last_offset")->u.b;
   if (!expr_is_const(ix->sizes[0], &L) || !expr_is_const(w->sizes[1], &D)) return gg_error(r->g->ctx, "%s: node %s: _embedding_bag needs static sizes", r->g->path, gg_quote(r->g->ctx, n->name));
   expr_is_const(of->sizes[0], &nof);

@@ -98,17 +98,6 @@ double rw_farg(const Node *n, const char *name, double dflt) {
   return dflt;
 }
 
-/* an integer argument, exactly (not through a double); a float one converted without undefined
- * behaviour (gg_f64_to_i64: NaN and magnitudes past 2^63 give INT64_MIN, which the rules refuse) */
-int64_t rw_iarg(const Node *n, const char *name, int64_t dflt) {
-  const Arg *a = rw_arg(n, name);
-  int64_t v;
-  if (!a) return dflt;
-  if (a->k == AK_INT && expr_is_const(a->u.i, &v)) return v;
-  if (a->k == AK_FLOAT) return gg_f64_to_i64(a->u.f);
-  return dflt;
-}
-
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *)) {
   Arena *a = g->ctx->arena;
   int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);

@@ -33,7 +33,6 @@ Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args);
 const Arg *rw_arg(const Node *n, const char *name);
 Value *rw_targ(const Node *n, const char *name);
 double rw_farg(const Node *n, const char *name, double dflt);
-int64_t rw_iarg(const Node *n, const char *name, int64_t dflt);
 /* Drop the nodes `droppable` accepts (pure: views, casts) whose results nothing reads, last first. */
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
 /* Pooling gradients (decompose.c), shared by autograd's rules and the exported backward ops. */
