@@ -191,7 +191,9 @@ static const char usage_check[] =
   "default 1e-4, under a floor of 1e-3 per element; integers exactly), with, for an interpreted stage, the first value that departs and\n"
   "its node. Exit status 0 when every stage agrees, 1 when one departs. With --precision bf16|fp16 (as\n"
   "compile takes it) the lowered stage reports its error against the float32 model, the cost of the\n"
-  "lower precision, and the later stages are checked against it. With --target cuda the stages are\n"
+  "lower precision, and the later stages are checked against it (the compiled one, whose arithmetic\n"
+  "rounds differently in the lower type, at that type's tolerance, 3e-2 or 1e-2, unless --tol is given).\n"
+  "With --target cuda the stages are\n"
   "those compile --target cuda runs (channels-last convolutions) and the compiled code runs on the GPU.\n";
 
 static const char usage_minify[] =
@@ -296,6 +298,7 @@ typedef struct Opts {
   long jobs;
   long iters, warmup;
   double tol;
+  bool tol_set;
   TrainOptions tr;
 } Opts;
 
@@ -383,6 +386,7 @@ static int parse_opts(int argc, char **argv, Opts *o, const char *usage, bool ru
     }
     if ((usage == usage_check || usage == usage_minify) && !strcmp(a, "--tol")) {
       if (i + 1 >= argc || parse_double(argv[i + 1], &o->tol) || o->tol <= 0) return usage_error(usage, "%s", "--tol needs a positive number");
+      o->tol_set = true;
       i++;
       continue;
     }
@@ -797,7 +801,7 @@ static int cmd_check(int argc, char **argv, bool minify) {
   if (minify && !o.output) return usage_error(usage, "%s", "missing -o DIR");
   if (minify && o.tr.on) return usage_error(usage, "%s", "minify works on inference graphs (leave out --train)");
   if (!minify && o.output) return usage_error(usage, "%s", "check writes no files (leave out -o)");
-  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32, false, o.nchw};
+  CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32, false, o.nchw, o.tol_set};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage, "unknown target '%s' (cpu or cuda)", o.target);
   co.cuda = o.target && !strcmp(o.target, "cuda");
   if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || (co.precision == PREC_TF32 && !co.cuda)))

@@ -859,6 +859,28 @@ int grad_layer_norm(Ad *a, Node *n) {
   return acc(a, x, bw->outs[0]) || acc(a, w, bw->outs[1]) || acc(a, b, bw->outs[2]) ? -1 : 0;
 }
 
+/* --train's attention kept whole (_attention_train): FlashAttention-2's backward from the saved inputs,
+ * output and log-sum-exp (_attention_train_backward: one fused kernel on the GPU, primitives
+ * elsewhere), so that no L x S probabilities are kept between the passes. A float mask that needs a
+ * gradient (a learned bias) gets the scores' gradient, all of it through the primitives. */
+int grad_attention_train(Ad *a, Node *n) {
+  Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask"), *g = G(a, n, 0);
+  bool causal = rw_arg(n, "is_causal")->u.b;
+  double scale = rw_farg(n, "scale", 1);
+  if (G(a, n, 1)) return gg_error(a->g->ctx, "%s: node %s: the log-sum-exp of attention has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name));
+  if (!g) return 0;
+  if (m && a->diff[m->id]) {
+    Value *gr[3];
+    Value *ds = attention_backward_primitives(&a->r, g, q, k, v, m, n->outs[0], n->outs[1], causal, scale, NULL, gr);
+    return ds && !acc(a, q, gr[0]) && !acc(a, k, gr[1]) && !acc(a, v, gr[2]) && !acc(a, m, ds) ? 0 : -1;
+  }
+  Value *o = CALL(&a->r, NULL, "_attention_train_backward", "grad_out", T(g), "query", T(q), "key", T(k), "value", T(v), "attn_mask", T(m), "out", T(n->outs[0]),
+                  "logsumexp", T(n->outs[1]), "is_causal", BO(causal), "scale", FL(scale));
+  if (!o) return -1;
+  Node *bw = o->def;
+  return acc(a, q, bw->outs[0]) || acc(a, k, bw->outs[1]) || acc(a, v, bw->outs[2]) ? -1 : 0;
+}
+
 /* constant padding: the gradient is the unpadded part (pad lists the last dims, last first) */
 int grad_pad(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);

@@ -200,6 +200,52 @@ int decomp_bn_train(Rw *r, Node *n) {
   return bn_train_forward(r, rw_targ(n, "input"), rw_targ(n, "weight"), rw_targ(n, "bias"), rw_farg(n, "eps", 1e-5), n->outs[0], n->outs[1], n->outs[2], n->outs[3], &mean, &var) ? 0 : -1;
 }
 
+static Value *softmax_of(Rw *r, Value *s) { return s ? CALL(r, NULL, "softmax.int", "self", T(s), "dim", INT(r, -1)) : NULL; }
+
+/* The scores of attention, q k^T scale with the mask added (or its false positions and, causal, the
+ * keys after each query left out as -inf), in float32 for 16-bit operands; *masked: whether some
+ * position may be left out (a row of them all gives NaN probabilities, filled with zeros). */
+static Value *att_scores(Rw *r, Value *q, Value *k, Value *mask, bool causal, double scale, bool *masked) {
+  int rk = q->rank;
+  q = up(r, q);
+  k = up(r, k);
+  if (mask && mask->dtype != DT_BOOL) mask = up(r, mask);
+  Value *kt = q && k ? CALL(r, NULL, "transpose.int", "self", T(k), "dim0", INT(r, -2), "dim1", INT(r, -1)) : NULL;
+  Value *s = kt ? CALL(r, NULL, "matmul", "self", T(q), "other", T(kt)) : NULL;
+  s = s ? CALL(r, NULL, "mul.Tensor", "self", T(s), "other", FL(scale)) : NULL;
+  *masked = false;
+  if (!s) return NULL;
+  if (mask && mask->dtype == DT_BOOL) {
+    Value *nm = CALL(r, NULL, "logical_not", "self", T(mask));
+    s = nm ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(nm), "value", FL(-INFINITY)) : NULL;
+    *masked = true;
+  } else if (mask) s = CALL(r, NULL, "add.Tensor", "self", T(s), "other", T(mask));
+  if (s && causal) {
+    const Expr *ls[2] = {q->sizes[rk - 2], k->sizes[rk - 2]};
+    Value *ones = CALL(r, NULL, "ones", "size", EXPRS(r, 2, ls), "dtype", DT(DT_BOOL));
+    Value *tri = ones ? CALL(r, NULL, "triu", "self", T(ones), "diagonal", INT(r, 1)) : NULL;
+    s = tri ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(tri), "value", FL(-INFINITY)) : NULL;
+    *masked = true;
+  }
+  return s;
+}
+
+/* NaN probabilities (rows with every key left out) as zeros, as PyTorch's math path gives */
+static Value *att_unnan(Rw *r, Value *p, bool masked) {
+  if (!p || !masked) return p;
+  Value *bad = CALL(r, NULL, "isnan", "self", T(p));
+  return bad ? CALL(r, NULL, "masked_fill.Scalar", "self", T(p), "mask", T(bad), "value", FL(0)) : NULL;
+}
+
+/* Whether --train keeps this attention whole for autograd (_attention_train, grad_attention_train):
+ * everywhere but where the GPU would have to decompose it anyway (no fused backward there for its
+ * dtype and head size), where the primitives' own rules keep today's form. */
+static bool attention_kept(const Graph *g, const Node *n) {
+  const Value *q = rw_targ(n, "query");
+  int64_t D;
+  return !g->ctx->cuda || (cuda_attention_fits(g, n) && expr_is_const(q->sizes[q->rank - 1], &D) && cuda_attention_backward_fits(q->dtype, D));
+}
+
 int decomp_sdpa(Rw *r, Node *n) {
   Ctx *c = r->g->ctx;
   Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *mask = rw_targ(n, "attn_mask");
@@ -209,13 +255,7 @@ int decomp_sdpa(Rw *r, Node *n) {
   int64_t E;
   if (!expr_is_const(q->sizes[rk - 1], &E)) return gg_error(c, "%s: node %s: attention needs a static head size", r->g->path, gg_quote(c, n->name));
   double scale = sa->k == AK_FLOAT ? sa->u.f : 1.0 / sqrt((double)E);
-  /* half types in float32 (opmath), as the fused kernels accumulate, and the result rounded once */
-  bool half = is_half(q);
-  q = up(r, q);
-  k = up(r, k);
-  v = up(r, v);
-  if (mask && mask->dtype != DT_BOOL) mask = up(r, mask);
-  if (!q || !k || !v || (rw_targ(n, "attn_mask") && !mask)) return -1;
+  bool causal = rw_arg(n, "is_causal")->u.b;
   if (rw_arg(n, "enable_gqa")->u.b && rk >= 3 && !expr_same(r->g, q->sizes[rk - 3], k->sizes[rk - 3])) {
     /* grouped-query attention: each key/value head serves hq/hk query heads */
     int64_t hq, hk;
@@ -234,29 +274,64 @@ int decomp_sdpa(Rw *r, Node *n) {
     k = kv[0];
     v = kv[1];
   }
-  Value *kt = CALL(r, NULL, "transpose.int", "self", T(k), "dim0", INT(r, -2), "dim1", INT(r, -1));
-  Value *s = kt ? CALL(r, NULL, "matmul", "self", T(q), "other", T(kt)) : NULL;
-  s = s ? CALL(r, NULL, "mul.Tensor", "self", T(s), "other", FL(scale)) : NULL;
-  if (!s) return -1;
-  bool masked = false;
-  if (mask && mask->dtype == DT_BOOL) {
-    Value *nm = CALL(r, NULL, "logical_not", "self", T(mask));
-    s = nm ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(nm), "value", FL(-INFINITY)) : NULL;
-    masked = true;
-  } else if (mask) s = CALL(r, NULL, "add.Tensor", "self", T(s), "other", T(mask));
-  if (s && rw_arg(n, "is_causal")->u.b) {
-    const Expr *ls[2] = {q->sizes[rk - 2], k->sizes[rk - 2]};
-    Value *ones = CALL(r, NULL, "ones", "size", EXPRS(r, 2, ls), "dtype", DT(DT_BOOL));
-    Value *tri = ones ? CALL(r, NULL, "triu", "self", T(ones), "diagonal", INT(r, 1)) : NULL;
-    s = tri ? CALL(r, NULL, "masked_fill.Scalar", "self", T(s), "mask", T(tri), "value", FL(-INFINITY)) : NULL;
-    masked = true;
-  }
-  Value *p = s ? CALL(r, NULL, "softmax.int", "self", T(s), "dim", INT(r, -1)) : NULL;
-  if (p && masked) {   /* a row with every key masked gives zeros, as PyTorch's math path does */
-    Value *bad = CALL(r, NULL, "isnan", "self", T(p));
-    p = bad ? CALL(r, NULL, "masked_fill.Scalar", "self", T(p), "mask", T(bad), "value", FL(0)) : NULL;
-  }
-  return p && land(r, CALL(r, direct(n->outs[0], half), "matmul", "self", T(p), "other", T(v)), n->outs[0], half) ? 0 : -1;
+  if (r->training && attention_kept(r->g, n))
+    return CALL(r, n->outs[0], "_attention_train", "query", T(q), "key", T(k), "value", T(v), "attn_mask", T(mask), "is_causal", BO(causal), "scale", FL(scale)) ? 0 : -1;
+  /* half types in float32 (opmath), as the fused kernels accumulate, and the result rounded once */
+  bool half = is_half(q), masked;
+  Value *p = softmax_of(r, att_scores(r, q, k, mask, causal, scale, &masked));
+  p = att_unnan(r, p, masked);
+  return p && land(r, CALL(r, direct(n->outs[0], half), "matmul", "self", T(p), "other", T(up(r, v))), n->outs[0], half) ? 0 : -1;
+}
+
+/* _attention_train where no fused kernel takes it: the same primitives, and the log-sum-exp */
+int decomp_attention_train(Rw *r, Node *n) {
+  Value *q = rw_targ(n, "query"), *v = rw_targ(n, "value");
+  bool half = is_half(q), masked;
+  Value *s = att_scores(r, q, rw_targ(n, "key"), rw_targ(n, "attn_mask"), rw_arg(n, "is_causal")->u.b, rw_farg(n, "scale", 1), &masked);
+  int64_t last[1] = {-1};
+  if (!s || !CALL(r, n->outs[1], "logsumexp", "self", T(s), "dim", INTS(r, 1, last), "keepdim", BO(false))) return -1;
+  Value *p = att_unnan(r, softmax_of(r, s), masked);
+  return p && land(r, CALL(r, direct(n->outs[0], half), "matmul", "self", T(p), "other", T(up(r, v))), n->outs[0], half) ? 0 : -1;
+}
+
+/* Attention's backward from its inputs, output and log-sum-exp, as primitives: the probabilities
+ * recomputed, P = exp(S - lse); dV = P^T dO; dS = P (dO V^T - rowsum(dO O)); dQ = dS K scale,
+ * dK = dS^T Q scale. into: the three gradients' values (NULL: new ones); the scores' gradient dS,
+ * float32 for 16-bit operands, is returned (a mask's gradient where one needs it), and the three in
+ * grads when it is not NULL. */
+Value *attention_backward_primitives(Rw *r, Value *go, Value *q, Value *k, Value *v, Value *mask, Value *out, Value *lse, bool causal, double scale, Value *const into[3],
+                                     Value *grads[3]) {
+  bool half = is_half(q), masked;
+  Value *s = att_scores(r, q, k, mask, causal, scale, &masked);
+  Value *ls = s ? CALL(r, NULL, "unsqueeze", "self", T(lse), "dim", INT(r, -1)) : NULL;
+  Value *d = ls ? CALL(r, NULL, "sub.Tensor", "self", T(s), "other", T(ls)) : NULL;
+  Value *p = att_unnan(r, d ? CALL(r, NULL, "exp", "self", T(d)) : NULL, masked);
+  Value *g = up(r, go), *o = up(r, out), *q32 = up(r, q), *k32 = up(r, k), *v32 = up(r, v);
+  if (!p || !g || !o || !q32 || !k32 || !v32) return NULL;
+  Value *pt = CALL(r, NULL, "transpose.int", "self", T(p), "dim0", INT(r, -2), "dim1", INT(r, -1));
+  Value *dv = pt ? CALL(r, into ? direct(into[2], half) : NULL, "matmul", "self", T(pt), "other", T(g)) : NULL;
+  Value *vt = CALL(r, NULL, "transpose.int", "self", T(v32), "dim0", INT(r, -2), "dim1", INT(r, -1));
+  Value *dp = vt ? CALL(r, NULL, "matmul", "self", T(g), "other", T(vt)) : NULL;
+  int64_t last[1] = {-1};
+  Value *go_o = CALL(r, NULL, "mul.Tensor", "self", T(g), "other", T(o));
+  Value *dsum = go_o ? CALL(r, NULL, "sum.dim_IntList", "self", T(go_o), "dim", INTS(r, 1, last), "keepdim", BO(true)) : NULL;
+  Value *dpc = dp && dsum ? CALL(r, NULL, "sub.Tensor", "self", T(dp), "other", T(dsum)) : NULL;
+  Value *ds = dpc ? CALL(r, NULL, "mul.Tensor", "self", T(p), "other", T(dpc)) : NULL;
+  Value *dsc = ds ? CALL(r, NULL, "mul.Tensor", "self", T(ds), "other", FL(scale)) : NULL;
+  Value *dq = dsc ? CALL(r, into ? direct(into[0], half) : NULL, "matmul", "self", T(dsc), "other", T(k32)) : NULL;
+  Value *dst = dsc ? CALL(r, NULL, "transpose.int", "self", T(dsc), "dim0", INT(r, -2), "dim1", INT(r, -1)) : NULL;
+  Value *dk = dst ? CALL(r, into ? direct(into[1], half) : NULL, "matmul", "self", T(dst), "other", T(q32)) : NULL;
+  if (!dv || !dq || !dk) return NULL;
+  if (grads) grads[0] = dq, grads[1] = dk, grads[2] = dv;
+  if (into && (!land(r, dq, into[0], half) || !land(r, dk, into[1], half) || !land(r, dv, into[2], half))) return NULL;
+  return ds;
+}
+
+int decomp_attention_backward(Rw *r, Node *n) {
+  return attention_backward_primitives(r, rw_targ(n, "grad_out"), rw_targ(n, "query"), rw_targ(n, "key"), rw_targ(n, "value"), rw_targ(n, "attn_mask"), rw_targ(n, "out"),
+                                       rw_targ(n, "logsumexp"), rw_arg(n, "is_causal")->u.b, rw_farg(n, "scale", 1), n->outs, NULL)
+             ? 0
+             : -1;
 }
 
 /* n-th forward difference: concatenate prepend/self/append, then subtract neighbours n times */
@@ -1491,9 +1566,12 @@ bool decompose_has_training_rule(const OpDef *op) {
 
 bool decompose_has_rule(const OpDef *op) { return op->decomp != decomp_none && !decompose_has_training_rule(op); }
 
-/* Ops the target runs whole, for inference: attention as one fused kernel on the GPU. */
+/* Ops the target runs whole: attention as one fused kernel on the GPU (--train's pair, forward and
+ * backward, where kernels for its dtype exist). */
 static bool target_keeps(const Graph *g, const Node *n, bool training) {
-  return !training && g->ctx->cuda && n->op->decomp == decomp_sdpa && cuda_attention_fits(g, n);
+  if (!g->ctx->cuda) return false;
+  if (n->op->decomp == decomp_sdpa) return !training && cuda_attention_fits(g, n);
+  return (n->op->decomp == decomp_attention_train || n->op->decomp == decomp_attention_backward) && cuda_attention_fits(g, n);
 }
 
 int emit_conv(struct Em *, struct Node *);
@@ -1528,13 +1606,13 @@ static int bias_apart(Rw *r, Node *n) {
 /* Ops kept whole through autograd under --train, whose derivative rule is a better backward than the
  * one their primitives would get; decompose_after_autograd expands them, and the backward ops that
  * derivative rules write (native_layer_norm_backward). */
-static bool kept_for_autograd(const OpDef *op) { return op->decomp == decomp_bn_train; }
+static bool kept_for_autograd(const OpDef *op) { return op->decomp == decomp_bn_train || op->decomp == decomp_attention_train; }
 
 enum { D_INFERENCE, D_TRAINING, D_AFTER_AUTOGRAD };
 
 static DecompFn rule_for(Graph *g, Node *n, int mode) {
   if (!n->op) return NULL;
-  if (mode == D_AFTER_AUTOGRAD) return decompose_has_rule(n->op) ? n->op->decomp : NULL;   /* kept ones, and the backward ops of derivative rules */
+  if (mode == D_AFTER_AUTOGRAD) return decompose_has_rule(n->op) && !target_keeps(g, n, false) ? n->op->decomp : NULL;   /* kept ones, and the backward ops of derivative rules */
   bool training = mode == D_TRAINING;
   if (training && kept_for_autograd(n->op)) return NULL;
   if ((decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training)) return n->op->decomp;

@@ -258,6 +258,13 @@ static void conv_wgrad_cuda(Em *e, DType dt) {
 
 /* ---------------------------------------------------------------- attention */
 
+/* Whether gg_cu_attention_backward has a kernel for this dtype and head size: 16-bit ones on tensor
+ * cores (32, 64, 96, 128), float32 on the FMA units (64, 128). */
+bool cuda_attention_backward_fits(DType dt, int64_t D) {
+  if (dt == DT_F16 || dt == DT_BF16) return D == 32 || D == 64 || D == 96 || D == 128;
+  return dt == DT_F32 && (D == 64 || D == 128);
+}
+
 /* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
  * which decompose() then keeps whole: float16, bfloat16 or float32 on sm_80 or later, rank 3 or 4, a static
  * head size the kernel is built for (32, 64, 96, 128) shared by the values, no dropout, the key/value
@@ -266,13 +273,15 @@ static void conv_wgrad_cuda(Em *e, DType dt) {
 bool cuda_attention_fits(const Graph *g, const Node *n) {
   Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask");
   const Arg *dp = rw_arg(n, "dropout_p"), *sc = rw_arg(n, "scale"), *gq = rw_arg(n, "enable_gqa"), *ca = rw_arg(n, "is_causal");
-  if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != 1) return false;
+  /* --train's pair (_attention_train, _attention_train_backward): where the backward has a kernel */
+  bool train = n->op && strcmp(n->op->name, "scaled_dot_product_attention");
+  if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != (train ? (int)n->op->nrets : 1)) return false;
   if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16 && q->dtype != DT_F32)) return false;
   int r = q->rank;
   if ((r != 3 && r != 4) || k->rank != r || v->rank != r) return false;
   int64_t D, Dk, Dv, hq, hk, hv, zero;
   if (!expr_is_const(q->sizes[r - 1], &D) || !expr_is_const(k->sizes[r - 1], &Dk) || !expr_is_const(v->sizes[r - 1], &Dv) || D != Dk || D != Dv ||
-      (D != 32 && D != 64 && D != 96 && D != 128))
+      (D != 32 && D != 64 && D != 96 && D != 128) || (train && !cuda_attention_backward_fits(q->dtype, D)))
     return false;
   if (dp && !(dp->k == AK_FLOAT ? dp->u.f == 0 : dp->k == AK_INT ? expr_is_const(dp->u.i, &zero) && zero == 0 : dp->k == AK_NONE)) return false;
   if (sc && sc->k != AK_FLOAT && sc->k != AK_NONE) return false;
@@ -292,6 +301,56 @@ bool cuda_attention_fits(const Graph *g, const Node *n) {
     }
   }
   return true;
+}
+
+static const char *strides3(Em *e, const TV *t, int r, int j) { return r == 3 && j == 0 ? "0" : cx(e, t->strides[j - (4 - r)]); }
+
+/* --train's attention backward (_attention_train_backward): gg_cu_attention_backward with the
+ * forward's output and the output's gradient (last dim contiguous) and a float32 scratch for the
+ * row sums and dQ's accumulator; dq, dk and dv contiguous. */
+static int attention_backward_cuda(Em *e, Node *n, TV *const t[3], const TV *mb, const Expr *const bhls[4]) {
+  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *gv = rw_targ(n, "grad_out"), *ov = rw_targ(n, "out"), *lv = rw_targ(n, "logsumexp");
+  Value *mv = rw_targ(n, "attn_mask");
+  TV *go = tv_of(e, n, gv), *o = tv_of(e, n, ov), *lse = contiguous_of(e, n, lv);
+  int64_t unit, D;
+  if (go && !(expr_is_const(go->strides[go->rank - 1], &unit) && unit == 1)) go = contiguous_of(e, n, gv);
+  if (o && !(expr_is_const(o->strides[o->rank - 1], &unit) && unit == 1)) o = contiguous_of(e, n, ov);
+  if (!go || !o || !lse) return -1;
+  TV *dq = alloc_value(e, n->outs[0]), *dk = alloc_value(e, n->outs[1]), *dv = alloc_value(e, n->outs[2]);
+  int r = qv->rank;
+  expr_is_const(qv->sizes[r - 1], &D);
+  const Expr *rows = MUL(e, MUL(e, MUL(e, bhls[0], bhls[1]), bhls[2]), C(e, D + 1));
+  int work = new_stor(e, S_SCRATCH, 0, DT_F32, rows);
+  FILE *f = e->k;
+  int id = e->nk++;
+  const bool f32 = qv->dtype == DT_F32;
+  const char *et = f32 ? "float" : "uint16_t";
+  kernel_begin(e, n, f32 ? "attention backward (fused, float32)" : "attention backward (fused, tensor cores)");
+  kopen(e, id, false, true);
+  fprintf(f, "%s *dq, %s *dk, %s *dv, const %s *q, const %s *k, const %s *v, const %s *m, const %s *y, const %s *gy, const float *lse, float *work", et, et, et, et,
+          et, et, mv ? ctype(mv->dtype) : "void", et, et);
+  ksyms(e);
+  const TV *ops[5] = {t[0], t[1], t[2], o, go};
+  const char *st[5][3];
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 3; j++) st[i][j] = strides3(e, ops[i], r, j);
+  const Arg *ca = rw_arg(n, "is_causal");
+  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
+          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
+          st[2][1], st[2][2], st[3][0], st[3][1], st[3][2]);
+  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb->strides[0]), cx(e, mb->strides[1]), cx(e, mb->strides[2]), cx(e, mb->strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
+  else fputs("{0, 0, 0, 0}, 0, ", f);
+  fprintf(f, "%d, %.17g, (float *)lse + %s, {%s, %s, %s}};\n", ca && ca->k == AK_BOOL && ca->u.b, rw_farg(n, "scale", 1), cx(e, lse->offset), st[4][0], st[4][1],
+          st[4][2]);
+  fprintf(f, "  gg_cu_attention_backward(%d, &a, q + %s, k + %s, v + %s, %s, y + %s, gy + %s, dq, dk, dv, work);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2,
+          cx(e, t[0]->offset), cx(e, t[1]->offset), cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb->offset)) : "NULL", cx(e, o->offset),
+          cx(e, go->offset));
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s", sname(e, dq->stor), sname(e, dk->stor), sname(e, dv->stor), sname(e, t[0]->stor),
+          sname(e, t[1]->stor), sname(e, t[2]->stor), mv ? sname(e, mb->stor) : "NULL", sname(e, o->stor), sname(e, go->stor), sname(e, lse->stor),
+          sname(e, work));
+  kcall_end(e);
+  return 0;
 }
 
 /* A fused attention kernel: a host function filling gg_attn and calling the runtime. Operands with a
@@ -319,7 +378,9 @@ static int attention_cuda(Em *e, Node *n) {
   int64_t D;
   expr_is_const(qv->sizes[r - 1], &D);
   double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);
-  TV *out = alloc_value(e, n->outs[0]);
+  bool bwd = n->nouts == 3, fwd_train = n->nouts == 2;
+  if (bwd) return attention_backward_cuda(e, n, t, mv ? &mb : NULL, bhls);
+  TV *out = alloc_value(e, n->outs[0]), *lse = fwd_train ? alloc_value(e, n->outs[1]) : NULL;
   if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
   const char *ys[3];
   for (int j = 0; j < 3; j++) ys[j] = r == 3 && j == 0 ? "0" : cx(e, out->strides[j - (4 - r)]);
@@ -329,7 +390,7 @@ static int attention_cuda(Em *e, Node *n) {
   const char *et = f32 ? "float" : "uint16_t";
   kernel_begin(e, n, f32 ? "attention (fused, float32)" : "attention (fused, tensor cores)");
   kopen(e, id, false, true);
-  fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m", et, et, et, et, mv ? ctype(mv->dtype) : "void");
+  fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m%s", et, et, et, et, mv ? ctype(mv->dtype) : "void", lse ? ", float *lse" : "");
   ksyms(e);
   const char *st[3][3];
   for (int i = 0; i < 3; i++)
@@ -339,11 +400,12 @@ static int attention_cuda(Em *e, Node *n) {
           st[2][1], st[2][2], ys[0], ys[1], ys[2]);
   if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb.strides[0]), cx(e, mb.strides[1]), cx(e, mb.strides[2]), cx(e, mb.strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
   else fputs("{0, 0, 0, 0}, 0, ", f);
-  fprintf(f, "%d, %.17g};\n", ca && ca->k == AK_BOOL && ca->u.b, scale);
+  fprintf(f, "%d, %.17g, %s, {0, 0, 0}};\n", ca && ca->k == AK_BOOL && ca->u.b, scale, lse ? "lse" : "NULL");
   fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
           cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb.offset)) : "NULL");
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, t[0]->stor), sname(e, t[1]->stor), sname(e, t[2]->stor), mv ? sname(e, mb.stor) : "NULL");
+  if (lse) fprintf(e->r, ", %s", sname(e, lse->stor));
   kcall_end(e);
   return 0;
 }

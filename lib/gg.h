@@ -317,6 +317,8 @@ const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t 
 int emit_view(struct Em *e, struct Node *n);
 /* whether --target cuda runs this scaled_dot_product_attention as one fused kernel (emit_cuda.c) */
 bool cuda_attention_fits(const struct Graph *g, const struct Node *n);
+/* whether the runtime has a fused attention backward for this dtype and head size (--train keeps attention whole for it) */
+bool cuda_attention_backward_fits(DType dt, int64_t D);
 int pad_mode(const struct Node *n);   /* padding mode of a pad op: 0 constant, 1 reflect, 2 replicate, 3 circular, -1 unknown (decompose.c) */
 
 /* ---------------------------------------------------------------- the schedule (schedule.c) */
@@ -755,6 +757,7 @@ typedef struct CheckOptions {
   TrainOptions tr;
   int precision;                          /* --precision (PREC_*) */
   bool cuda, nchw;                        /* --target cuda (the stages it adds; the compiled code runs on the GPU), --no-channels-last */
+  bool tol_set;                           /* --tol given: it holds the compiled stage under --precision bf16|fp16 too */
 } CheckOptions;
 /* 0: every stage agrees; 1: a stage departs (reported on out); -1: error */
 int check_model(Ctx *c, const CheckOptions *o, FILE *out);

@@ -1669,6 +1669,103 @@ int eval_sdpa(E *e) {
   return 0;
 }
 
+/* --train's attention kept whole (_attention_train, _attention_train_backward): equal heads, the
+ * scores of row i of batch-head b recomputed in double by att_scores; the log-sum-exp of a row with
+ * every key left out is -inf, and its probabilities zeros. */
+typedef struct AttIn { double *q, *k, *v, *m; bool mbool, causal; double scale; int64_t nb, L, S, D, Dv; } AttIn;
+
+static int att_in(E *e, AttIn *a) {
+  Interp *I = e->I;
+  Tensor *q = T(e, "query"), *k = T(e, "key"), *v = T(e, "value"), *mask = T(e, "attn_mask");
+  int r = q->rank;
+  a->L = q->sizes[r - 2], a->D = q->sizes[r - 1], a->S = k->sizes[r - 2], a->Dv = v->sizes[r - 1];
+  a->nb = a->L * a->D != 0 ? tensor_numel(q) / (a->L * a->D) : 0;
+  a->scale = F64(e, "scale", 1), a->causal = B(e, "is_causal");
+  a->q = read_f64(I, q), a->k = read_f64(I, k), a->v = read_f64(I, v), a->m = NULL, a->mbool = false;
+  if (mask) {
+    int64_t ms[GG_MAX_RANK];
+    memcpy(ms, q->sizes, sizeof ms);
+    ms[r - 1] = a->S;
+    if (mask->rank > r) return fail(e, "attn_mask has too many dims");
+    a->m = read_f64(I, expand_to(I, mask, r, ms));
+    a->mbool = mask->dtype == DT_BOOL;
+  }
+  return 0;
+}
+
+static void att_scores(const AttIn *a, int64_t b, int64_t i, double *sc) {
+  for (int64_t j = 0; j < a->S; j++) {
+    double s = 0;
+    for (int64_t d = 0; d < a->D; d++) s += a->q[(b * a->L + i) * a->D + d] * a->k[(b * a->S + j) * a->D + d];
+    s *= a->scale;
+    if (a->causal && j > i) s = -INFINITY;
+    if (a->m) {
+      double mk = a->m[(b * a->L + i) * a->S + j];
+      if (a->mbool) { if (mk == 0) s = -INFINITY; }
+      else s += mk;
+    }
+    sc[j] = s;
+  }
+}
+
+int eval_attention_train(E *e) {
+  AttIn a;
+  if (att_in(e, &a)) return -1;
+  Arena *ar = e->I->c->arena;
+  double *ov = arena_array(ar, (size_t)(a.nb * a.L * a.Dv) + 1, sizeof *ov), *lv = arena_array(ar, (size_t)(a.nb * a.L) + 1, sizeof *lv);
+  double *sc = arena_array(ar, (size_t)a.S + 1, sizeof *sc);
+  for (int64_t b = 0; b < a.nb; b++)
+    for (int64_t i = 0; i < a.L; i++) {
+      att_scores(&a, b, i, sc);
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j < a.S; j++) m = sc[j] > m ? sc[j] : m;
+      for (int64_t j = 0; j < a.S; j++) z += sc[j] = m == -INFINITY ? 0 : exp(sc[j] - m);
+      lv[b * a.L + i] = z > 0 ? m + log(z) : -INFINITY;
+      for (int64_t d = 0; d < a.Dv; d++) {
+        double acc = 0;
+        for (int64_t j = 0; j < a.S; j++) acc += sc[j] * a.v[(b * a.S + j) * a.Dv + d];
+        ov[(b * a.L + i) * a.Dv + d] = z > 0 ? acc / z : 0;
+      }
+    }
+  write_f64(e->outs[0], ov);
+  write_f64(e->outs[1], lv);
+  return 0;
+}
+
+int eval_attention_backward(E *e) {
+  AttIn a;
+  if (att_in(e, &a)) return -1;
+  Interp *I = e->I;
+  Arena *ar = I->c->arena;
+  double *go = read_f64(I, T(e, "grad_out")), *o = read_f64(I, T(e, "out")), *lse = read_f64(I, T(e, "logsumexp"));
+  double *dq = arena_array(ar, (size_t)(a.nb * a.L * a.D) + 1, sizeof *dq), *dk = arena_array(ar, (size_t)(a.nb * a.S * a.D) + 1, sizeof *dk);
+  double *dv = arena_array(ar, (size_t)(a.nb * a.S * a.Dv) + 1, sizeof *dv), *sc = arena_array(ar, (size_t)a.S + 1, sizeof *sc);
+  for (int64_t b = 0; b < a.nb; b++)
+    for (int64_t i = 0; i < a.L; i++) {
+      const double *gi = go + (b * a.L + i) * a.Dv, *oi = o + (b * a.L + i) * a.Dv, l = lse[b * a.L + i];
+      double dsum = 0;
+      for (int64_t d = 0; d < a.Dv; d++) dsum += gi[d] * oi[d];
+      att_scores(&a, b, i, sc);
+      for (int64_t j = 0; j < a.S; j++) {
+        double p = l == -INFINITY || sc[j] == -INFINITY ? 0 : exp(sc[j] - l), dp = 0;
+        if (p == 0) continue;
+        for (int64_t d = 0; d < a.Dv; d++) {
+          dp += gi[d] * a.v[(b * a.S + j) * a.Dv + d];
+          dv[(b * a.S + j) * a.Dv + d] += p * gi[d];
+        }
+        double ds = p * (dp - dsum) * a.scale;
+        for (int64_t d = 0; d < a.D; d++) {
+          dq[(b * a.L + i) * a.D + d] += ds * a.k[(b * a.S + j) * a.D + d];
+          dk[(b * a.S + j) * a.D + d] += ds * a.q[(b * a.L + i) * a.D + d];
+        }
+      }
+    }
+  write_f64(e->outs[0], dq);
+  write_f64(e->outs[1], dk);
+  write_f64(e->outs[2], dv);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- losses */
 
 int eval_loss(E *e) {

@@ -38,5 +38,9 @@ void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
 /* Pooling gradients (decompose.c), shared by autograd's rules and the exported backward ops. */
 Value *avg_pool_grad(Rw *r, Value *g, Value *x, const int64_t *k, const int64_t *st, const int64_t *pd, bool cip, const Arg *dov, Value *into);
 Value *adaptive_avg_pool_grad(Rw *r, Value *g, Value *x, Value *into);
+/* Attention's backward as primitives (decompose.c), shared by _attention_train's derivative rule (for
+ * a mask that needs a gradient) and _attention_train_backward's decomposition; returns dS. */
+Value *attention_backward_primitives(Rw *r, Value *go, Value *q, Value *k, Value *v, Value *mask, Value *out, Value *lse, bool causal, double scale, Value *const into[3],
+                                     Value *grads[3]);
 #define CALL(r, into, op, ...) rw_call(r, into, op, __VA_ARGS__, (const char *)NULL)
 #endif

@@ -619,6 +619,53 @@ int shape_sdpa(S *s) {
   return 0;
 }
 
+/* _attention_train (--train's attention, kept whole for autograd): the output, and the log-sum-exp of
+ * each query row's scores in the operands' opmath type (float32 for 16-bit ones). Equal heads: grouped
+ * key/value heads are repeated before it. */
+static int attention_operands(S *s) {
+  Value *q = tensor(s, "query"), *k = tensor(s, "key"), *v = tensor(s, "value"), *m = tensor(s, "attn_mask");
+  if (q->rank < 2 || k->rank != q->rank || v->rank != q->rank) return fail(s, "%s", "query, key and value need the same rank >= 2");
+  if (!dtype_is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype) return fail(s, "%s", "query, key and value need one floating dtype");
+  if (check_same(s, q->sizes[q->rank - 1], k->sizes[k->rank - 1], "query vs key head size")) return -1;
+  if (check_same(s, k->sizes[k->rank - 2], v->sizes[v->rank - 2], "key vs value length")) return -1;
+  for (int d = 0; d < q->rank - 2; d++)
+    if (check_same(s, q->sizes[d], k->sizes[d], "query vs key batch dims") || check_same(s, q->sizes[d], v->sizes[d], "query vs value batch dims")) return -1;
+  if (m && (m->rank > q->rank || (m->dtype != DT_BOOL && !dtype_is_float(m->dtype)))) return fail(s, "%s", "attn_mask must be bool or floating, of at most the query's rank");
+  return 0;
+}
+
+static DType opmath(DType dt) { return dt == DT_F16 || dt == DT_BF16 ? DT_F32 : dt; }
+
+int shape_attention_train(S *s) {
+  if (attention_operands(s)) return -1;
+  Value *q = tensor(s, "query"), *v = tensor(s, "value");
+  const Expr *sizes[GG_MAX_RANK];
+  memcpy(sizes, q->sizes, sizeof *sizes * (size_t)q->rank);
+  sizes[q->rank - 1] = v->sizes[v->rank - 1];
+  set_out(s, 0, q->dtype, q->rank, sizes);
+  set_out(s, 1, opmath(q->dtype), q->rank - 1, q->sizes);
+  return 0;
+}
+
+/* _attention_train_backward: the gradients of query, key and value, from the output's gradient and
+ * the forward's output and log-sum-exp */
+int shape_attention_backward(S *s) {
+  if (attention_operands(s)) return -1;
+  Value *q = tensor(s, "query"), *k = tensor(s, "key"), *v = tensor(s, "value"), *g = tensor(s, "grad_out"), *o = tensor(s, "out"), *l = tensor(s, "logsumexp");
+  if (g->dtype != q->dtype || o->dtype != q->dtype || g->rank != q->rank || o->rank != q->rank || l->rank != q->rank - 1 || l->dtype != opmath(q->dtype))
+    return fail(s, "%s", "grad_out and out must be the output's shape and dtype, logsumexp the query's rows");
+  for (int d = 0; d < q->rank; d++) {
+    const Expr *want = d == q->rank - 1 ? v->sizes[d] : q->sizes[d];
+    if (check_same(s, g->sizes[d], want, "grad_out vs the output") || check_same(s, o->sizes[d], want, "out vs the output") ||
+        (d < q->rank - 1 && check_same(s, l->sizes[d], q->sizes[d], "logsumexp vs the query rows")))
+      return -1;
+  }
+  like(s, 0, q, q->dtype);
+  like(s, 1, k, k->dtype);
+  like(s, 2, v, v->dtype);
+  return 0;
+}
+
 bool loss_is_elementwise(const char *name) {
   static const char *const names[] = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", NULL};
   for (const char *const *n = names; *n; n++) if (!strcmp(*n, name)) return true;

@@ -187,5 +187,13 @@ if "$GG" compile $T/model.pt2 --train --target cuda -o "$TMP/prof_t.so" >"$TMP/e
 else
   echo "FAIL: GCC_GRAPH_PROFILE on a CUDA training model: $(tail -n 5 "$TMP/err") $(tail -n 5 "$TMP/perr")"; fail=$((fail + 1))
 fi
+echo "== CUDA: check --train --precision bf16 holds the compiled stage (the fused attention's bf16 P and dS) to bfloat16's tolerance, or to --tol"
+T=tests/extra/train_attention_bf16
+if "$GG" check $T/model.pt2 --train --target cuda --precision bf16 --inputs $T/io.safetensors >"$TMP/chk" 2>&1 && grep -q "within 0.03, the lower type's" "$TMP/chk" &&
+   ! "$GG" check $T/model.pt2 --train --target cuda --precision bf16 --tol 1e-4 --inputs $T/io.safetensors >"$TMP/chk2" 2>&1 && grep -q "compiled .*DEPARTS: grad\." "$TMP/chk2"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: check --precision bf16 on the GPU: $(tail -n 3 "$TMP/chk") / $(tail -n 3 "$TMP/chk2")"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -408,8 +408,14 @@ typedef struct gg_attn {
   int mask;                    /* 0 none, 1 bool (false: left out), 2 added, in the operands' dtype */
   int causal;                  /* key j > query i left out */
   double scale;
+  float *lse;                  /* --train (16-bit operands): each query row's log-sum-exp of its scores, [B, H, L] (-inf: every key left out); or NULL */
+  int64_t gs[3];               /* the backward: grad_out's strides along batch, head and row (ys: the forward's output's) */
 } gg_attn;
 void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y);
+/* The backward of a 16-bit attention (a->Hk == a->H) from its output y, grad_out gy and a->lse: dq, dk
+ * and dv contiguous [B, H, rows, D]; work: B H L (D + 1) floats of scratch. */
+void gg_cu_attention_backward(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, const void *y, const void *gy, void *dq,
+                              void *dk, void *dv, float *work);
 
 #ifdef __cplusplus
 }

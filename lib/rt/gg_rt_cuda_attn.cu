@@ -231,6 +231,10 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
   }
   const float i0 = l0 > 0 ? 1.f / l0 : 0.f, i1 = l1 > 0 ? 1.f / l1 : 0.f;
+  if (a.lse && t == 0) {   /* natural log of the sum, the maximum back from base 2 */
+    if (r0 < a.L) a.lse[bh * a.L + r0] = l0 > 0 ? (m0 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
+    if (r1 < a.L) a.lse[bh * a.L + r1] = l1 > 0 ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
+  }
   uint16_t *Y = y + b * a.ys[0] + h * a.ys[1];
 #pragma unroll
   for (int n = 0; n < D / 8; n++) {
@@ -401,6 +405,7 @@ template <int D> __global__ void __launch_bounds__(256, 2) attention_f32(gg_attn
     const float a0 = exp2f(m[i] - base), a1 = exp2f(m1 - base), li = l[i] * a0 + XL[ty + 16 * i] * a1;
     const float inv = li > 0 ? 1.f / li : 0.f;
     if (row >= a.L) continue;
+    if (a.lse && tx == 0) a.lse[bh * a.L + row] = li > 0 ? (base + log2f(li)) * 0.6931471805599453f : -INFINITY;
 #pragma unroll
     for (int c = 0; c < NC; c++) {
       const float4 x = *(const float4 *)&X[(i * NC + c) * 512 + lt * 4];
@@ -453,4 +458,424 @@ void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, con
     GG_ATT_CASE(128)
   }
 #undef GG_ATT_CASE
+}
+
+/* ---------------------------------------------------------------- attention's backward (--train) */
+
+/* FlashAttention-2's backward on mma.sync, for 16-bit operands (the forward above saved each query
+ * row's log-sum-exp): a block of four warps owns 64 keys of one (batch, head), each warp 16 of them,
+ * with their K and V fragments in registers and their dK, dV accumulators (float32), and walks the
+ * query tiles of 64 (causal: from its own diagonal on). Per tile, transposed so that keys are the rows:
+ * S^T = K Q^T, P^T = exp(S^T - lse) from the saved log-sum-exp, dV += P^T dO, dP^T = V dO^T,
+ * dS^T = P^T (dP^T - Dr) with Dr = rowsum(dO o) (att_bwd_rows, before), dK += dS^T Q; dS^T goes
+ * through shared memory so that each warp adds 16 query rows of dQ = dS K into a float32 accumulator
+ * (atomic adds: every key block adds to every query row), rounded by att_bwd_dq after. P and dS are
+ * rounded to the operands' dtype for the products, as the forward's P is; the scale is applied to
+ * dK and dQ at the end. */
+#define GG_ATB_BM 64
+#define GG_ATB_BN 64
+static constexpr size_t att_bwd_smem(int D) { return sizeof(uint16_t) * (3 * (size_t)GG_ATB_BN * (D + 8) + (size_t)GG_ATB_BN * (GG_ATB_BM + 8)) + 2 * GG_ATB_BM * sizeof(float); }
+
+static __device__ __forceinline__ float att_ld(int dt, const uint16_t *p) { return att_load(dt, p); }
+static __device__ __forceinline__ float att_ld(int, const float *p) { return *p; }
+static __device__ __forceinline__ void att_st(int dt, uint16_t *p, float x) { *p = (uint16_t)(att_pack(dt, x, 0.f) & 0xffffu); }
+static __device__ __forceinline__ void att_st(int, float *p, float x) { *p = x; }
+
+/* Dr[row] = sum_d gy[row][d] y[row][d] in float32, a warp per row; dq's accumulator zeroed */
+template <int DT, typename T> __global__ void att_bwd_rows(gg_attn a, const T *y, const T *gy, float *dr, float *dqa) {
+  const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32, rows = a.B * a.H * a.L;
+  const int lane = threadIdx.x % 32;
+  if (w >= rows) return;
+  const int64_t bh = w / a.L, i = w % a.L, b = bh / a.H, h = bh % a.H;
+  const T *Y = y + b * a.ys[0] + h * a.ys[1] + i * a.ys[2], *G = gy + b * a.gs[0] + h * a.gs[1] + i * a.gs[2];
+  float s = 0;
+  for (int d = lane; d < a.D; d += 32) {
+    s += att_ld(DT, Y + d) * att_ld(DT, G + d);
+    dqa[w * a.D + d] = 0;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) dr[w] = s;
+}
+
+/* dq = its accumulator times the scale, rounded */
+template <int DT, typename T> __global__ void att_bwd_dq(int64_t n, const float *dqa, float scale, T *dq) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) att_st(DT, dq + i, dqa[i] * scale);
+}
+
+template <int DT, int D> __global__ void __launch_bounds__(128) attention_bwd_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                                                 const void *mask, const uint16_t *gy, const float *dr, float *dqa,
+                                                                                 uint16_t *dk, uint16_t *dv) {
+  constexpr int DP = D + 8, SP = GG_ATB_BM + 8;
+  extern __shared__ float4 atb_smem[];
+  uint16_t *Ks = (uint16_t *)atb_smem, *Qs = Ks + GG_ATB_BN * DP, *Gs = Qs + GG_ATB_BM * DP, *Ss = Gs + GG_ATB_BM * DP;
+  float *Ls = (float *)(Ss + GG_ATB_BN * SP), *Dl = Ls + GG_ATB_BM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, lr = lane & 7, lm = lane >> 3;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+  const int64_t k0 = (int64_t)blockIdx.x * GG_ATB_BN, c0 = k0 + warp * 16 + g, c1 = c0 + 8;   /* this thread's key rows */
+  const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + h * a.ks[1], *V = v + b * a.vs[0] + h * a.vs[1];
+  const uint16_t *G = gy + b * a.gs[0] + h * a.gs[1];
+  /* K and V rows of this warp as A fragments; the block's K tile in shared memory (dQ's operand) */
+  uint32_t ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+  for (int c = 0; c < D / 16; c++) {
+    ka[c][0] = att_pair(K + c0 * a.ks[2] + c * 16 + 2 * t, c0 < a.S);
+    ka[c][1] = att_pair(K + c1 * a.ks[2] + c * 16 + 2 * t, c1 < a.S);
+    ka[c][2] = att_pair(K + c0 * a.ks[2] + c * 16 + 8 + 2 * t, c0 < a.S);
+    ka[c][3] = att_pair(K + c1 * a.ks[2] + c * 16 + 8 + 2 * t, c1 < a.S);
+    va[c][0] = att_pair(V + c0 * a.vs[2] + c * 16 + 2 * t, c0 < a.S);
+    va[c][1] = att_pair(V + c1 * a.vs[2] + c * 16 + 2 * t, c1 < a.S);
+    va[c][2] = att_pair(V + c0 * a.vs[2] + c * 16 + 8 + 2 * t, c0 < a.S);
+    va[c][3] = att_pair(V + c1 * a.vs[2] + c * 16 + 8 + 2 * t, c1 < a.S);
+  }
+  for (int i = threadIdx.x; i < GG_ATB_BN * D; i += blockDim.x) {
+    const int j = i / D, e = i % D;
+    Ks[j * DP + e] = k0 + j < a.S ? K[(k0 + j) * a.ks[2] + e] : (uint16_t)0;
+  }
+  float dkc[D / 8][4], dvc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) dkc[n][0] = dkc[n][1] = dkc[n][2] = dkc[n][3] = dvc[n][0] = dvc[n][1] = dvc[n][2] = dvc[n][3] = 0;
+  const float sl = (float)a.scale * 1.4426950408889634f;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const uint16_t *mh = (const uint16_t *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 8 == 0, gvec = (uintptr_t)G % 16 == 0 && a.gs[2] % 8 == 0;
+  for (int64_t q0 = a.causal ? k0 / GG_ATB_BM * GG_ATB_BM : 0; q0 < a.L; q0 += GG_ATB_BM) {
+    __syncthreads();   /* every warp is done with the last tile's Q, dO and dS */
+    for (int i = threadIdx.x; i < GG_ATB_BM * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = q0 + j < a.L;
+      const uint16_t *qr = Q + (q0 + j) * a.qs[2] + e, *gr = G + (q0 + j) * a.gs[2] + e;
+      if (qvec) att_cp16(&Qs[j * DP + e], in ? qr : Q, in);
+      else for (int u = 0; u < 8; u++) Qs[j * DP + e + u] = in ? qr[u] : (uint16_t)0;
+      if (gvec) att_cp16(&Gs[j * DP + e], in ? gr : G, in);
+      else for (int u = 0; u < 8; u++) Gs[j * DP + e + u] = in ? gr[u] : (uint16_t)0;
+    }
+    att_cp_commit();
+    for (int j = threadIdx.x; j < GG_ATB_BM; j += blockDim.x) {   /* base 2; +inf leaves the row out (past L, or every key left out) */
+      const float l = q0 + j < a.L ? a.lse[bh * a.L + q0 + j] : -INFINITY;
+      Ls[j] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+      Dl[j] = q0 + j < a.L ? dr[bh * a.L + q0 + j] : 0.f;
+    }
+    att_cp_wait<0>();
+    __syncthreads();
+    float s[GG_ATB_BM / 8][4], p[GG_ATB_BM / 8][4];
+#pragma unroll
+    for (int n = 0; n < GG_ATB_BM / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0;
+    /* S^T = K Q^T and dP^T = V dO^T: B fragments from Q and dO rows as stored */
+#pragma unroll
+    for (int n = 0; n < GG_ATB_BM / 8; n += 2)
+#pragma unroll
+      for (int c = 0; c < D / 16; c++) {
+        uint32_t qb[4], gb[4];
+        att_ldsm(qb, &Qs[((n + (lm >> 1)) * 8 + lr) * DP + c * 16 + (lm & 1) * 8]);
+        att_ldsm(gb, &Gs[((n + (lm >> 1)) * 8 + lr) * DP + c * 16 + (lm & 1) * 8]);
+        att_mma(DT, s[n], ka[c], qb[0], qb[1]);
+        att_mma(DT, s[n + 1], ka[c], qb[2], qb[3]);
+        att_mma(DT, p[n], va[c], gb[0], gb[1]);
+        att_mma(DT, p[n + 1], va[c], gb[2], gb[3]);
+      }
+    /* P^T in s, dS^T in p (keys are rows: c0 for u < 2, c1 after; queries the columns) */
+#pragma unroll
+    for (int n = 0; n < GG_ATB_BM / 8; n++)
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int col = n * 8 + 2 * t + (u & 1);
+        const int64_t key = u < 2 ? c0 : c1, row = q0 + col;
+        float x = s[n][u] * sl;
+        if (key >= a.S || (a.causal && key > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + key * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += att_load(DT, mh + mi) * 1.4426950408889634f;
+        }
+        const float pr = exp2f(x - Ls[col]);
+        s[n][u] = pr;
+        p[n][u] = pr * (p[n][u] - Dl[col]);
+      }
+    /* dV += P^T dO, dK += dS^T Q: A fragments from the accumulators, B from dO and Q transposed */
+#pragma unroll
+    for (int kc = 0; kc < GG_ATB_BM / 16; kc++) {
+      const uint32_t pa[4] = {att_pack(DT, s[2 * kc][0], s[2 * kc][1]), att_pack(DT, s[2 * kc][2], s[2 * kc][3]),
+                              att_pack(DT, s[2 * kc + 1][0], s[2 * kc + 1][1]), att_pack(DT, s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const uint32_t da[4] = {att_pack(DT, p[2 * kc][0], p[2 * kc][1]), att_pack(DT, p[2 * kc][2], p[2 * kc][3]),
+                              att_pack(DT, p[2 * kc + 1][0], p[2 * kc + 1][1]), att_pack(DT, p[2 * kc + 1][2], p[2 * kc + 1][3])};
+      /* dS^T rounded into shared memory, for dQ */
+      const int sr = warp * 16 + g;
+      memcpy(&Ss[sr * SP + kc * 16 + 2 * t], &da[0], 4);
+      memcpy(&Ss[(sr + 8) * SP + kc * 16 + 2 * t], &da[1], 4);
+      memcpy(&Ss[sr * SP + kc * 16 + 8 + 2 * t], &da[2], 4);
+      memcpy(&Ss[(sr + 8) * SP + kc * 16 + 8 + 2 * t], &da[3], 4);
+#pragma unroll
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t gb[4], qb[4];
+        att_ldsm_t(gb, &Gs[(kc * 16 + (lm & 1) * 8 + lr) * DP + (n + (lm >> 1)) * 8]);
+        att_ldsm_t(qb, &Qs[(kc * 16 + (lm & 1) * 8 + lr) * DP + (n + (lm >> 1)) * 8]);
+        att_mma(DT, dvc[n], pa, gb[0], gb[1]);
+        att_mma(DT, dvc[n + 1], pa, gb[2], gb[3]);
+        att_mma(DT, dkc[n], da, qb[0], qb[1]);
+        att_mma(DT, dkc[n + 1], da, qb[2], qb[3]);
+      }
+    }
+    __syncthreads();   /* dS^T of all 64 keys stored */
+    /* dQ rows q0 + 16 warp .. + 15 += dS K: A from dS^T transposed, B from K's tile transposed */
+    const int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+    float *DQ = dqa + bh * a.L * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      float acc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+      for (int kc = 0; kc < GG_ATB_BN / 16; kc++) {
+        uint32_t sa[4], kb[4];
+        att_ldsm_t(sa, &Ss[(kc * 16 + (lm >> 1) * 8 + lr) * SP + warp * 16 + (lm & 1) * 8]);
+        att_ldsm_t(kb, &Ks[(kc * 16 + (lm & 1) * 8 + lr) * DP + (n + (lm >> 1)) * 8]);
+        att_mma(DT, acc[0], sa, kb[0], kb[1]);
+        att_mma(DT, acc[1], sa, kb[2], kb[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int col = (n + j) * 8 + 2 * t;
+        if (r0 < a.L) { atomicAdd(&DQ[r0 * D + col], acc[j][0]); atomicAdd(&DQ[r0 * D + col + 1], acc[j][1]); }
+        if (r1 < a.L) { atomicAdd(&DQ[r1 * D + col], acc[j][2]); atomicAdd(&DQ[r1 * D + col + 1], acc[j][3]); }
+      }
+    }
+  }
+  /* dK (times the scale) and dV, rounded, contiguous [B H, S, D] */
+  uint16_t *DK = dk + bh * a.S * D, *DV = dv + bh * a.S * D;
+  const float sc = (float)a.scale;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const int col = n * 8 + 2 * t;
+    const uint32_t k0w = att_pack(DT, dkc[n][0] * sc, dkc[n][1] * sc), k1w = att_pack(DT, dkc[n][2] * sc, dkc[n][3] * sc);
+    const uint32_t v0w = att_pack(DT, dvc[n][0], dvc[n][1]), v1w = att_pack(DT, dvc[n][2], dvc[n][3]);
+    if (c0 < a.S) { memcpy(DK + c0 * D + col, &k0w, 4); memcpy(DV + c0 * D + col, &v0w, 4); }
+    if (c1 < a.S) { memcpy(DK + c1 * D + col, &k1w, 4); memcpy(DV + c1 * D + col, &v1w, 4); }
+  }
+}
+
+/* float32's backward on the FMA units (float32 throughout, as the forward): a block of 256 threads owns
+ * 64 keys of one (batch, head), its K and V tiles in shared memory, and walks the query tiles of 64 as
+ * the kernel above does. Thread (ty, tx) = (t / 16, t % 16) computes S^T and dP^T for keys ty + 16 i
+ * and queries tx + 16 j (i, j < 4), P^T and dS^T go to shared memory, then the same thread accumulates
+ * dV and dK for keys ty + 16 i, head columns 4 tx + 64 c .. + 3, and adds dQ for queries ty + 16 i,
+ * the same columns (atomically, 16 bytes at a time on sm_90). Head sizes 64 (two blocks an SM: 128
+ * registers, 105 KiB of shared memory each) and 128. */
+#define GG_ATG_PP (GG_ATB_BM + 4)
+static constexpr size_t att_bwd_f32_smem(int D) { return sizeof(float) * (4 * (size_t)GG_ATB_BN * (D + 4) + 2 * (size_t)GG_ATB_BN * GG_ATG_PP + 2 * GG_ATB_BM); }
+
+static __device__ __forceinline__ void att_red4(float *p, float4 x, bool vec) {
+#if __CUDA_ARCH__ >= 900
+  if (vec) { atomicAdd((float4 *)p, x); return; }
+#endif
+  (void)vec;
+  atomicAdd(p, x.x); atomicAdd(p + 1, x.y); atomicAdd(p + 2, x.z); atomicAdd(p + 3, x.w);
+}
+
+template <int D> __global__ void __launch_bounds__(256, D == 64 ? 2 : 1) attention_bwd_f32(gg_attn a, const float *q, const float *k, const float *v, const void *mask,
+                                                                          const float *gy, const float *dr, float *dqa, float *dk, float *dv) {
+  constexpr int DP = D + 4, PP = GG_ATG_PP, NC = D / 64;
+  extern __shared__ float4 atg_smem[];
+  float *Ks = (float *)atg_smem, *Vs = Ks + GG_ATB_BN * DP, *Qs = Vs + GG_ATB_BN * DP, *Gs = Qs + GG_ATB_BM * DP, *Ps = Gs + GG_ATB_BM * DP;
+  float *Ss = Ps + GG_ATB_BN * PP, *Ls = Ss + GG_ATB_BN * PP, *Dl = Ls + GG_ATB_BM;
+  const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, k0 = (int64_t)blockIdx.x * GG_ATB_BN;
+  const float *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + h * a.ks[1], *V = v + b * a.vs[0] + h * a.vs[1];
+  const float *G = gy + b * a.gs[0] + h * a.gs[1];
+  const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 4 == 0, kvec = (uintptr_t)K % 16 == 0 && a.ks[2] % 4 == 0,
+             vvec = (uintptr_t)V % 16 == 0 && a.vs[2] % 4 == 0, gvec = (uintptr_t)G % 16 == 0 && a.gs[2] % 4 == 0;
+  for (int i = threadIdx.x; i < GG_ATB_BN * D / 4; i += blockDim.x) {
+    const int j = i / (D / 4), e = i % (D / 4) * 4;
+    const bool in = k0 + j < a.S;
+    *(float4 *)&Ks[j * DP + e] = in ? att_f4(K + (k0 + j) * a.ks[2] + e, kvec) : make_float4(0, 0, 0, 0);
+    *(float4 *)&Vs[j * DP + e] = in ? att_f4(V + (k0 + j) * a.vs[2] + e, vvec) : make_float4(0, 0, 0, 0);
+  }
+  float dkc[4][NC][4], dvc[4][NC][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) dkc[i][c][e] = dvc[i][c][e] = 0;
+  const float sl = (float)a.scale * 1.4426950408889634f;
+  const uint8_t *mb = (const uint8_t *)mask;
+  const float *mf = (const float *)mask;
+  const int64_t moff = b * a.ms[0] + h * a.ms[1];
+  const bool qavec = (uintptr_t)dqa % 16 == 0;
+  for (int64_t q0 = a.causal ? k0 / GG_ATB_BM * GG_ATB_BM : 0; q0 < a.L; q0 += GG_ATB_BM) {
+    __syncthreads();   /* every thread is done with the last tile */
+    for (int i = threadIdx.x; i < GG_ATB_BM * D / 4; i += blockDim.x) {
+      const int j = i / (D / 4), e = i % (D / 4) * 4;
+      const bool in = q0 + j < a.L;
+      *(float4 *)&Qs[j * DP + e] = in ? att_f4(Q + (q0 + j) * a.qs[2] + e, qvec) : make_float4(0, 0, 0, 0);
+      *(float4 *)&Gs[j * DP + e] = in ? att_f4(G + (q0 + j) * a.gs[2] + e, gvec) : make_float4(0, 0, 0, 0);
+    }
+    for (int j = threadIdx.x; j < GG_ATB_BM; j += blockDim.x) {
+      const float l = q0 + j < a.L ? a.lse[bh * a.L + q0 + j] : -INFINITY;
+      Ls[j] = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+      Dl[j] = q0 + j < a.L ? dr[bh * a.L + q0 + j] : 0.f;
+    }
+    __syncthreads();
+    float s[4][4], p[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) s[i][j] = p[i][j] = 0;
+#pragma unroll 2
+    for (int d = 0; d < D; d += 4) {
+      float4 kf[4], vf[4], qf[4], gf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) kf[i] = *(const float4 *)&Ks[(ty + 16 * i) * DP + d], vf[i] = *(const float4 *)&Vs[(ty + 16 * i) * DP + d];
+#pragma unroll
+      for (int j = 0; j < 4; j++) qf[j] = *(const float4 *)&Qs[(tx + 16 * j) * DP + d], gf[j] = *(const float4 *)&Gs[(tx + 16 * j) * DP + d];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          s[i][j] = fmaf(kf[i].x, qf[j].x, fmaf(kf[i].y, qf[j].y, fmaf(kf[i].z, qf[j].z, fmaf(kf[i].w, qf[j].w, s[i][j]))));
+          p[i][j] = fmaf(vf[i].x, gf[j].x, fmaf(vf[i].y, gf[j].y, fmaf(vf[i].z, gf[j].z, fmaf(vf[i].w, gf[j].w, p[i][j]))));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int col = tx + 16 * j;
+        const int64_t key = k0 + ty + 16 * i, row = q0 + col;
+        float x = s[i][j] * sl;
+        if (key >= a.S || (a.causal && key > row)) x = -INFINITY;
+        else if (a.mask && row < a.L) {
+          const int64_t mi = moff + row * a.ms[2] + key * a.ms[3];
+          if (a.mask == 1) { if (!mb[mi]) x = -INFINITY; }
+          else x += mf[mi] * 1.4426950408889634f;
+        }
+        const float pr = exp2f(x - Ls[col]);
+        Ps[(ty + 16 * i) * PP + col] = pr;
+        Ss[(ty + 16 * i) * PP + col] = pr * (p[i][j] - Dl[col]);
+      }
+    __syncthreads();
+    /* dV += P^T dO and dK += dS^T Q for keys ty + 16 i */
+#pragma unroll 2
+    for (int j = 0; j < GG_ATB_BM; j += 4) {
+      float4 pf[4], sf[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) pf[i] = *(const float4 *)&Ps[(ty + 16 * i) * PP + j], sf[i] = *(const float4 *)&Ss[(ty + 16 * i) * PP + j];
+#pragma unroll
+      for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+          const float4 gf = *(const float4 *)&Gs[(j + jj) * DP + 4 * tx + 64 * c], qf = *(const float4 *)&Qs[(j + jj) * DP + 4 * tx + 64 * c];
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const float pv = jj == 0 ? pf[i].x : jj == 1 ? pf[i].y : jj == 2 ? pf[i].z : pf[i].w;
+            const float sv = jj == 0 ? sf[i].x : jj == 1 ? sf[i].y : jj == 2 ? sf[i].z : sf[i].w;
+            dvc[i][c][0] = fmaf(pv, gf.x, dvc[i][c][0]); dvc[i][c][1] = fmaf(pv, gf.y, dvc[i][c][1]);
+            dvc[i][c][2] = fmaf(pv, gf.z, dvc[i][c][2]); dvc[i][c][3] = fmaf(pv, gf.w, dvc[i][c][3]);
+            dkc[i][c][0] = fmaf(sv, qf.x, dkc[i][c][0]); dkc[i][c][1] = fmaf(sv, qf.y, dkc[i][c][1]);
+            dkc[i][c][2] = fmaf(sv, qf.z, dkc[i][c][2]); dkc[i][c][3] = fmaf(sv, qf.w, dkc[i][c][3]);
+          }
+        }
+    }
+    /* dQ for queries ty + 16 i: dS (the transpose of what is stored) times K */
+    float dqc[4][NC][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int c = 0; c < NC; c++) dqc[i][c][0] = dqc[i][c][1] = dqc[i][c][2] = dqc[i][c][3] = 0;
+#pragma unroll 4
+    for (int kk = 0; kk < GG_ATB_BN; kk++) {
+      float sv[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) sv[i] = Ss[kk * PP + ty + 16 * i];
+#pragma unroll
+      for (int c = 0; c < NC; c++) {
+        const float4 kf = *(const float4 *)&Ks[kk * DP + 4 * tx + 64 * c];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          dqc[i][c][0] = fmaf(sv[i], kf.x, dqc[i][c][0]); dqc[i][c][1] = fmaf(sv[i], kf.y, dqc[i][c][1]);
+          dqc[i][c][2] = fmaf(sv[i], kf.z, dqc[i][c][2]); dqc[i][c][3] = fmaf(sv[i], kf.w, dqc[i][c][3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int64_t row = q0 + ty + 16 * i;
+      if (row >= a.L) continue;
+#pragma unroll
+      for (int c = 0; c < NC; c++)
+        att_red4(dqa + (bh * a.L + row) * D + 4 * tx + 64 * c, make_float4(dqc[i][c][0], dqc[i][c][1], dqc[i][c][2], dqc[i][c][3]), qavec);
+    }
+  }
+  const float sc = (float)a.scale;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int64_t key = k0 + ty + 16 * i;
+    if (key >= a.S) continue;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+      float *pk = dk + (bh * a.S + key) * D + 4 * tx + 64 * c, *pv = dv + (bh * a.S + key) * D + 4 * tx + 64 * c;
+      pk[0] = dkc[i][c][0] * sc; pk[1] = dkc[i][c][1] * sc; pk[2] = dkc[i][c][2] * sc; pk[3] = dkc[i][c][3] * sc;
+      pv[0] = dvc[i][c][0]; pv[1] = dvc[i][c][1]; pv[2] = dvc[i][c][2]; pv[3] = dvc[i][c][3];
+    }
+  }
+}
+
+static pthread_once_t att_bwd_once = PTHREAD_ONCE_INIT;
+static void att_bwd_init(void) {
+#define GG_ATB_ATTR(DD)                                                                                                   \
+  cudaFuncSetAttribute(attention_bwd_tc<2, DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_bwd_smem(DD)); \
+  cudaFuncSetAttribute(attention_bwd_tc<3, DD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_bwd_smem(DD));
+  GG_ATB_ATTR(32)
+  GG_ATB_ATTR(64)
+  GG_ATB_ATTR(96)
+  GG_ATB_ATTR(128)
+#undef GG_ATB_ATTR
+  cudaFuncSetAttribute(attention_bwd_f32<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_bwd_f32_smem(64));
+  cudaFuncSetAttribute(attention_bwd_f32<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_bwd_f32_smem(128));
+}
+
+void gg_cu_attention_backward(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, const void *y, const void *gy, void *dq,
+                              void *dk, void *dv, float *work) {
+  const int64_t rows = a->B * a->H * a->L, keys = a->B * a->H * a->S;
+  const bool f32 = dt == 0 || dt == 4;
+  const size_t es = f32 ? sizeof(float) : sizeof(uint16_t);
+  cudaStream_t st = (cudaStream_t)gg_cu_stream();
+  if (keys > 0 && rows == 0) {   /* no queries: nothing reaches the keys and values */
+    cudaMemsetAsync(dk, 0, es * (size_t)(keys * a->D), st);
+    cudaMemsetAsync(dv, 0, es * (size_t)(keys * a->D), st);
+  }
+  if (rows == 0 || keys == 0) return;
+  float *dqa = work, *dr = work + rows * a->D;
+  const unsigned rb = (unsigned)((rows * 32 + 255) / 256);
+  if (f32) att_bwd_rows<0><<<rb, 256, 0, st>>>(*a, (const float *)y, (const float *)gy, dr, dqa);
+  else if (dt == 3) att_bwd_rows<3><<<rb, 256, 0, st>>>(*a, (const uint16_t *)y, (const uint16_t *)gy, dr, dqa);
+  else att_bwd_rows<2><<<rb, 256, 0, st>>>(*a, (const uint16_t *)y, (const uint16_t *)gy, dr, dqa);
+  pthread_once(&att_bwd_once, att_bwd_init);
+  dim3 grid((unsigned)((a->S + GG_ATB_BN - 1) / GG_ATB_BN), (unsigned)(a->B * a->H));
+  if (f32) {
+    const float *Q = (const float *)q, *K = (const float *)k, *V = (const float *)v, *GY = (const float *)gy;
+    float *DK = (float *)dk, *DV = (float *)dv;
+    if (a->D == 64) attention_bwd_f32<64><<<grid, 256, att_bwd_f32_smem(64), st>>>(*a, Q, K, V, mask, GY, dr, dqa, DK, DV);
+    else if (a->D == 128) attention_bwd_f32<128><<<grid, 256, att_bwd_f32_smem(128), st>>>(*a, Q, K, V, mask, GY, dr, dqa, DK, DV);
+  } else {
+    const uint16_t *Q = (const uint16_t *)q, *K = (const uint16_t *)k, *V = (const uint16_t *)v, *GY = (const uint16_t *)gy;
+    uint16_t *DK = (uint16_t *)dk, *DV = (uint16_t *)dv;
+#define GG_ATB_CASE(DD)                                                                                                  \
+  case DD:                                                                                                               \
+    if (dt == 3) attention_bwd_tc<3, DD><<<grid, 128, att_bwd_smem(DD), st>>>(*a, Q, K, V, mask, GY, dr, dqa, DK, DV);   \
+    else attention_bwd_tc<2, DD><<<grid, 128, att_bwd_smem(DD), st>>>(*a, Q, K, V, mask, GY, dr, dqa, DK, DV);           \
+    break;
+    switch (a->D) {
+      GG_ATB_CASE(32)
+      GG_ATB_CASE(64)
+      GG_ATB_CASE(96)
+      GG_ATB_CASE(128)
+    }
+#undef GG_ATB_CASE
+  }
+  const int64_t n = rows * a->D;
+  const unsigned nb = (unsigned)((n + 255) / 256);
+  if (f32) att_bwd_dq<0><<<nb, 256, 0, st>>>(n, dqa, (float)a->scale, (float *)dq);
+  else if (dt == 3) att_bwd_dq<3><<<nb, 256, 0, st>>>(n, dqa, (float)a->scale, (uint16_t *)dq);
+  else att_bwd_dq<2><<<nb, 256, 0, st>>>(n, dqa, (float)a->scale, (uint16_t *)dq);
 }

@@ -361,6 +361,25 @@ class LossMix(nn.Module):   # the elementwise losses on one small MLP's outputs
                 + F.binary_cross_entropy(torch.sigmoid(o[:, 6:8]), t[:, :2], weight=t[:, 2:4] + 0.5)
                 + F.binary_cross_entropy_with_logits(o[:, 8:10], t[:, :2], pos_weight=s.pw))
 
+class TinyAttn(nn.Module):   # attention under --train: grouped-query causal (head size 32), a padding mask (64), a learned additive bias (its gradient)
+    def __init__(s, d=64):
+        super().__init__(); s.q1 = nn.Linear(d, d); s.kv1 = nn.Linear(d, 64); s.q2 = nn.Linear(d, d); s.kv2 = nn.Linear(d, 2 * d); s.o = nn.Linear(d, d)
+        s.bias = nn.Parameter(torch.randn(40, 40) * 0.5)
+    def forward(s, x, keep, y):
+        B, L, D = x.shape
+        q = s.q1(x).view(B, L, 2, 32).transpose(1, 2)
+        k, v = [t.view(B, L, 1, 32).transpose(1, 2) for t in s.kv1(x).split(32, -1)]
+        x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(B, L, D)
+        q = s.q2(x).view(B, L, 1, 64).transpose(1, 2)
+        k, v = [t.view(B, L, 1, 64).transpose(1, 2) for t in s.kv2(x).split(D, -1)]
+        x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :]).transpose(1, 2).reshape(B, L, D)
+        x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=s.bias, scale=0.1).transpose(1, 2).reshape(B, L, D)
+        return F.mse_loss(s.o(x), y)
+
+ATTN_IN = (r(2, 40, 64), torch.arange(40)[None, :] < torch.tensor([[40], [29]]), r(2, 40, 64))
+tcase("train_attention", TinyAttn(), *ATTN_IN)
+# training cases whose loss and gradients are PyTorch's under torch.autocast (CUDA), compiled with --precision
+TRAIN_PREC = [("train_attention_bf16", "bf16", TinyAttn(), ATTN_IN)]
 tcase("train_losses", LossMix(), r(8, 5), r(8, 6), torch.rand(8, 4))
 tcase("train_tiny_lm", TinyLM(), torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12)))
 tcase("train_tiny_resnet", TinyRes(), r(4, 3, 16, 16), torch.randint(0, 5, (4,)))
@@ -448,6 +467,32 @@ for name, mod, inputs in TRAIN:
             save_st(os.path.join(d, "io.safetensors"), io)
             json.dump({"name": name, "group": group, "kind": "train", "ops": ops_of(prog), "torch_version": torch.__version__},
                       open(os.path.join(d, "case.json"), "w"), indent=1)
+        print("ok", name, flush=True)
+    except Exception as e:
+        traceback.print_exc()
+        print("FAILED", name, type(e).__name__, str(e)[:300], flush=True)
+
+for name, prec, mod, inputs in TRAIN_PREC:
+    if ONLY and name not in ONLY: continue
+    try:
+        torch.manual_seed(0)
+        mod = mod.train()
+        mc, m64 = copy.deepcopy(mod).cuda(), copy.deepcopy(mod).to(torch.float64)
+        with torch.autocast("cuda", dtype=torch.bfloat16 if prec == "bf16" else torch.float16):
+            loss = mc(*[t.cuda() for t in inputs])
+        loss.backward()
+        loss64 = m64(*[t.double() if t.is_floating_point() else t for t in inputs]); loss64.backward()
+        ep = torch.export.export(copy.deepcopy(mod), inputs)
+        io = {f"in.{i}": t for i, t in enumerate(inputs)}
+        io["out.0"], io["ref64.out.0"] = loss.detach().float().cpu(), loss64.detach()
+        for (k, p), (_, p64) in zip(mc.named_parameters(), m64.named_parameters()):
+            io[f"grad.{k}"], io[f"ref64.grad.{k}"] = p.grad.float().cpu(), p64.grad
+        d = os.path.join(OUT, "extra", name)
+        os.makedirs(d, exist_ok=True)
+        torch.export.save(ep, os.path.join(d, "model.pt2"))
+        save_st(os.path.join(d, "io.safetensors"), io)
+        json.dump({"name": name, "group": "extra", "kind": "train", "precision": prec, "ops": ops_of(ep), "torch_version": torch.__version__},
+                  open(os.path.join(d, "case.json"), "w"), indent=1)
         print("ok", name, flush=True)
     except Exception as e:
         traceback.print_exc()
