@@ -1644,5 +1644,8 @@ static int run_rules(Graph *g, int mode, bool fold) {
   return 0;
 }
 
-int decompose(Graph *g, bool training, bool fold) { return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold); }
+int decompose(Graph *g, bool training, bool fold) {
+  if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
+  return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold);
+}
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false); }

@@ -329,7 +329,7 @@ static Value *repeated_heads(const Graph *g, Value *kv, int64_t *rep) {
  * Hugging Face model's mask creation (eager PyTorch skips it for plain causal attention), so its
  * exports carry a [batch, 1, L, S] mask built from aranges, which the fused attention kernel would
  * read element by element, unable to skip the key blocks above the diagonal. Returns the count. */
-static int attention_inputs(Graph *g) {
+int fold_attention_inputs(Graph *g) {
   Ctx *c = g->ctx;
   Interp *I = NULL;
   int changed = 0;
@@ -387,7 +387,7 @@ static int attention_inputs(Graph *g) {
 
 int fold_weights(Graph *g) {
   Ctx *c = g->ctx;
-  attention_inputs(g);
+  fold_attention_inputs(g);
   int n = g->nnodes;
   Node **conv_of = arena_array(c->arena, (size_t)n + 1, sizeof *conv_of);   /* bn node -> its convolution */
   bool *gone = arena_array(c->arena, (size_t)n + 1, sizeof *gone);

@@ -618,6 +618,10 @@ struct Stage;
 int inference_graph(Graph *g, const struct Pipeline *how, void (*each)(void *arg, const struct Stage *s), void *arg);   /* each: as pipeline_run's */
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
 int fold_weights(Graph *g);
+/* Attention's masks and repeated key/value heads as the fused kernels read them best (a causal mask
+ * computable now as is_causal, one that masks nothing dropped): weights not touched, so --train
+ * runs it too (decompose); returns the count of rewrites */
+int fold_attention_inputs(Graph *g);
 /* v rounded to dt now, as a new weight, when v is a constant float weight whose bytes are here
  * (else NULL: the caller converts it at run time); fold_drop_unused drops the weights of before[]
  * that no node reads any more */

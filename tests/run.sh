@@ -506,6 +506,10 @@ rm -rf "$TMP/ff"
 GCC_GRAPH_LOGS=decomp "$GG" compile tests/extra/fusion_forms/model.pt2 --target cuda -S -o "$TMP/ff.cu" --debug-dir "$TMP/ff" >"$TMP/err" 2>&1
 got="$(grep -c 'is causal: is_causal instead' "$TMP/err")|$(grep -c 'masks nothing: dropped' "$TMP/err")|$(grep -c '(enable_gqa), not repeated' "$TMP/err")|$(grep -c "^  k[0-9]* *pointwise *'\(add_7\|mul_11\|mul_19\)' .*\(cat_4\|cat_10\|to_12.0\)" "$TMP/ff/schedule.txt")|$(grep -c '^  k' "$TMP/ff/schedule.txt")|$(grep -c "M = INT64_C(30)" "$TMP/ff.cu/model.c")"
 if [ "$got" = "2|1|1|3|23|2" ]; then ok; else no "fusion_forms on the GPU: $got causal masks|masks dropped|heads unrepeated|fused kernels|kernels|products of 30 rows, expected 2|1|1|3|23|2"; fi
+# under --train (no weight folding) a causal mask made of constants becomes is_causal all the same
+# (tests/extra/train_attention's first attention), in the decomposition stage
+GCC_GRAPH_LOGS=decomp "$GG" compile tests/extra/train_attention/model.pt2 --train -S -o "$TMP/tatt" >"$TMP/err" 2>&1
+if [ "$(grep -c 'is causal: is_causal instead' "$TMP/err")" = 1 ]; then ok; else no "train_attention's causal mask under --train: $(head -c 300 "$TMP/err")"; fi
 # float32 attention on the GPU: the six forms of tests/extra/attention_f32 (make test checks their
 # answers on the CPU, make test-cuda on the GPU) are each one call of the fused float32 kernel (dt 0;
 # 4 under --precision tf32), not products and a softmax

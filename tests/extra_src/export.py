@@ -361,7 +361,7 @@ class LossMix(nn.Module):   # the elementwise losses on one small MLP's outputs
                 + F.binary_cross_entropy(torch.sigmoid(o[:, 6:8]), t[:, :2], weight=t[:, 2:4] + 0.5)
                 + F.binary_cross_entropy_with_logits(o[:, 8:10], t[:, :2], pos_weight=s.pw))
 
-class TinyAttn(nn.Module):   # attention under --train: grouped-query causal (head size 32), a padding mask (64), a learned additive bias (its gradient)
+class TinyAttn(nn.Module):   # attention under --train: grouped-query causal by a constant mask (head size 32), a padding mask (64), a learned additive bias (its gradient)
     def __init__(s, d=64):
         super().__init__(); s.q1 = nn.Linear(d, d); s.kv1 = nn.Linear(d, 64); s.q2 = nn.Linear(d, d); s.kv2 = nn.Linear(d, 2 * d); s.o = nn.Linear(d, d)
         s.bias = nn.Parameter(torch.randn(40, 40) * 0.5)
@@ -369,7 +369,8 @@ class TinyAttn(nn.Module):   # attention under --train: grouped-query causal (he
         B, L, D = x.shape
         q = s.q1(x).view(B, L, 2, 32).transpose(1, 2)
         k, v = [t.view(B, L, 1, 32).transpose(1, 2) for t in s.kv1(x).split(32, -1)]
-        x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(B, L, D)
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()   # a mask made of constants, as Hugging Face's: is_causal under --train too
+        x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=causal, enable_gqa=True).transpose(1, 2).reshape(B, L, D)
         q = s.q2(x).view(B, L, 1, 64).transpose(1, 2)
         k, v = [t.view(B, L, 1, 64).transpose(1, 2) for t in s.kv2(x).split(D, -1)]
         x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :]).transpose(1, 2).reshape(B, L, D)
