@@ -305,12 +305,32 @@ bool cuda_attention_fits(const Graph *g, const Node *n) {
 
 static const char *strides3(Em *e, const TV *t, int r, int j) { return r == 3 && j == 0 ? "0" : cx(e, t->strides[j - (4 - r)]); }
 
+/* The host function's gg_attn: the sizes, the strides of q, k and v (t) and of the output (y: the
+ * forward's; in the backward, the forward output's), the mask's (mb, or NULL), causal, the scale,
+ * the log-sum-exp (a pointer expression, or "NULL") and grad_out's strides (gy, or NULL). */
+static void attn_struct(Em *e, Node *n, TV *const t[3], const TV *y, const TV *mb, const Expr *const bhls[4], int64_t D, double scale, const char *lse,
+                        const TV *gy) {
+  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *mv = rw_targ(n, "attn_mask");
+  const Arg *ca = rw_arg(n, "is_causal");
+  int r = qv->rank;
+  const TV *ops[5] = {t[0], t[1], t[2], y, gy};
+  const char *st[5][3];
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 3; j++) st[i][j] = ops[i] ? strides3(e, ops[i], r, j) : "0";
+  FILE *f = e->k;
+  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
+          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
+          st[2][1], st[2][2], st[3][0], st[3][1], st[3][2]);
+  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb->strides[0]), cx(e, mb->strides[1]), cx(e, mb->strides[2]), cx(e, mb->strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
+  else fputs("{0, 0, 0, 0}, 0, ", f);
+  fprintf(f, "%d, %.17g, %s, {%s, %s, %s}};\n", ca && ca->k == AK_BOOL && ca->u.b, scale, lse, st[4][0], st[4][1], st[4][2]);
+}
+
 /* --train's attention backward (_attention_train_backward): gg_cu_attention_backward with the
  * forward's output and the output's gradient (last dim contiguous) and a float32 scratch for the
  * row sums and dQ's accumulator; dq, dk and dv contiguous. */
 static int attention_backward_cuda(Em *e, Node *n, TV *const t[3], const TV *mb, const Expr *const bhls[4]) {
-  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *gv = rw_targ(n, "grad_out"), *ov = rw_targ(n, "out"), *lv = rw_targ(n, "logsumexp");
-  Value *mv = rw_targ(n, "attn_mask");
+  Value *qv = rw_targ(n, "query"), *gv = rw_targ(n, "grad_out"), *ov = rw_targ(n, "out"), *lv = rw_targ(n, "logsumexp"), *mv = rw_targ(n, "attn_mask");
   TV *go = tv_of(e, n, gv), *o = tv_of(e, n, ov), *lse = contiguous_of(e, n, lv);
   int64_t unit, D;
   if (go && !(expr_is_const(go->strides[go->rank - 1], &unit) && unit == 1)) go = contiguous_of(e, n, gv);
@@ -330,18 +350,7 @@ static int attention_backward_cuda(Em *e, Node *n, TV *const t[3], const TV *mb,
   fprintf(f, "%s *dq, %s *dk, %s *dv, const %s *q, const %s *k, const %s *v, const %s *m, const %s *y, const %s *gy, const float *lse, float *work", et, et, et, et,
           et, et, mv ? ctype(mv->dtype) : "void", et, et);
   ksyms(e);
-  const TV *ops[5] = {t[0], t[1], t[2], o, go};
-  const char *st[5][3];
-  for (int i = 0; i < 5; i++)
-    for (int j = 0; j < 3; j++) st[i][j] = strides3(e, ops[i], r, j);
-  const Arg *ca = rw_arg(n, "is_causal");
-  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
-          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
-          st[2][1], st[2][2], st[3][0], st[3][1], st[3][2]);
-  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb->strides[0]), cx(e, mb->strides[1]), cx(e, mb->strides[2]), cx(e, mb->strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
-  else fputs("{0, 0, 0, 0}, 0, ", f);
-  fprintf(f, "%d, %.17g, (float *)lse + %s, {%s, %s, %s}};\n", ca && ca->k == AK_BOOL && ca->u.b, rw_farg(n, "scale", 1), cx(e, lse->offset), st[4][0], st[4][1],
-          st[4][2]);
+  attn_struct(e, n, t, o, mb, bhls, D, rw_farg(n, "scale", 1), arena_printf(e->a, "(float *)lse + %s", cx(e, lse->offset)), go);
   fprintf(f, "  gg_cu_attention_backward(%d, &a, q + %s, k + %s, v + %s, %s, y + %s, gy + %s, dq, dk, dv, work);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2,
           cx(e, t[0]->offset), cx(e, t[1]->offset), cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb->offset)) : "NULL", cx(e, o->offset),
           cx(e, go->offset));
@@ -374,7 +383,7 @@ static int attention_cuda(Em *e, Node *n) {
     if (!m) return -1;
     mb = broadcast_tv(e, m, 4, bhls);
   }
-  const Arg *sc = rw_arg(n, "scale"), *ca = rw_arg(n, "is_causal");
+  const Arg *sc = rw_arg(n, "scale");
   int64_t D;
   expr_is_const(qv->sizes[r - 1], &D);
   double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);
@@ -382,8 +391,6 @@ static int attention_cuda(Em *e, Node *n) {
   if (bwd) return attention_backward_cuda(e, n, t, mv ? &mb : NULL, bhls);
   TV *out = alloc_value(e, n->outs[0]), *lse = fwd_train ? alloc_value(e, n->outs[1]) : NULL;
   if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
-  const char *ys[3];
-  for (int j = 0; j < 3; j++) ys[j] = r == 3 && j == 0 ? "0" : cx(e, out->strides[j - (4 - r)]);
   FILE *f = e->k;
   int id = e->nk++;
   const bool f32 = qv->dtype == DT_F32;
@@ -392,15 +399,7 @@ static int attention_cuda(Em *e, Node *n) {
   kopen(e, id, false, true);
   fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m%s", et, et, et, et, mv ? ctype(mv->dtype) : "void", lse ? ", float *lse" : "");
   ksyms(e);
-  const char *st[3][3];
-  for (int i = 0; i < 3; i++)
-    for (int j = 0; j < 3; j++) st[i][j] = r == 3 && j == 0 ? "0" : cx(e, t[i]->strides[j - (4 - r)]);
-  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
-          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
-          st[2][1], st[2][2], ys[0], ys[1], ys[2]);
-  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb.strides[0]), cx(e, mb.strides[1]), cx(e, mb.strides[2]), cx(e, mb.strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
-  else fputs("{0, 0, 0, 0}, 0, ", f);
-  fprintf(f, "%d, %.17g, %s, {0, 0, 0}};\n", ca && ca->k == AK_BOOL && ca->u.b, scale, lse ? "lse" : "NULL");
+  attn_struct(e, n, t, out, mv ? &mb : NULL, bhls, D, scale, lse ? "lse" : "NULL", NULL);
   fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
           cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb.offset)) : "NULL");
   kcall(e, id);
