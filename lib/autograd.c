@@ -1002,11 +1002,11 @@ int autograd(Graph *g, int loss, bool wrt_inputs) {
   a->grad = arena_array(c->arena, (size_t)cap, sizeof *a->grad);
   a->diff = arena_array(c->arena, (size_t)cap, sizeof *a->diff);
   /* what is differentiated: parameters that require grad, and user inputs that do (all float ones
-   * with wrt_inputs) */
+   * with wrt_inputs); a tied parameter's gradient is the one it is tied to (load.c) */
   int nwrt = 0;
   for (int i = 0; i < g->ninputs; i++) {
     Value *v = g->inputs[i];
-    bool want = v->input == IN_PARAM ? v->requires_grad : v->input == IN_USER && (wrt_inputs || v->requires_grad);
+    bool want = v->input == IN_PARAM ? v->requires_grad && !v->tied : v->input == IN_USER && (wrt_inputs || v->requires_grad);
     if (want && is_float_tensor(v)) { a->diff[v->id] = true; nwrt++; }
   }
   if (!nwrt) return gg_error(c, "%s: nothing to differentiate: no parameter or input requires grad", g->path);

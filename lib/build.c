@@ -134,6 +134,7 @@ static int copy_with_weights(Ctx *c, const char *so, const char *to, const Graph
       const Value *v = g->inputs[i];
       if (v->input == IN_USER) continue;
       uint64_t off = (uint64_t)b->offsets[k++];
+      if (off < pos) continue;   /* stored once already (build_prepare: the same bytes) */
       ok = ok && write_zeros(out, off - pos) && fwrite(v->weight->data, 1, v->weight->nbytes, out) == v->weight->nbytes;
       pos = off + v->weight->nbytes;
     }
@@ -187,10 +188,14 @@ static bool pwrite_all(int fd, const void *p, uint64_t n, uint64_t at) {
 
 static void *blob_thread(void *arg) {
   struct BlobWriter *w = arg;
+  uint64_t end = 0;
   for (int i = 0, k = 0; i < w->g->ninputs; i++) {
     const Value *v = w->g->inputs[i];
     if (v->input == IN_USER) continue;
-    if (!pwrite_all(w->fd, v->weight->data, (uint64_t)v->weight->nbytes, BLOB_RESERVE + (uint64_t)w->b->offsets[k++])) { w->err = errno ? errno : EIO; break; }
+    uint64_t off = (uint64_t)w->b->offsets[k++];
+    if (off < end) continue;   /* stored once already (build_prepare: the same bytes) */
+    if (!pwrite_all(w->fd, v->weight->data, (uint64_t)v->weight->nbytes, BLOB_RESERVE + off)) { w->err = errno ? errno : EIO; break; }
+    end = off + (uint64_t)v->weight->nbytes;
   }
   return NULL;
 }
@@ -632,6 +637,16 @@ int build_prepare(Ctx *c, const CompileOptions *o, Graph *g, BuildFiles *out) {
     Value *v = g->inputs[i];
     if (v->input == IN_USER) continue;
     if (!v->weight) { gg_error(c, "%s %s has no data: give --weights FILE.safetensors", v->input == IN_PARAM ? "parameter" : "buffer", gg_quote(c, v->fqn)); return -1; }
+    /* weights over the same bytes of the file (tied parameters, views of one storage) are stored
+     * once: the runtimes share a storage between weights at the same offset with the same size */
+    int same = -1;
+    for (int j = 0, q = 0; j < i && same < 0; j++) {
+      const Value *u = g->inputs[j];
+      if (u->input == IN_USER) continue;
+      if (u->weight->data == v->weight->data && u->weight->nbytes == v->weight->nbytes) same = q;
+      q++;
+    }
+    if (same >= 0) { offsets[k++] = offsets[same]; continue; }
     bytes += (int64_t)v->weight->nbytes;
     if (external) {
       /* the archive is mapped once for reading its directory: find the mapping that holds the bytes */

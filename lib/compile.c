@@ -75,6 +75,7 @@ char *model_metadata(Graph *g, Graph *bwd, const TrainOptions *tr, const Partiti
     cJSON_AddStringToObject(o, "kind", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant");
     cJSON_AddStringToObject(o, "dtype", dtype_name(v->dtype));
     cJSON_AddItemToObject(o, "shape", shape_json(g, v));
+    if (v->tied) cJSON_AddStringToObject(o, "tied", v->tied->fqn);   /* the same storage as that parameter */
     cJSON_AddItemToArray(list, o);
   }
   for (int i = 0; i < g->noutputs; i++)

@@ -185,7 +185,7 @@ int explain_graph(Graph *g, FILE *f) {
       fprintf(f, "  in.%d  %-24s ", v->user_index, gg_quote(c, v->name));
       print_value(f, g, v);
       fputc('\n', f);
-    } else if (v->input == IN_PARAM) { np++; pbytes += value_nbytes(g, v); }
+    } else if (v->input == IN_PARAM) { np++; pbytes += v->tied ? 0 : value_nbytes(g, v); }
     else if (v->input == IN_BUFFER) { nb++; bbytes += value_nbytes(g, v); }
     else nc++;
   }
@@ -204,6 +204,7 @@ int explain_graph(Graph *g, FILE *f) {
     if (v->input == IN_USER) continue;
     fprintf(f, "  %-9s %-40s ", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant", gg_quote(c, v->fqn));
     print_value(f, g, v);
+    if (v->tied) fprintf(f, "  tied to %s (one storage, one gradient)", gg_quote(c, v->tied->fqn));
     fputs(v->weight ? "\n" : "  (no data in the file)\n", f);
   }
   if (g->nsyms) {
@@ -428,6 +429,7 @@ cJSON *explain_obj(Graph *g, Graph *fwd, Graph *bwd, const PartitionStats *st, b
     if (v->input == IN_USER) { cJSON_AddItemToArray(ins, o); continue; }
     cJSON_AddStringToObject(o, "kind", v->input == IN_PARAM ? "parameter" : v->input == IN_BUFFER ? "buffer" : "constant");
     if (v->fqn) cJSON_AddStringToObject(o, "fqn", v->fqn);
+    if (v->tied) cJSON_AddStringToObject(o, "tied", v->tied->fqn);
     cJSON_AddNumberToObject(o, "bytes", (double)value_nbytes(g, v));
     cJSON_AddItemToArray(ws, o);
   }

@@ -404,6 +404,9 @@ struct Value {
   int user_index;         /* position among user inputs, or -1 */
   const char *fqn;        /* parameter/buffer/constant name: "fc.weight" */
   Weight *weight;         /* its bytes, when the file has them */
+  struct Value *tied;     /* a parameter stored as the same view of the same bytes as this earlier one
+                             (tied weights: PyTorch's one Parameter under two names); its uses are
+                             that one's and it has no gradient of its own (load.c tie_parameters) */
   const Expr *sym;        /* VK_SYMINT: its value as an expression */
   bool declared;          /* shape and dtype came from tensor_values */
 };

@@ -872,6 +872,49 @@ static int bind_archive_weights(L *l, const Zip *z, const char *top) {
   return rc;
 }
 
+/* Tied parameters: PyTorch's one Parameter registered under two names (a language model's output
+ * projection sharing the token embedding's weight) is exported as two placeholders over the same
+ * storage. Where two parameters are the same view (dtype, sizes, strides, offset) of the same bytes,
+ * the later one's uses become the earlier one's, so that autograd sums the gradient of both uses
+ * into one parameter and the optimizer updates it once, as PyTorch does; the later name stays a
+ * weight of the .so (the same storage: build_prepare, the runtimes). */
+static void tie_parameters(L *l) {
+  Graph *g = l->g;
+  int ntied = 0;
+  for (int j = 0; j < g->ninputs; j++) {
+    Value *v = g->inputs[j];
+    const Weight *w = v->weight;
+    if (v->input != IN_PARAM || !w) continue;
+    for (int i = 0; i < j && !v->tied; i++) {
+      Value *u = g->inputs[i];
+      const Weight *x = u->weight;
+      if (u->input != IN_PARAM || !x || u->tied || x->data != w->data || x->nbytes != w->nbytes || x->dtype != w->dtype || x->rank != w->rank ||
+          x->offset != w->offset || u->requires_grad != v->requires_grad)
+        continue;
+      bool same = true;
+      for (int d = 0; d < w->rank; d++) same = same && x->sizes[d] == w->sizes[d] && x->strides[d] == w->strides[d];
+      if (same) v->tied = u;
+    }
+    ntied += v->tied != NULL;
+  }
+  if (!ntied) return;
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    for (int a = 0; n->op && a < n->op->nargs; a++) {
+      Arg *arg = &n->args[a];
+      if (arg->k == AK_TENSOR && arg->u.t && arg->u.t->tied) arg->u.t = arg->u.t->tied;
+      for (int e = 0; arg->k == AK_TENSORS && e < arg->n; e++)
+        if (arg->u.ts[e] && arg->u.ts[e]->tied) arg->u.ts[e] = arg->u.ts[e]->tied;
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i].v->tied) g->outputs[i].v = g->outputs[i].v->tied;
+  for (int j = 0; j < g->ninputs; j++)
+    if (g->inputs[j]->tied)
+      gg_log(l->c, LOG_AUTOGRAD, "parameter %s is tied to %s (the same storage): one parameter", gg_quote(l->c, g->inputs[j]->fqn),
+             gg_quote(l->c, g->inputs[j]->tied->fqn));
+}
+
 static int bind_safetensors_weights(L *l, const char *path) {
   SafeTensors st;
   if (st_read(l->c, l->g, path, &st)) return -1;
@@ -998,5 +1041,6 @@ Graph *graph_load(Ctx *c, const char *path, const char *weights) {
   cJSON_Delete(root);
   if (!rc && weights) rc = bind_safetensors_weights(&l, weights);
   if (rc) return NULL;
+  tie_parameters(&l);
   return g;
 }

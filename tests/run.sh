@@ -642,6 +642,10 @@ if "$PY" -c "import numpy" 2>/dev/null; then
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/mlp.so" $M/mlp/io.safetensors
   expect 0 "python loader ok" -- "$PY" tests/python_loader.py "$TMP/dyn.so" $M/mlp_dynamic_batch/io.safetensors
   expect 0 "python training ok" -- "$PY" tests/python_train.py "$TMP/sgd.so" tests/corpus/train/mlp_train/io.safetensors
+  # tied weights (one Parameter under two names): one gradient, one storage, updated as one
+  expect 0 "tied to 'emb.weight' (one storage, one gradient)" -- "$GG" explain tests/extra/train_tied/model.pt2
+  expect 0 "" -- "$GG" compile tests/extra/train_tied/model.pt2 --train --optimizer adamw -o "$TMP/tied.so"
+  expect 0 "python training ok: 5 gradients" -- "$PY" tests/python_train.py "$TMP/tied.so" tests/extra/train_tied/io.safetensors
   # random ops (rand, randn, randperm, dropout in training): their statistics, fresh draws per run,
   # manual_seed and GCC_GRAPH_SEED repeating them, the interpreter's generator the compiled model's
   R=tests/random/random_ops

@@ -151,6 +151,10 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
     memcpy(m->own[i], m->w[i], (size_t)d->weights[i].nbytes);
     m->w[i] = m->own[i];
   }
+  for (int i = 0; i < d->nweights; i++) {   /* tied weights: one storage (the optimizer's copy) */
+    int j = weight_storage_of(i);
+    if (j >= 0) m->w[i] = m->w[j];
+  }
   *out = m;
   return 0;
 }

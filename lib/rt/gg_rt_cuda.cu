@@ -83,7 +83,8 @@ struct gg_model {
   double lr;                /* the learning rate now (--lr, or gg_set_learning_rate) */
   int accum;                /* micro-batches per update (gg_set_grad_accumulation) */
   int64_t step;             /* optimizer steps taken */
-  float **opt_m, **opt_v;   /* the optimizer's state per gradient, on the device */
+  float **opt_m, **opt_v;   /* the optimizer's state per gradient, on the device: each inside opt_block */
+  void *opt_block;          /* one allocation for it all (zeroed at the first update) */
   gg_hyper *hp_dev, *hp_host;   /* the step's hyperparameters, read by the update kernel at replay */
   size_t wbytes;            /* wdev's size */
   /* data-parallel (gg_set_data_parallel_nccl) */
@@ -214,7 +215,7 @@ GG_EXPORT void gg_close(gg_model *m) {
   rt_free(m->err_flag);
   if (m->hp_host) cudaFreeHost(m->hp_host);
   gg_train_state_free(m->drop);
-  for (int k = 0; m->opt_m && k < gg__train.ngrads; k++) { rt_free(m->opt_m[k]); rt_free(m->opt_v[k]); }
+  rt_free(m->opt_block);
   free(m->opt_m);
   free(m->opt_v);
   rt_free(m->hp_dev);
@@ -254,13 +255,16 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
     if ((d->blob_size > 0 ? map_self(&m->map, &m->maplen, err, errlen) : map_weights(weights, &m->map, &m->maplen, err, errlen))) { gg_close(m); return 1; }
     base = (const unsigned char *)m->map;
   }
-  /* the weights: one upload, each 256-byte aligned; the model's copies are its own (training updates them) */
+  /* the weights: one upload, each 256-byte aligned (tied ones once); the model's copies are its own (training updates them) */
   size_t total = 0;
-  for (int i = 0; i < d->nweights; i++) total += ((size_t)d->weights[i].nbytes + 255) & ~(size_t)255;
+  for (int i = 0; i < d->nweights; i++)
+    if (weight_storage_of(i) < 0) total += ((size_t)d->weights[i].nbytes + 255) & ~(size_t)255;
   if ((ce = cudaMalloc((void **)&m->wdev, total + 256)) != cudaSuccess) { gg_close(m); return cuda_fail(err, errlen, "cannot allocate the weights on the GPU", ce); }
   size_t at = 0;
   for (int i = 0; i < d->nweights; i++) {
     const gg_weight_desc *wd = &d->weights[i];
+    int j = weight_storage_of(i);   /* tied weights: one storage */
+    if (j >= 0) { m->w[i] = m->w[j]; continue; }
     m->w[i] = m->wdev + at;
     if (wd->nbytes && (ce = cudaMemcpy(m->w[i], base + wd->offset, (size_t)wd->nbytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
       gg_close(m);
@@ -639,15 +643,27 @@ static void launch_update(gg_model *m, gg_train_state *st) {
 static int update_table(gg_model *m, gg_train_state *st, char *err, size_t errlen) {
   int kind = gg__train.optimizer;
   bool moved = false;
-  for (int k = 0; k < gg__train.ngrads; k++) {
-    if (gg__train.grad_weight[k] < 0) continue;
-    size_t bytes = (size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * sizeof(float);
-    float **slot[2] = {kind != 1 || gg__train.momentum != 0 ? &m->opt_m[k] : NULL, kind != 1 ? &m->opt_v[k] : NULL};
-    for (int j = 0; j < 2; j++) {
-      if (!slot[j] || *slot[j]) continue;
-      if (!(*slot[j] = (float *)rt_alloc(bytes)) || cudaMemset(*slot[j], 0, bytes) != cudaSuccess) return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state");
-      moved = true;
+  if (!m->opt_block) {   /* the moments (Adam) or momentum (SGD) of every parameter: one block, zeros */
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      size_t at = 0;
+      for (int k = 0; k < gg__train.ngrads; k++) {
+        if (gg__train.grad_weight[k] < 0) continue;
+        size_t bytes = ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * sizeof(float) + 255) & ~(size_t)255;
+        float **slot[2] = {kind != 1 || gg__train.momentum != 0 ? &m->opt_m[k] : NULL, kind != 1 ? &m->opt_v[k] : NULL};
+        for (int j = 0; j < 2; j++)
+          if (slot[j]) {
+            if (pass) *slot[j] = (float *)((unsigned char *)m->opt_block + at);
+            at += bytes;
+          }
+      }
+      if (!pass) {
+        total = at;
+        if (!(m->opt_block = rt_alloc(total + 1)) || cudaMemset(m->opt_block, 0, total + 1) != cudaSuccess)
+          return gg_rt_fail(err, errlen, "out of GPU memory for the optimizer's state");
+      }
     }
+    moved = true;
   }
   if (!moved && st->table && st->table_gen == st->gen) return 0;   /* the table on the device is current */
   gg_opt_tensor *t = (gg_opt_tensor *)calloc((size_t)gg__train.ngrads + 1, sizeof *t);

@@ -391,6 +391,8 @@ class Model:
                 raise ValueError(f"load_state_dict: {k!r} is {name} {tuple(v.shape)}; the model holds {w['dtype']} {shape}")
             if len(data) != nbytes:
                 raise ValueError(f"load_state_dict: {k!r} is held transformed ({nbytes} bytes): it cannot be written")
+            if w.get("tied") in writable and w["tied"] in state_dict:
+                continue   # one storage with the parameter it is tied to, which state_dict also gives
             if k in writable:
                 if not nbytes:
                     continue

@@ -377,11 +377,21 @@ class TinyAttn(nn.Module):   # attention under --train: grouped-query causal by 
         x = x + F.scaled_dot_product_attention(q, k, v, attn_mask=s.bias, scale=0.1).transpose(1, 2).reshape(B, L, D)
         return F.mse_loss(s.o(x), y)
 
+class TinyTied(nn.Module):   # the output projection is the token embedding's weight: one Parameter under two names, as Hugging Face ties them
+    def __init__(s, v=40, d=16):
+        super().__init__(); s.emb = nn.Embedding(v, d); s.ln = nn.LayerNorm(d); s.fc = nn.Linear(d, d); s.head = nn.Linear(d, v, bias=False)
+        s.head.weight = s.emb.weight
+    def forward(s, ids, tgt):
+        x = s.emb(ids)
+        x = x + torch.tanh(s.fc(s.ln(x)))
+        return F.cross_entropy(s.head(x).reshape(-1, s.head.weight.shape[0]), tgt.reshape(-1))
+
 ATTN_IN = (r(2, 40, 64), torch.arange(40)[None, :] < torch.tensor([[40], [29]]), r(2, 40, 64))
 tcase("train_attention", TinyAttn(), *ATTN_IN)
 # training cases whose loss and gradients are PyTorch's under torch.autocast (CUDA), compiled with --precision
 TRAIN_PREC = [("train_attention_bf16", "bf16", TinyAttn(), ATTN_IN)]
 tcase("train_losses", LossMix(), r(8, 5), r(8, 6), torch.rand(8, 4))
+tcase("train_tied", TinyTied(), torch.randint(0, 40, (2, 6)), torch.randint(0, 40, (2, 6)))
 tcase("train_tiny_lm", TinyLM(), torch.randint(0, 50, (2, 12)), torch.randint(0, 50, (2, 12)))
 tcase("train_tiny_resnet", TinyRes(), r(4, 3, 16, 16), torch.randint(0, 5, (4,)))
 tcase("train_llama_mlp", TinyLlamaMLP(), r(3, 7, 24), r(3, 7, 24))
