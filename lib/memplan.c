@@ -50,6 +50,20 @@ int64_t memplan(Ctx *c, MemBuf *b, int n, int64_t *naive_out) {
     if (at + s->bytes > total) total = at + s->bytes;
   }
   for (int i = 0; i < n; i++) if (root[i] != i) b[i].offset = b[root[i]].offset;
+  if (c->logs & LOG_MEMORY) {   /* the bound no placement beats: the most bytes alive at one kernel */
+    int64_t peak = 0;
+    int at = 0;
+    for (int k = 0; k < m; k++) {
+      int t = b[order[k]].first;
+      int64_t live = 0;
+      for (int j = 0; j < m; j++) live += b[order[j]].first <= t && t <= last[order[j]] ? b[order[j]].bytes : 0;
+      if (live > peak) { peak = live; at = t; }
+    }
+    gg_log(c, LOG_MEMORY, "the most bytes alive at once: %lld, at kernel k%d", (long long)peak, at);
+    for (int k = 0; k < m && k < 12; k++)
+      if (b[order[k]].first <= at && at <= last[order[k]])
+        gg_log(c, LOG_MEMORY, "  alive there: t%d, %lld bytes, kernels k%d..k%d", b[order[k]].id, (long long)b[order[k]].bytes, b[order[k]].first, last[order[k]]);
+  }
   gg_log(c, LOG_MEMORY, "%d intermediate tensors: %lld bytes one after another, %lld bytes when those whose lifetimes do not overlap share memory (%d written in place of a dying input)",
          m + ninplace, (long long)naive, (long long)total, ninplace);
   *naive_out = naive;
