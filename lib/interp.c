@@ -1612,75 +1612,25 @@ int eval_norm(E *e) {
 
 /* ---------------------------------------------------------------- attention */
 
-int eval_sdpa(E *e) {
-  Interp *I = e->I;
-  Tensor *q = T(e, "query"), *k = T(e, "key"), *v = T(e, "value"), *mask = T(e, "attn_mask"), *out = out0(e);
-  if (F64(e, "dropout_p", 0) > 0) return fail(e, "attention dropout is random; export in eval mode or with dropout_p=0");
-  int r = q->rank;
-  int64_t L = q->sizes[r - 2], Ed = q->sizes[r - 1], S = k->sizes[r - 2], Ev = v->sizes[r - 1];
-  RArg *sa = A(e, "scale");
-  double scale = sa && sa->k == AK_FLOAT ? sa->f : 1.0 / sqrt((double)Ed);
-  bool causal = B(e, "is_causal"), gqa = B(e, "enable_gqa");
-  /* key/value batch dims: equal to the query's, or fewer heads (dim r-3) shared under enable_gqa */
-  int64_t hq = r >= 3 ? q->sizes[r - 3] : 1, hk = r >= 3 ? k->sizes[r - 3] : 1;
-  if (hq != hk && (!gqa || hk == 0 || hq % hk)) return fail(e, "query has %lld heads, key %lld", (long long)hq, (long long)hk);
-  int64_t nb = (L * Ed) != 0 ? tensor_numel(q) / (L * Ed) : 0;
-  double *qv = read_f64(I, q), *kv = read_f64(I, k), *vv = read_f64(I, v);
-  double *mv = NULL;
-  bool mbool = false;
-  if (mask) {
-    int64_t ms[GG_MAX_RANK];
-    memcpy(ms, q->sizes, sizeof ms);
-    ms[r - 1] = S;
-    if (mask->rank > r) return fail(e, "attn_mask has too many dims");
-    mv = read_f64(I, expand_to(I, mask, r, ms));
-    mbool = mask->dtype == DT_BOOL;
-  }
-  double *ov = arena_array(I->c->arena, (size_t)tensor_numel(out) + 1, sizeof *ov);
-  double *sc = arena_array(I->c->arena, (size_t)S + 1, sizeof *sc);
-  for (int64_t b = 0; b < nb; b++) {
-    /* the batch index of k/v: heads divide when grouped */
-    int64_t outer = b / hq, h = b % hq, bk = outer * hk + h / (hq / hk);
-    for (int64_t i = 0; i < L; i++) {
-      double m = -INFINITY;
-      for (int64_t j = 0; j < S; j++) {
-        double s = 0;
-        for (int64_t d = 0; d < Ed; d++) s += qv[(b * L + i) * Ed + d] * kv[(bk * S + j) * Ed + d];
-        s *= scale;
-        if (causal && j > i) s = -INFINITY;
-        if (mv) {
-          double mk = mv[(b * L + i) * S + j];
-          if (mbool) { if (mk == 0) s = -INFINITY; }
-          else s += mk;
-        }
-        sc[j] = s;
-        if (s > m) m = s;
-      }
-      double z = 0;
-      for (int64_t j = 0; j < S; j++) { sc[j] = isinf(m) && m < 0 ? 0 : exp(sc[j] - m); z += sc[j]; }
-      for (int64_t d = 0; d < Ev; d++) {
-        double acc = 0;
-        for (int64_t j = 0; j < S; j++) acc += sc[j] * vv[(bk * S + j) * Ev + d];
-        ov[(b * L + i) * Ev + d] = z > 0 ? acc / z : 0;   /* a fully masked row gives zeros, as PyTorch's math path */
-      }
-    }
-  }
-  write_f64(out, ov);
-  return 0;
-}
+/* Attention in double: scaled_dot_product_attention, and --train's attention kept whole
+ * (_attention_train, _attention_train_backward). Batch-head b of the query reads batch-head bk(b) of
+ * the key and value (grouped heads: hq / hk query heads share one); the scores of row i are
+ * recomputed by att_scores; the log-sum-exp of a row with every key left out is -inf, its
+ * probabilities zeros (a fully masked row gives zeros, as PyTorch's math path). */
+typedef struct AttIn { double *q, *k, *v, *m; bool mbool, causal; double scale; int64_t nb, L, S, D, Dv, hq, hk; } AttIn;
 
-/* --train's attention kept whole (_attention_train, _attention_train_backward): equal heads, the
- * scores of row i of batch-head b recomputed in double by att_scores; the log-sum-exp of a row with
- * every key left out is -inf, and its probabilities zeros. */
-typedef struct AttIn { double *q, *k, *v, *m; bool mbool, causal; double scale; int64_t nb, L, S, D, Dv; } AttIn;
+static int64_t att_kv(const AttIn *a, int64_t b) { return b / a->hq * a->hk + b % a->hq / (a->hq / a->hk); }
 
 static int att_in(E *e, AttIn *a) {
   Interp *I = e->I;
   Tensor *q = T(e, "query"), *k = T(e, "key"), *v = T(e, "value"), *mask = T(e, "attn_mask");
   int r = q->rank;
   a->L = q->sizes[r - 2], a->D = q->sizes[r - 1], a->S = k->sizes[r - 2], a->Dv = v->sizes[r - 1];
+  a->hq = r >= 3 ? q->sizes[r - 3] : 1, a->hk = r >= 3 ? k->sizes[r - 3] : 1;
+  if (a->hq != a->hk && (a->hk == 0 || a->hq % a->hk)) return fail(e, "query has %lld heads, key %lld", (long long)a->hq, (long long)a->hk);
   a->nb = a->L * a->D != 0 ? tensor_numel(q) / (a->L * a->D) : 0;
-  a->scale = F64(e, "scale", 1), a->causal = B(e, "is_causal");
+  RArg *sa = A(e, "scale");
+  a->scale = sa && sa->k == AK_FLOAT ? sa->f : 1.0 / sqrt((double)a->D), a->causal = B(e, "is_causal");
   a->q = read_f64(I, q), a->k = read_f64(I, k), a->v = read_f64(I, v), a->m = NULL, a->mbool = false;
   if (mask) {
     int64_t ms[GG_MAX_RANK];
@@ -1694,9 +1644,10 @@ static int att_in(E *e, AttIn *a) {
 }
 
 static void att_scores(const AttIn *a, int64_t b, int64_t i, double *sc) {
+  int64_t bk = att_kv(a, b);
   for (int64_t j = 0; j < a->S; j++) {
     double s = 0;
-    for (int64_t d = 0; d < a->D; d++) s += a->q[(b * a->L + i) * a->D + d] * a->k[(b * a->S + j) * a->D + d];
+    for (int64_t d = 0; d < a->D; d++) s += a->q[(b * a->L + i) * a->D + d] * a->k[(bk * a->S + j) * a->D + d];
     s *= a->scale;
     if (a->causal && j > i) s = -INFINITY;
     if (a->m) {
@@ -1708,7 +1659,8 @@ static void att_scores(const AttIn *a, int64_t b, int64_t i, double *sc) {
   }
 }
 
-int eval_attention_train(E *e) {
+/* The output, and with `lse` each row's log-sum-exp (outs[1]). */
+static int att_forward(E *e, bool lse) {
   AttIn a;
   if (att_in(e, &a)) return -1;
   Arena *ar = e->I->c->arena;
@@ -1716,6 +1668,7 @@ int eval_attention_train(E *e) {
   double *sc = arena_array(ar, (size_t)a.S + 1, sizeof *sc);
   for (int64_t b = 0; b < a.nb; b++)
     for (int64_t i = 0; i < a.L; i++) {
+      int64_t bk = att_kv(&a, b);
       att_scores(&a, b, i, sc);
       double m = -INFINITY, z = 0;
       for (int64_t j = 0; j < a.S; j++) m = sc[j] > m ? sc[j] : m;
@@ -1723,14 +1676,25 @@ int eval_attention_train(E *e) {
       lv[b * a.L + i] = z > 0 ? m + log(z) : -INFINITY;
       for (int64_t d = 0; d < a.Dv; d++) {
         double acc = 0;
-        for (int64_t j = 0; j < a.S; j++) acc += sc[j] * a.v[(b * a.S + j) * a.Dv + d];
+        for (int64_t j = 0; j < a.S; j++) acc += sc[j] * a.v[(bk * a.S + j) * a.Dv + d];
         ov[(b * a.L + i) * a.Dv + d] = z > 0 ? acc / z : 0;
       }
     }
   write_f64(e->outs[0], ov);
-  write_f64(e->outs[1], lv);
+  if (lse) write_f64(e->outs[1], lv);
   return 0;
 }
+
+int eval_sdpa(E *e) {
+  if (F64(e, "dropout_p", 0) > 0) return fail(e, "attention dropout is random; export in eval mode or with dropout_p=0");
+  Tensor *q = T(e, "query"), *k = T(e, "key");
+  int r = q->rank;
+  if (r >= 3 && q->sizes[r - 3] != k->sizes[r - 3] && !B(e, "enable_gqa"))
+    return fail(e, "query has %lld heads, key %lld", (long long)q->sizes[r - 3], (long long)k->sizes[r - 3]);
+  return att_forward(e, false);
+}
+
+int eval_attention_train(E *e) { return att_forward(e, true); }
 
 int eval_attention_backward(E *e) {
   AttIn a;
@@ -1746,17 +1710,18 @@ int eval_attention_backward(E *e) {
       double dsum = 0;
       for (int64_t d = 0; d < a.Dv; d++) dsum += gi[d] * oi[d];
       att_scores(&a, b, i, sc);
+      int64_t bk = att_kv(&a, b);
       for (int64_t j = 0; j < a.S; j++) {
         double p = l == -INFINITY || sc[j] == -INFINITY ? 0 : exp(sc[j] - l), dp = 0;
         if (p == 0) continue;
         for (int64_t d = 0; d < a.Dv; d++) {
-          dp += gi[d] * a.v[(b * a.S + j) * a.Dv + d];
-          dv[(b * a.S + j) * a.Dv + d] += p * gi[d];
+          dp += gi[d] * a.v[(bk * a.S + j) * a.Dv + d];
+          dv[(bk * a.S + j) * a.Dv + d] += p * gi[d];
         }
         double ds = p * (dp - dsum) * a.scale;
         for (int64_t d = 0; d < a.D; d++) {
-          dq[(b * a.L + i) * a.D + d] += ds * a.k[(b * a.S + j) * a.D + d];
-          dk[(b * a.S + j) * a.D + d] += ds * a.q[(b * a.L + i) * a.D + d];
+          dq[(b * a.L + i) * a.D + d] += ds * a.k[(bk * a.S + j) * a.D + d];
+          dk[(bk * a.S + j) * a.D + d] += ds * a.q[(b * a.L + i) * a.D + d];
         }
       }
     }
