@@ -19,7 +19,9 @@ gcc-graph in float32 and in bf16 for N steps on fresh batches and prints both lo
 
 Environment: GG (default build/gcc-graph), ROUNDS (3), ITERS (20), STEPS_CHECK (5), OUT (exports),
 TORCH_COMPILE (1: time torch.compile too), AB ("VAR=VALUE ...": a second gcc-graph model opened and first
-run with that environment, timed in the same rounds: an A/B of a runtime switch). Prints a Markdown table and, last, one JSON line.
+run with that environment, timed in the same rounds: an A/B of a runtime switch), AB_GG (another
+gcc-graph, e.g. the last commit's build: the model compiled by it too, its steps timed in the same
+rounds and its peak memory measured the same way: an A/B of the compiler). Prints a Markdown table and, last, one JSON line.
 PROFILE=1: compile with --debug-dir OUT/MODEL/dbg, run 3 of our steps and nothing else (to run under
 `ncu --graph-profiling node`; bench/gpu_profile.py sums the last step's kernels by node)."""
 import ctypes, json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
@@ -172,7 +174,7 @@ def make_opt(params, kind, lr, kw):
     return torch.optim.AdamW(params, lr=lr, fused=True, **kw)
 
 
-def compile_ours(pt2, so, opt, amp):
+def compile_ours(pt2, so, opt, amp, gg=None):
     kind, lr, kw = opt
     flags = ["--train", "--target", "cuda", "--optimizer", kind, "--lr", repr(lr)]
     if "momentum" in kw:
@@ -184,7 +186,7 @@ def compile_ours(pt2, so, opt, amp):
     if PROFILE:
         flags += ["--debug-dir", os.path.join(os.path.dirname(so), "dbg")]
     t0 = time.perf_counter()
-    r = subprocess.run([GG, "compile", pt2, "-o", so] + flags, capture_output=True, text=True)
+    r = subprocess.run([gg or GG, "compile", pt2, "-o", so] + flags, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError("gcc-graph compile: " + r.stderr.strip()[-300:])
     return time.perf_counter() - t0
@@ -221,6 +223,16 @@ def run_model(name, make, mkin, opt):
     ours_losses = [float(ours.step(*xc)) for _ in range(STEPS_CHECK)]
     torch.cuda.synchronize()
     row["ours_mem_gib"] = (free0 - torch.cuda.mem_get_info()[0]) / 2 ** 30
+    ab_gg = os.environ.get("AB_GG", "")
+    if ab_gg:   # the same model compiled by another gcc-graph: memory measured the same way, before the others
+        so_b = os.path.join(d, "train_ab.so")
+        compile_ours(pt2, so_b, opt, amp, gg=ab_gg)
+        free_b = torch.cuda.mem_get_info()[0]
+        ours_ab = Ours(so_b)
+        for _ in range(STEPS_CHECK):
+            ours_ab.step(*xc)
+        torch.cuda.synchronize()
+        row["ours_ab_mem_gib"] = (free_b - torch.cuda.mem_get_info()[0]) / 2 ** 30
     # eager from the same weights
     me = make().train()
     me.load_state_dict(state)
@@ -234,6 +246,8 @@ def run_model(name, make, mkin, opt):
     row["losses_ours"], row["losses_eager"] = ours_losses, eager_losses
     row["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(ours_losses, eager_losses))
     fns = {"ours": lambda: ours.step(*xc), "eager": fe}
+    if ab_gg:
+        fns["ours_ab"] = lambda: ours_ab.step(*xc)
     ab = os.environ.get("AB", "")
     if ab:   # the switch is read while the model first runs
         env = dict(kv.split("=", 1) for kv in ab.split())
@@ -287,6 +301,8 @@ def run_model(name, make, mkin, opt):
     ours.close()
     if ab:
         ours_b.close()
+    if ab_gg:
+        ours_ab.close()
     del me, oe, fns
     torch.cuda.empty_cache()
     return row
@@ -317,6 +333,9 @@ def main():
             n, r["optimizer"], f("ours_ms") + (" (%s: %s)" % (os.environ.get("AB"), f("ours_b_ms")) if "ours_b_ms" in r else ""), f("eager_ms"), f("compile_ms"), f("vs_torch_compile", "%.2fx"), f("ours_mem_gib", "%.2f"),
             f("eager_mem_gib", "%.2f"), f("compile_mem_gib", "%.2f"), f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"), f("loss_rel_diff", "%.1e")),
             flush=True)
+        if "ours_ab_ms" in r:
+            print("  AB_GG=%s: %.3f ms/step, peak %.2f GiB (rounds %s; ours %s)" % (os.environ["AB_GG"], r["ours_ab_ms"], r["ours_ab_mem_gib"],
+                  " ".join("%.3f" % x for x in r["ours_ab_rounds"]), " ".join("%.3f" % x for x in r["ours_rounds"])), flush=True)
         if "curves" in r:
             c = r["curves"]
             pts = [0, len(c["fp32"]) // 4, len(c["fp32"]) // 2, 3 * len(c["fp32"]) // 4, len(c["fp32"]) - 1]

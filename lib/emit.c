@@ -355,10 +355,21 @@ void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *
   kcall_end(e);
 }
 
-/* A plain copy (with dtype conversion) of src into dst. */
+/* A plain copy (with dtype conversion) of src into dst. A scratch tensor copied into a fresh one of
+ * the same dtype, size and layout (what a scatter, index_put or slice_scatter starts from: often a fill
+ * of zeros read by nothing else) may give the copy its memory where this is its last reader
+ * (memplan.c decides, as for pointwise kernels); the copy is then skipped at run time (the two
+ * addresses equal). */
 void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src) {
   Operand op = {.is_tensor = true, .t = *src};
   bool fl = dtype_is_float(src->dt) || dtype_is_float(dst->dt);
+  Stor *ss = &e->st[src->stor], *ds = &e->st[dst->stor];
+  bool same = ss->kind == S_SCRATCH && ds->kind == S_SCRATCH && src->stor != dst->stor && !ds->inplace && ds->first == e->nk && src->dt == dst->dt &&
+              layout_same(e->g, &src->l, &dst->l) && expr_same(e->g, ss->nelem, ds->nelem);
+  if (same) {
+    ds->inplace = src->stor + 1;
+    fprintf(e->r, "  if (%s != %s)", sname(e, dst->stor), sname(e, src->stor));
+  }
   pointwise_kernel(e, n, "copy", dst, &op, 1, fl ? "f_ident" : "i_ident", fl, src->dt);
 }
 
