@@ -88,9 +88,11 @@ int gg_train_state_new(const gg_model *model, gg_train_state **state, char *err,
 void gg_train_state_free(gg_train_state *state);
 int gg_forward(gg_model *model, gg_train_state *state, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs,
                char *err, size_t errlen);
-/* grad_loss: the loss's gradient (one element, the loss's dtype), or NULL for 1. */
+/* grad_loss: the loss's gradient (one element, the loss's dtype), or NULL for 1. Once per gg_forward:
+ * the gradients take the memory of the values the forward saved (a second backward is refused). */
 int gg_backward(gg_model *model, gg_train_state *state, const DLTensor *grad_loss, char *err, size_t errlen);
-/* Gradient i of the last backward (valid until the next backward with this state), and its name. */
+/* Gradient i of the last backward, and its name: valid until the next forward or backward with this
+ * state (the gradients take the memory of the values the forward saved once those are dead). */
 int gg_gradient(const gg_train_state *state, int i, const char **name, DLTensor *value);
 int gg_train_step(gg_model *model, gg_train_state *state, const DLTensor *inputs, int ninputs, DLTensor *outputs, int noutputs,
                   char *err, size_t errlen);
@@ -113,7 +115,8 @@ int gg_weight(const gg_model *model, int i, const char **name, const void **data
  * every rank applies the update to the mean gradient, and the parameters stay identical. Both calls
  * first make every rank's weights rank 0's. gg_backward also all-reduces (gg_gradient gives the mean). */
 int gg_num_buckets(void);
-/* Bucket b of the last backward's gradients as one 1-D tensor (zeros between gradients). */
+/* Bucket b of the last backward's gradients as one 1-D tensor (the bytes between gradients, kept for
+ * alignment, are unspecified). */
 int gg_bucket(const gg_train_state *state, int b, DLTensor *value);
 /* CPU models: sum(ctx, bucket, t) must replace t by its sum over the ranks (torch.distributed's
  * all_reduce does; bucket -1 is the first call's broadcast, where the runtime zeroed the other ranks'

@@ -123,6 +123,8 @@ typedef struct Prog {
   int nbuckets;                     /* gradient buckets, and the bucket of each output (-1: none) */
   int *bucket;
   bool random;                      /* draws random numbers (rand, randn, dropout in training) */
+  int *in_last;                     /* by user input: the last kernel that reads it (-1: none) */
+  int *out_first;                   /* by output slot: the first kernel that writes it */
 } Prog;
 
 /* The weight index (among the graph's weight inputs) of the buffer a mutation output writes, or -1 */
@@ -711,8 +713,17 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   fputs("};\n", out);
   P->nprof = nprof;
   *P = (Prog){outs, nouts, mut_vals, mut_w, mut_of, nmut, nweights, e->nk, S->nfused, g->nnodes, e->scratch_planned, e->scratch_naive, nprof, errs,
-              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int)), e->random};
+              e->npacks, e->packs, B.n, arena_array(c->arena, (size_t)nouts + 1, sizeof(int)), e->random,
+              /* lifetimes of the inputs and outputs, for the runtime's block of saved values and gradients */
+              arena_array(c->arena, (size_t)nusers + 1, sizeof(int)), arena_array(c->arena, (size_t)nouts + 1, sizeof(int))};
   for (int i = 0; i < g->noutputs; i++) if (slot[i] >= 0) P->bucket[slot[i]] = B.of[i];
+  for (int i = 0; i < nusers; i++) P->in_last[i] = -1;
+  for (int i = 0; i < nouts; i++) P->out_first[i] = e->nk;
+  for (int i = 0; i < e->nst; i++) {
+    const Stor *st = &e->st[i];
+    if (st->kind == S_INPUT && st->index < nusers && st->last > P->in_last[st->index]) P->in_last[st->index] = st->last;
+    if (st->kind == S_OUTPUT && st->index < nouts && st->first < P->out_first[st->index]) P->out_first[st->index] = st->first;
+  }
   int ndup, nlift = 0;
   char *kd = dedup_kernels(c, kbuf, &ndup);
   if (ndup) gg_log(c, LOG_OUTPUT_CODE, "%d kernels are the same code as an earlier one: compiled once", ndup);
@@ -941,10 +952,23 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
   fputs("static const int gg_grad_bucket[] = {", out);
   for (int i = 0; i < B.nouts; i++) fprintf(out, "%s%d", i ? ", " : "", B.bucket[i]);
   fputs(B.nouts ? "};\n" : "-1};\n", out);
+  /* the lifetimes that let saved values and gradient buckets share one block (gg_rt_common.c): the
+   * backward's last kernel reading each saved value, and its first kernel writing into each bucket */
+  int nsaved = F.nouts - nuser_out;
+  fputs("static const int gg_saved_last[] = {", out);
+  for (int k = 0; k < nsaved; k++) fprintf(out, "%s%d", k ? ", " : "", B.in_last[k]);
+  fputs(nsaved ? "};\n" : "-1};\n", out);
+  fputs("static const int gg_bucket_first[] = {", out);
+  for (int b = 0; b < B.nbuckets; b++) {
+    int first = INT32_MAX;
+    for (int i = 0; i < B.nouts; i++) if (B.bucket[i] == b && B.out_first[i] < first) first = B.out_first[i];
+    fprintf(out, "%s%d", b ? ", " : "", first);
+  }
+  fputs(B.nbuckets ? "};\n" : "-1};\n", out);
   Value *tan = bwd->inputs[bwd->ninputs - 1];
   fprintf(out, "const gg_train_desc gg__train = {\n  %d, %d, gg_grad_weight, gg_grad_names, gg_grad_dtypes, gg_grad_ndims,\n", F.nouts - nuser_out, B.nouts);
   fprintf(out, "  %s, %d, gg_b_output_shape, gg_b_scratch_bytes, gg_b_run,\n", dl_dtype(tan->dtype), tan->rank);
   fprintf(out, "  %d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g,\n", tr->optimizer, tr->lr, tr->momentum, tr->weight_decay, tr->beta1, tr->beta2, tr->eps);
-  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n  %d, gg_grad_bucket,\n};\n", B.nprof, B.nbuckets);
+  fprintf(out, "  %d, gg_b_prof, gg_b_prof_names,\n  %d, gg_grad_bucket, gg_saved_last, gg_bucket_first,\n};\n", B.nprof, B.nbuckets);
   return 0;
 }

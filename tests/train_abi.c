@@ -143,7 +143,10 @@ int main(int argc, char **argv) {
   check(!gg_forward(m, st, in, nin, &out, 1, err, sizeof err) && !gg_backward(m, st, NULL, err, sizeof err), "forward and backward run");
   float **g1 = calloc((size_t)nw, sizeof *g1);
   for (int i = 0; i < nw; i++) g1[i] = grad_of(m, st, i);
-  check(!gg_backward(m, st, &gl, err, sizeof err), "backward with grad_loss = 2");
+  /* one backward per forward (the gradients take the saved values' memory, as PyTorch frees a graph
+   * after its backward): a second is refused with a message, a new forward makes it possible */
+  check(gg_backward(m, st, &gl, err, sizeof err) == 1 && strstr(err, "each forward's saved values serve one backward"), "a second backward is refused");
+  check(!gg_forward(m, st, in, nin, &out, 1, err, sizeof err) && !gg_backward(m, st, &gl, err, sizeof err), "forward, then backward with grad_loss = 2");
   int scaled = 1;
   for (int i = 0; i < nw; i++) {
     if (!g1[i]) continue;

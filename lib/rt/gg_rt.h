@@ -137,6 +137,8 @@ typedef struct gg_train_desc {
   const char *const *prof_names;
   int nbuckets;                  /* gradient buckets (data-parallel runs all-reduce one at a time) */
   const int *grad_bucket;        /* the bucket of each gradient */
+  const int *saved_last;         /* the backward's last kernel reading each saved value */
+  const int *bucket_first;       /* the backward's first kernel writing into each bucket */
 } gg_train_desc;
 
 extern const gg_model_desc gg__desc;

@@ -260,7 +260,6 @@ GG_EXPORT int gg_num_gradients(void) { return gg__train.ngrads; }
 GG_EXPORT void gg_train_state_free(gg_train_state *st) {
   if (!st) return;
   rt_free(st->saved_block);
-  for (int b = 0; st->bucket && b < gg__train.nbuckets; b++) rt_free(st->bucket[b]);
   for (int i = 0; st->acc && i < gg__train.ngrads; i++) rt_free(st->acc[i]);
   rt_free(st->table);
   free(st->saved);
@@ -319,33 +318,98 @@ static int state_buffer(gg_train_state *st, void **p, size_t *have, const int64_
   return *p ? 0 : -1;
 }
 
-/* The state's buffers for the values a training model's forward saves, at the sizes of st->sym, in
- * outs[] after the user outputs. */
+/* One block holds a training state's saved values and its gradient buckets, as PyTorch's allocator
+ * gives a gradient the memory of saved values already dead: a saved value lives from the forward to
+ * the backward's last kernel that reads it (gg__train.saved_last), a bucket from the backward's first
+ * kernel that writes into it (bucket_first) to the next forward. Two that are never alive at once may
+ * share bytes: largest first, each at the lowest offset clear of those placed that overlap it in time
+ * (as memplan.c plans a program's scratch). Sizes are those at st->sym; the layout is made again when
+ * one changes. Items 0..nsaved-1 are the saved values, then the buckets. */
+static size_t train_block_layout(gg_train_state *st, const size_t *bytes, const int *from, const int *to, int n, size_t *off) {
+  int *order = (int *)malloc(sizeof(int) * (size_t)(n + 1));
+  if (!order) return 0;
+  for (int i = 0; i < n; i++) order[i] = i;
+  for (int x = 1; x < n; x++)   /* by size, largest first; ties in index order */
+    for (int y = x; y > 0 && bytes[order[y]] > bytes[order[y - 1]]; y--) { int t = order[y]; order[y] = order[y - 1]; order[y - 1] = t; }
+  size_t total = 0;
+  for (int k = 0; k < n; k++) {
+    int a = order[k];
+    size_t at = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int j = 0; j < k; j++) {
+        int b = order[j];
+        bool live = !(to[b] < from[a] || to[a] < from[b]), mem = !(off[b] + bytes[b] <= at || at + bytes[a] <= off[b]);
+        if (live && mem) { at = off[b] + bytes[b]; moved = true; }
+      }
+    }
+    off[a] = at;
+    if (at + bytes[a] > total) total = at + bytes[a];
+  }
+  free(order);
+  (void)st;
+  return total;
+}
+
+/* The state's block for the values a training model's forward saves (in outs[] after the user
+ * outputs) and for the gradients its backward writes, at the sizes of st->sym. */
 static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t errlen) {
   if (gg__desc.noutputs + gg__train.nsaved > 256) return gg_rt_fail(err, errlen, "too many saved values");
-  size_t total = 0;
-  bool same = true;
-  for (int k = 0; k < gg__train.nsaved; k++) {
+  int ns = gg__train.nsaved, nb = gg__train.nbuckets, n = ns + nb;
+  size_t *bytes = (size_t *)calloc((size_t)n + 1, sizeof *bytes), *off = (size_t *)calloc((size_t)n + 1, sizeof *off);
+  int *from = (int *)calloc((size_t)n + 1, sizeof *from), *to = (int *)calloc((size_t)n + 1, sizeof *to);
+  if (!bytes || !off || !from || !to) { free(bytes); free(off); free(from); free(to); return gg_rt_fail(err, errlen, "out of memory"); }
+  bool same = st->saved_block != NULL;
+  for (int k = 0; k < ns; k++) {
     int i = gg__desc.noutputs + k;
     int64_t *shape = &st->saved_shapes[k * GG_RT_MAX_RANK];
     gg__desc.output_shape(i, st->sym, shape);
-    size_t bytes = ((size_t)numel_of(shape, gg__desc.output_ndims[i]) * (size_t)(gg__desc.output_dtypes[i].bits / 8) + 255) & ~(size_t)255;
-    same = same && bytes == st->saved_bytes[k];
-    st->saved_bytes[k] = bytes;
-    total += bytes;
+    bytes[k] = ((size_t)numel_of(shape, gg__desc.output_ndims[i]) * (size_t)(gg__desc.output_dtypes[i].bits / 8) + 255) & ~(size_t)255;
+    from[k] = -1, to[k] = gg__train.saved_last[k];
+    same = same && bytes[k] == st->saved_bytes[k];
+    st->saved_bytes[k] = bytes[k];
   }
-  if (!same || !st->saved_block) {   /* laid out again: one block, each value 256-byte aligned */
+  /* each bucket's gradients one after another, 256-byte aligned, so that a data-parallel run
+   * all-reduces a bucket at once */
+  for (int k = 0; k < gg__train.ngrads; k++) gg__train.grad_shape(k, st->sym, &st->grad_shapes[k * GG_RT_MAX_RANK]);
+  for (int b = 0; b < nb; b++) {
+    size_t at = 0, esize = 1;
+    for (int k = 0; k < gg__train.ngrads; k++) {
+      if (gg__train.grad_bucket[k] != b) continue;
+      esize = gg__train.grad_dtypes[k].bits / 8;
+      at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * esize + 255) & ~(size_t)255;
+    }
+    bytes[ns + b] = at;
+    from[ns + b] = gg__train.bucket_first[b], to[ns + b] = INT32_MAX;
+    same = same && at == st->bucket_cap[b];
+    st->bucket_cap[b] = at;
+    st->bucket_numel[b] = (int64_t)(at / esize);
+  }
+  int rc = 0;
+  if (!same) {   /* laid out again */
+    size_t total = train_block_layout(st, bytes, from, to, n, off);
     if (total > st->saved_cap || !st->saved_block) {
       rt_free(st->saved_block);
       st->saved_cap = 0;
-      if (!(st->saved_block = rt_alloc(total + 1))) return gg_rt_fail(err, errlen, "out of memory for the values the forward saves");
-      st->saved_cap = total;
+      st->saved_block = rt_alloc(total + 1);
+      if (st->saved_block) st->saved_cap = total;
     }
-    size_t at = 0;
-    for (int k = 0; k < gg__train.nsaved; k++) { st->saved[k] = (unsigned char *)st->saved_block + at; at += st->saved_bytes[k]; }
+    if (!st->saved_block) rc = gg_rt_fail(err, errlen, "out of memory for the values the forward saves and the gradients");
+    for (int k = 0; !rc && k < ns; k++) st->saved[k] = (unsigned char *)st->saved_block + off[k];
+    for (int b = 0; !rc && b < nb; b++) {
+      st->bucket[b] = (unsigned char *)st->saved_block + off[ns + b];
+      size_t at = 0;
+      for (int k = 0; k < gg__train.ngrads; k++) {
+        if (gg__train.grad_bucket[k] != b) continue;
+        st->grads[k] = (unsigned char *)st->bucket[b] + at;
+        at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * (gg__train.grad_dtypes[k].bits / 8) + 255) & ~(size_t)255;
+      }
+    }
     st->gen++;
   }
-  for (int k = 0; k < gg__train.nsaved; k++) outs[gg__desc.noutputs + k] = st->saved[k];
+  free(bytes), free(off), free(from), free(to);
+  if (rc) return rc;
+  for (int k = 0; k < ns; k++) outs[gg__desc.noutputs + k] = st->saved[k];
   return 0;
 }
 
@@ -353,6 +417,7 @@ static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t e
  * state's buffers for the values it saves; outs[] gets the user outputs, then the saved values. */
 static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, DLTensor *out, int nout, void **outs, char *err, size_t errlen) {
   st->ready = false;
+  st->has_grads = false;   /* the last backward's gradients share the block the forward now writes */
   if (bad_input_count(nin, err, errlen)) return 1;
   if (nin && !in) return gg_rt_fail(err, errlen, "the inputs are missing (a null pointer)");
   if (gg__desc.guard(in, st->sym, err, errlen) || check_data(in, nin, "input", err, errlen) || check_outputs(st->sym, out, nout, outs, err, errlen)) return 1;
@@ -363,7 +428,10 @@ static int train_forward_args(gg_train_state *st, const DLTensor *in, int nin, D
  * loss's dtype where the model's tensors live) in bin[], and the state's gradient buffers in gouts[]. */
 static int train_backward_args(gg_train_state *st, const DLTensor *grad_loss, void *one, DLTensor *bin, int64_t *one_shape, void **gouts, char *err,
                                size_t errlen) {
-  if (!st->ready) return gg_rt_fail(err, errlen, "gg_backward needs a gg_forward with this state first");
+  if (!st->ready)
+    return gg_rt_fail(err, errlen, "gg_backward needs a gg_forward with this state first (each forward's saved values serve one backward, "
+                                    "whose gradients take their memory, as PyTorch frees a graph after its backward)");
+  st->ready = false;
   int ns = gg__train.nsaved;
   if (ns + 1 > 257 || gg__train.ngrads > 256) return gg_rt_fail(err, errlen, "too many saved values or gradients");
   memset(bin, 0, sizeof *bin * (size_t)(ns + 1));
@@ -390,30 +458,7 @@ static int train_backward_args(gg_train_state *st, const DLTensor *grad_loss, vo
     bin[ns].dtype = gg__train.loss_dtype;
     bin[ns].shape = one_shape;
   }
-  for (int k = 0; k < gg__train.ngrads; k++) gg__train.grad_shape(k, st->sym, &st->grad_shapes[k * GG_RT_MAX_RANK]);
-  /* each bucket's gradients in one buffer, so that a data-parallel run all-reduces a bucket at once */
-  for (int b = 0; b < gg__train.nbuckets; b++) {
-    size_t at = 0, esize = 1;
-    for (int k = 0; k < gg__train.ngrads; k++) {
-      if (gg__train.grad_bucket[k] != b) continue;
-      esize = gg__train.grad_dtypes[k].bits / 8;
-      at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * esize + 255) & ~(size_t)255;
-    }
-    if (at > st->bucket_cap[b] || !st->bucket[b]) {
-      rt_free(st->bucket[b]);
-      st->bucket_cap[b] = 0;
-      if (!(st->bucket[b] = rt_alloc(at)) || rt_zero(st->bucket[b], at)) return gg_rt_fail(err, errlen, "out of memory for the gradients");
-      st->bucket_cap[b] = at;
-      st->gen++;
-    }
-    st->bucket_numel[b] = (int64_t)(at / esize);
-    at = 0;
-    for (int k = 0; k < gg__train.ngrads; k++) {
-      if (gg__train.grad_bucket[k] != b) continue;
-      st->grads[k] = (unsigned char *)st->bucket[b] + at;
-      at += ((size_t)numel_of(&st->grad_shapes[k * GG_RT_MAX_RANK], gg__train.grad_ndims[k]) * esize + 255) & ~(size_t)255;
-    }
-  }
+  /* the gradients' places in the state's block (train_saved_outs, at the forward) */
   for (int k = 0; k < gg__train.ngrads; k++) gouts[k] = st->grads[k];
   return 0;
 }
@@ -425,7 +470,7 @@ static int train_backward_args(gg_train_state *st, const DLTensor *grad_loss, vo
 
 GG_EXPORT int gg_num_buckets(void) { return gg__train.nbuckets; }
 
-/* Bucket b of st's gradients as one 1-D tensor (its padding between gradients is zeros). */
+/* Bucket b of st's gradients as one 1-D tensor (its padding between gradients unspecified). */
 static int bucket_tensor(const gg_train_state *st, int b, DLTensor *v) {
   if (!st || b < 0 || b >= gg__train.nbuckets || !st->bucket[b]) return 1;
   memset(v, 0, sizeof *v);

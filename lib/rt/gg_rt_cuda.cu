@@ -737,7 +737,7 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
   }
   run_args a = {FWD | BWD | UPD, in, outs, bin, gouts, st->sym, st};
   if (!rc) rc = run_locked(m, SLOT_STEP, &a, err, errlen);
-  st->ready = !rc;
+  st->ready = false;   /* the backward consumed the saved values (train_backward_args) */
   st->has_grads = !rc;
   if (!rc) {
     if (!h.accumulate) m->step++;
