@@ -364,12 +364,12 @@ static void launch_update(gg_model *m, gg_train_state *st);
 /* The call's kernels, then the copy of the error flag to the host (all captured into the graph).
  * tuning: the run before a capture, which leaves out the update. */
 static void dp_reduce(gg_model *m, int b);
-static void enqueue(gg_model *m, const run_args *a, bool tuning) {
+static void enqueue(gg_model *m, const run_args *a) {
   if (a->what & FWD) gg__desc.run(m->w, m->mut, a->in, a->outs, m->scratch, a->sym);
   if (a->what & BWD) {
-    /* data-parallel: the bucket all-reduces fork off to dp_stream as the backward finishes each (not
-     * in the tuning run, whose gradients are computed again) and join before what follows */
-    m->dp_st = m->dp_comm && !tuning ? a->st : NULL;
+    /* data-parallel: the bucket all-reduces fork off to dp_stream as the backward finishes each and
+     * join before what follows */
+    m->dp_st = m->dp_comm ? a->st : NULL;
     m->dp_issued = 0;
     gg__train.run(m->w, m->mut, a->bin, a->gouts, m->scratch, a->sym);
     for (int b = 0; m->dp_st && !m->dp_overlap && b < gg__train.nbuckets; b++) dp_reduce(m, b);
@@ -379,7 +379,7 @@ static void enqueue(gg_model *m, const run_args *a, bool tuning) {
     }
     m->dp_st = NULL;
   }
-  if ((a->what & UPD) && !tuning) launch_update(m, a->st);
+  if (a->what & UPD) launch_update(m, a->st);
   cudaMemcpyAsync(m->err_host, m->err_flag, sizeof(int), cudaMemcpyDeviceToHost, m->stream);
 }
 
@@ -393,32 +393,20 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
   }
   cublasSetStream(m->blas, m->stream);
   if (!m->graphs || gg__desc.random) {   /* random ops take a fresh draw each launch: not replayed */
-    enqueue(m, a, false);
+    enqueue(m, a);
     return 0;
   }
   /* a first run for new shapes, uncaptured, lets cuBLASLt time its candidates on the real operands
-   * and makes cuDNN's handle; where the run changes buffers (batch norm's running
-   * statistics), they are copied before it and back after, so that the mutation happens once */
+   * and makes cuDNN's handle. It is this call's run, and the graph captured after it (which captures
+   * without running) serves the next calls: a call never runs twice, as a backward cannot (its
+   * gradients take the memory of the saved values it reads) nor a buffer update */
+  bool ran = false;
   size_t nsym = (size_t)(gg__desc.nsyms < 64 ? gg__desc.nsyms : 64);
   if (!s->tuned || memcmp(s->tuned_syms, a->sym, sizeof *a->sym * nsym)) {
-    bool mutates = (a->what & FWD) && gg__desc.nmutable;
-    size_t mb = 0;
-    for (int i = 0; mutates && i < gg__desc.nmutable; i++) mb += ((size_t)gg__desc.weights[gg__desc.mutable_weight[i]].nbytes + 255) & ~(size_t)255;
-    unsigned char *saved = mutates ? (unsigned char *)rt_alloc(mb + 1) : NULL;
-    if (!mutates || saved) {
-      for (int pass = 0; pass < 2; pass++) {   /* 0: before the run, 1: after it */
-        size_t at = 0;
-        for (int i = 0; mutates && i < gg__desc.nmutable; i++) {
-          size_t nb = (size_t)gg__desc.weights[gg__desc.mutable_weight[i]].nbytes;
-          cudaMemcpyAsync(pass ? m->mut[i] : saved + at, pass ? saved + at : m->mut[i], nb, cudaMemcpyDeviceToDevice, m->stream);
-          at += (nb + 255) & ~(size_t)255;
-        }
-        if (!pass) enqueue(m, a, true);
-      }
-      if (saved) { cudaStreamSynchronize(m->stream); rt_free(saved); }
-      s->tuned = true;
-      memcpy(s->tuned_syms, a->sym, sizeof *a->sym * nsym);
-    }
+    enqueue(m, a);
+    ran = true;
+    s->tuned = true;
+    memcpy(s->tuned_syms, a->sym, sizeof *a->sym * nsym);
   }
   cudaGraph_t g = NULL;
   cudaError_t ce = cudaSuccess;
@@ -428,10 +416,10 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
     ce = cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal);
     if (ce != cudaSuccess) {   /* a stream that cannot be captured (the legacy default stream): launch directly */
       cudaGetLastError();
-      enqueue(m, a, false);
+      if (!ran) enqueue(m, a);
       return 0;
     }
-    enqueue(m, a, false);
+    enqueue(m, a);
     ce = cudaStreamEndCapture(m->stream, &g);
     if (ce != cudaSuccess) return cuda_fail(err, errlen, "cannot capture the model's launches", ce);
     /* a convolution met no cuDNN handle, which cannot be made while capturing: make it, capture again */
@@ -454,6 +442,7 @@ static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_
   memcpy(s->key, key, sizeof *key * (size_t)nk);
   s->nkey = nk;
   s->stream = m->stream;
+  if (ran) return 0;
   ce = cudaGraphLaunch(s->exec, m->stream);
   return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
 }
