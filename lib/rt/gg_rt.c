@@ -240,7 +240,6 @@ static void *rt_alloc(size_t bytes) {
   return posix_memalign(&p, GG_RT_ALIGN, bytes ? bytes : 1) ? NULL : p;
 }
 static void rt_free(void *p) { free(p); }
-static int rt_zero(void *p, size_t bytes) { memset(p, 0, bytes); return 0; }
 
 /* ---------------------------------------------------------------- data-parallel training */
 

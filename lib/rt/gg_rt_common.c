@@ -228,7 +228,6 @@ static int mutated_buffer(void *const *mut, int i, const char **name, DLTensor *
  * each runtime defines them. */
 static void *rt_alloc(size_t bytes);
 static void rt_free(void *p);
-static int rt_zero(void *p, size_t bytes);
 
 struct gg_train_state {
   int64_t sym[64];
@@ -237,14 +236,14 @@ struct gg_train_state {
   int64_t gen;              /* changes whenever a buffer below moves (a CUDA step's graph is keyed by it) */
   void **saved;             /* the values the forward saved, by index: each inside saved_block */
   size_t *saved_bytes;      /* their bytes (256-byte aligned) */
-  void *saved_block;        /* one allocation for them all (a CUDA allocation per value costs its
-                               granularity: GPT-2's 152 saved values took 0.2 GiB more that way) */
+  void *saved_block;        /* one allocation for the saved values and the gradient buckets, which
+                               take the memory of saved values already dead (train_saved_outs) */
   size_t saved_cap;
   int64_t *saved_shapes;    /* GG_RT_MAX_RANK per saved value */
-  void **grads;             /* gradients of the last backward: each inside its bucket's buffer */
+  void **grads;             /* gradients of the last backward: each inside its bucket */
   int64_t *grad_shapes;
-  void **bucket;            /* per gradient bucket: its gradients, one after another (256-byte aligned) */
-  size_t *bucket_cap;       /* bytes allocated */
+  void **bucket;            /* per gradient bucket: its gradients, one after another (256-byte aligned), in saved_block */
+  size_t *bucket_cap;       /* its bytes */
   int64_t *bucket_numel;    /* elements in use, padding (zeros) included */
   void **acc;               /* gradient accumulation: the sums over the micro-batches since the last update */
   size_t *acc_bytes;
@@ -325,7 +324,7 @@ static int state_buffer(gg_train_state *st, void **p, size_t *have, const int64_
  * share bytes: largest first, each at the lowest offset clear of those placed that overlap it in time
  * (as memplan.c plans a program's scratch). Sizes are those at st->sym; the layout is made again when
  * one changes. Items 0..nsaved-1 are the saved values, then the buckets. */
-static size_t train_block_layout(gg_train_state *st, const size_t *bytes, const int *from, const int *to, int n, size_t *off) {
+static size_t train_block_layout(const size_t *bytes, const int *from, const int *to, int n, size_t *off) {
   int *order = (int *)malloc(sizeof(int) * (size_t)(n + 1));
   if (!order) return 0;
   for (int i = 0; i < n; i++) order[i] = i;
@@ -347,7 +346,6 @@ static size_t train_block_layout(gg_train_state *st, const size_t *bytes, const 
     if (at + bytes[a] > total) total = at + bytes[a];
   }
   free(order);
-  (void)st;
   return total;
 }
 
@@ -387,7 +385,7 @@ static int train_saved_outs(gg_train_state *st, void **outs, char *err, size_t e
   }
   int rc = 0;
   if (!same) {   /* laid out again */
-    size_t total = train_block_layout(st, bytes, from, to, n, off);
+    size_t total = train_block_layout(bytes, from, to, n, off);
     if (total > st->saved_cap || !st->saved_block) {
       rt_free(st->saved_block);
       st->saved_cap = 0;
