@@ -20,7 +20,10 @@ with rank 0's. Prints a Markdown table (ms per step on rank 0, the scaling effic
 fixed batch per GPU) and, last, one JSON line.
 
 Environment: GG, ROUNDS (3), ITERS (20), CHECK_STEPS (50), OUT, TORCH_COMPILE (1), NGPUS (all), TRACE_DIR
-(each rank writes a Chrome trace of 3 of our steps there: kernels by stream, NCCL's included)."""
+(each rank writes a Chrome trace of 3 of our steps there: kernels by stream, NCCL's included), VARIANTS
+(more rows of ours timed in the same rounds on N GPUs, space-separated NAME:SETTING[,SETTING]: a setting
+ENV=VALUE is set while the rank joins, one starting with -- is a compiler flag, "--bucket-mb=50";
+for example VARIANTS="cta8:GCC_GRAPH_DP_CTAS=8 b50:--bucket-mb=50")."""
 import hashlib, json, os, socket, statistics, subprocess, sys, tempfile, time, traceback
 
 import numpy as np
@@ -35,6 +38,13 @@ CHECK_STEPS = int(os.environ.get("CHECK_STEPS", "50"))
 TORCH_COMPILE = os.environ.get("TORCH_COMPILE", "1") == "1"
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-ddp-")
 TRACE_DIR = os.environ.get("TRACE_DIR", "")   # a Chrome trace of 3 of our steps per rank and world size goes there
+VARIANTS = [(v.split(":", 1)[0], [x for x in v.split(":", 1)[1].split(",") if x]) for v in os.environ.get("VARIANTS", "").split() if ":" in v]
+
+
+def variant_so(so, name):
+    return so[:-3] + "_" + name + ".so"
+
+
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # NVLink multicast stays off (the device's KINDS.md)
 
 
@@ -120,6 +130,18 @@ def rank_main(name, so, world, rank, res):
         ours_b = OursDP(so, True)
         del os.environ["GCC_GRAPH_DP_OVERLAP"]
         fns["ours_no_overlap"] = lambda: ours_b.step(*xs)
+        for vname, sets in VARIANTS:
+            env = dict(x.split("=", 1) for x in sets if not x.startswith("--"))
+            vso = variant_so(so, vname) if any(x.startswith("--") for x in sets) else so
+            old = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            ov = OursDP(vso, True)
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+            fns["ours_" + vname] = (lambda o: lambda: o.step(*xs))(ov)
     torch.manual_seed(0)
     me = make().train().cuda()
     mdp = torch.nn.parallel.DistributedDataParallel(me, device_ids=[rank]) if dp else me
@@ -196,6 +218,10 @@ def run_model(name, ngpus):
     torch.export.save(ep, pt2)
     so = os.path.join(d, "train.so")
     row = {"model": name, "gpus": ngpus, "compile_s": T.compile_ours(pt2, so, opt, "_amp_bf16" in name)}
+    for vname, sets in VARIANTS:
+        flags = [x for f in sets if f.startswith("--") for x in f.split("=", 1)]
+        if flags:
+            T.compile_ours(pt2, variant_so(so, vname), opt, "_amp_bf16" in name, extra=flags)
     t0 = time.perf_counter()
     print("  %s: exported and compiled (%.1f s)" % (name, row["compile_s"]), flush=True)
     row["one"] = run_ranks(name, so, 1)
@@ -212,9 +238,9 @@ def run_model(name, ngpus):
         row["check_rel_diff"] = rel(got, want)
         row["check_noise"] = rel(again, want)
         row["check_steps"] = CHECK_STEPS
-    for k in ("ours", "ours_no_overlap", "ddp", "ddp_compile"):
+    for k in ["ours", "ours_no_overlap", "ddp", "ddp_compile"] + ["ours_" + v for v, _ in VARIANTS]:
         if k + "_ms" in row["many"]:
-            row["scaling_" + k] = row["one"][(k if k != "ours_no_overlap" else "ours") + "_ms"] / row["many"][k + "_ms"]
+            row["scaling_" + k] = row["one"][(k if not k.startswith("ours") else "ours") + "_ms"] / row["many"][k + "_ms"]
     return row
 
 
@@ -246,6 +272,11 @@ def main():
         print("| %s | %d | %s | %s | %s | %s | %s / %s / %s | %s | %s; %s |" % (n, ngpus, f(m, "ours_ms"), f(m, "ours_no_overlap_ms"), f(m, "ddp_ms"), f(m, "ddp_compile_ms"),
               f(r, "scaling_ours", "%.3f"), f(r, "scaling_ddp", "%.3f"), f(r, "scaling_ddp_compile", "%.3f"),
               "%.2fx" % (m["ddp_compile_ms"] / m["ours_ms"]) if "ddp_compile_ms" in m else "-", m.get("ranks_equal", "-"), f(r, "check_rel_diff", "%.1e") + " (1 process twice: %s)" % f(r, "check_noise", "%.1e")), flush=True)
+    for r in rows:   # the variants: ms per step on N GPUs, and scaling against ours on 1 GPU (whose .so may differ)
+        for v, sets in VARIANTS:
+            if "ours_%s_ms" % v in r.get("many", {}):
+                print("  %s %s (%s): %.2f ms, scaling %.3f (ours %.2f ms, %.3f)" % (r["model"], v, ",".join(sets), r["many"]["ours_%s_ms" % v],
+                      r["scaling_ours_" + v], r["many"]["ours_ms"], r["scaling_ours"]))
     print(json.dumps(rows))
 
 

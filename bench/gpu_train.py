@@ -174,9 +174,9 @@ def make_opt(params, kind, lr, kw):
     return torch.optim.AdamW(params, lr=lr, fused=True, **kw)
 
 
-def compile_ours(pt2, so, opt, amp, gg=None):
+def compile_ours(pt2, so, opt, amp, gg=None, extra=()):
     kind, lr, kw = opt
-    flags = ["--train", "--target", "cuda", "--optimizer", kind, "--lr", repr(lr)]
+    flags = ["--train", "--target", "cuda", "--optimizer", kind, "--lr", repr(lr)] + list(extra)
     if "momentum" in kw:
         flags += ["--momentum", repr(kw["momentum"])]
     if "weight_decay" in kw:

@@ -483,8 +483,9 @@ static char *lift_sizes(Ctx *c, const char *k, int *nmerged) {
  * function, named gg_<p>_*. Kernels are numbered from kbase so that programs share one file. packs:
  * float32 weights of products may be packed at gg_open (CPU inference). */
 /* Gradient buckets (a training model's backward): the gradients in the order they become final, in
- * groups of one dtype of about bucket_bytes each; each gradient is copied out as soon as it is
- * computed, and GG_BUCKET(b) follows the copy that completes bucket b, so that a data-parallel run
+ * groups of one dtype of about bucket_bytes each; each gradient is computed into its place in its
+ * bucket (or copied there as soon as it is computed, where another node reads it or it is a view of
+ * another value), and GG_BUCKET(b) follows the kernel that completes bucket b, so that a data-parallel run
  * can all-reduce the bucket while the backward goes on (docs/distributed.md). */
 typedef struct Buckets {
   int n;              /* buckets */
@@ -531,20 +532,30 @@ static void plan_buckets(Ctx *c, Graph *g, int64_t bucket_bytes, Buckets *B) {
 }
 
 /* Copy out every gradient that is final after node index k (-1: before the first node) and whose value
- * has its storage; then GG_BUCKET for each bucket this completes. */
-static void copy_final_grads(Em *e, Graph *g, Buckets *B, int k, Value **outs, int *grad_slot) {
+ * has its storage, unless it was computed in its slot; then GG_BUCKET for each bucket this completes. */
+static int copy_final_grads(Em *e, Graph *g, Buckets *B, int k, Value **outs, int *grad_slot) {
   for (int i = 0; i < g->noutputs; i++) {
     if (B->of[i] < 0 || B->done[i] || B->ready[i] > k || !e->tv[g->outputs[i].v->id].ok) continue;
     OutputSpec *o = &g->outputs[i];
-    int sd = new_stor(e, S_OUTPUT, grad_slot[i], o->v->dtype, C(e, 1));
-    TV dst;
-    contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
-    Node fake = {.name = o->v->name, .target = "output"};
-    copy_kernel(e, &fake, &dst, &e->tv[o->v->id]);
+    const TV *src = &e->tv[o->v->id];
+    bool there = !src->deferred && e->st[src->stor].kind == S_OUTPUT && e->st[src->stor].index == grad_slot[i];
+    int64_t off;
+    if (there && (!is_contiguous(e, src) || !expr_is_const(src->offset, &off) || off)) {   /* never: a slot's value is contiguous */
+      Node fake = {.name = o->v->name, .target = "output"};
+      return efail(e, &fake, "gradient computed into its slot in another layout (internal error)");
+    }
+    if (!there) {   /* else computed there */
+      int sd = new_stor(e, S_OUTPUT, grad_slot[i], o->v->dtype, C(e, 1));
+      TV dst;
+      contiguous_tv(e, &dst, sd, o->v->dtype, o->v->rank, o->v->sizes);
+      Node fake = {.name = o->v->name, .target = "output"};
+      copy_kernel(e, &fake, &dst, src);
+    }
     outs[grad_slot[i]] = o->v;
     B->done[i] = true;
     if (!--B->left[B->of[i]]) fprintf(e->r, "  GG_BUCKET(%d);\n", B->of[i]);
   }
+  return 0;
 }
 
 static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int kbase, bool with_guard, bool packs, int64_t bucket_bytes, FILE *out,
@@ -592,7 +603,7 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
   const char **prof = arena_array(c->arena, (size_t)g->nnodes + 2, sizeof *prof);
   int nprof = 0;
   fputs("  GG_TICK(NULL);\n", e->r);
-  /* outputs in order (user outputs, then saved values or gradients): gradients are copied out early */
+  /* outputs in order (user outputs, then saved values or gradients): gradients go out as soon as final */
   Value **outs = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *outs);
   int *slot = arena_array(c->arena, (size_t)g->noutputs + 1, sizeof *slot), nouts = 0;
   for (int i = 0; i < g->noutputs; i++) {
@@ -600,28 +611,36 @@ static int emit_program(Ctx *c, Graph *g, const Schedule *S, const char *p, int 
     slot[i] = kd == OUT_USER || kd == OUT_SAVED || kd == OUT_GRAD ? nouts++ : -1;
   }
   /* a saved value is computed straight into its slot (the state's buffer), where no other output
-   * took that value first */
+   * took that value first; so is a gradient that no node reads (its slot is in its bucket, which a
+   * data-parallel run all-reduces once the bucket is final: nothing may read it after) */
   e->saved_slot = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *e->saved_slot);
   for (int i = 0; i <= g->nvalues; i++) e->saved_slot[i] = -1;
-  for (int i = g->noutputs - 1; i >= 0; i--)
-    if (slot[i] >= 0) e->saved_slot[g->outputs[i].v->id] = g->outputs[i].kind == OUT_SAVED ? slot[i] : -1;
+  for (int i = g->noutputs - 1; i >= 0; i--) {
+    Value *v = g->outputs[i].v;
+    bool into = g->outputs[i].kind == OUT_SAVED || (g->outputs[i].kind == OUT_GRAD && v->def && S->uses[v->id] == 2);
+    if (slot[i] < 0) continue;
+    e->saved_slot[v->id] = into ? slot[i] : -1;
+    /* a gradient that reshapes a value read only there (a bias's sum kept 2-D): that value in the slot */
+    Value *u = into && g->outputs[i].kind == OUT_GRAD && v->def->op && view_is_reshape(v->def->op) ? v->def->args[0].u.t : NULL;
+    if (u && u->def && S->uses[u->id] == 1) e->saved_slot[u->id] = slot[i];
+  }
   Buckets B = {0};
   plan_buckets(c, g, bucket_bytes, &B);
-  copy_final_grads(e, g, &B, -1, outs, slot);
+  rc = copy_final_grads(e, g, &B, -1, outs, slot);
   for (int k = 0; k < g->nnodes && !rc; k++) {
     Node *n = g->nodes[k];
     fflush(e->r);
     long before = ftell(e->r);
     if (!n->op) rc = gg_error(c, "%s: node %s: op %s is not supported", g->path, gg_quote(c, n->name), gg_quote(c, n->target));
     else rc = n->op->emit(e, n);
-    if (!rc) copy_final_grads(e, g, &B, k, outs, slot);
+    if (!rc) rc = copy_final_grads(e, g, &B, k, outs, slot);
     fflush(e->r);
     if (!rc && ftell(e->r) != before) {
       fprintf(e->r, "  GG_TICK(&gg_%s_prof[%d]);\n", p, nprof);
       prof[nprof++] = arena_printf(c->arena, "%s (%s)", n->name, n->op->name);
     }
   }
-  if (!rc) copy_final_grads(e, g, &B, g->nnodes, outs, slot);
+  if (!rc) rc = copy_final_grads(e, g, &B, g->nnodes, outs, slot);
   /* the other outputs (user outputs, saved values) are copied out of their views at the end */
   for (int i = 0; !rc && i < g->noutputs; i++) {
     OutputSpec *o = &g->outputs[i];

@@ -62,8 +62,10 @@ if "$GG" compile tests/extra/train_tiny_resnet/model.pt2 --train --target cuda -
       echo "FAIL: data parallel ($w ranks): $(tail -n 5 "$TMP/dpo")"; fail=$((fail + 1))
     fi
   done
-  GCC_GRAPH_DP_OVERLAP=0 NCCL_NVLS_ENABLE=0 python3 tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 3 $world >"$TMP/dpo" 2>&1
-  if grep -q "data parallel ok" "$TMP/dpo"; then pass=$((pass + 1)); else echo "FAIL: data parallel without overlap: $(tail -n 5 "$TMP/dpo")"; fail=$((fail + 1)); fi
+  for v in GCC_GRAPH_DP_OVERLAP=0 GCC_GRAPH_DP_CTAS=0; do   # every bucket after the backward; one communicator for all buckets
+    env $v NCCL_NVLS_ENABLE=0 python3 tests/data_parallel.py "$TMP/dp.so" tests/extra/train_tiny_resnet/io.safetensors 3 $world >"$TMP/dpo" 2>&1
+    if grep -q "data parallel ok" "$TMP/dpo"; then pass=$((pass + 1)); else echo "FAIL: data parallel with $v: $(tail -n 5 "$TMP/dpo")"; fail=$((fail + 1)); fi
+  done
   if ${CC:-cc} -Iinclude -I/usr/include/x86_64-linux-gnu samples/train_ddp.c -ldl -o "$TMP/train_ddp" >"$TMP/err" 2>&1; then
     r=0
     while [ $r -lt $world ]; do

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -89,6 +90,8 @@ struct gg_model {
   size_t wbytes;            /* wdev's size */
   /* data-parallel (gg_set_data_parallel_nccl) */
   void *dp_comm;            /* the NCCL communicator (ncclComm_t), NULL when off */
+  void *dp_lean;            /* a second one over the same ranks that uses few SMs (GCC_GRAPH_DP_CTAS), for the
+                               buckets that overlap the backward; NULL: dp_comm for every bucket */
   int dp_world;
   bool dp_overlap;          /* all-reduce each bucket when final (GCC_GRAPH_DP_OVERLAP=0: all after the backward) */
   cudaStream_t dp_stream;   /* where the all-reduces run */
@@ -752,7 +755,18 @@ static struct {
   int (*broadcast)(const void *, void *, size_t, int, int, void *, cudaStream_t);
   int (*comm_destroy)(void *);
   const char *(*error_string)(int);
+  int (*comm_split)(void *, int, int, void **, void *);   /* ncclCommSplit (2.18), optional */
 } nccl;
+/* ncclConfig_t as NCCL 2.27 lays it out (its size and version tell a later NCCL which fields are set) */
+typedef struct {
+  size_t size;
+  unsigned magic, version;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+  int splitShare, trafficClass;
+  const char *commName;
+  int collnetEnable, CTAPolicy;
+} gg_nccl_config;
 static pthread_mutex_t nccl_lock = PTHREAD_MUTEX_INITIALIZER;
 enum { NCCL_UINT8 = 1, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_BFLOAT16 = 9, NCCL_AVG = 4 };
 
@@ -769,6 +783,7 @@ static bool nccl_load(char *err, size_t errlen) {
       *(void **)&nccl.broadcast = dlsym(h, "ncclBroadcast");
       *(void **)&nccl.comm_destroy = dlsym(h, "ncclCommDestroy");
       *(void **)&nccl.error_string = dlsym(h, "ncclGetErrorString");
+      *(void **)&nccl.comm_split = dlsym(h, "ncclCommSplit");
       nccl.ok = nccl.get_unique_id && nccl.comm_init_rank && nccl.all_reduce && nccl.broadcast && nccl.comm_destroy && nccl.error_string;
       if (!nccl.ok) snprintf(nccl.why, sizeof nccl.why, "libnccl.so.2 lacks an entry point gcc-graph needs (NCCL 2.10 or later)");
     }
@@ -779,11 +794,12 @@ static bool nccl_load(char *err, size_t errlen) {
 }
 
 static void dp_free(gg_model *m) {
+  if (m->dp_lean) nccl.comm_destroy(m->dp_lean);
   if (m->dp_comm) nccl.comm_destroy(m->dp_comm);
   if (m->dp_stream) cudaStreamDestroy(m->dp_stream);
   if (m->dp_fork) cudaEventDestroy(m->dp_fork);
   if (m->dp_join) cudaEventDestroy(m->dp_join);
-  m->dp_comm = NULL, m->dp_stream = NULL, m->dp_fork = m->dp_join = NULL;
+  m->dp_comm = m->dp_lean = NULL, m->dp_stream = NULL, m->dp_fork = m->dp_join = NULL;
 }
 
 /* The mean over the ranks of bucket b, in place, on dp_stream after what m->stream has issued so far. */
@@ -793,7 +809,9 @@ static void dp_reduce(gg_model *m, int b) {
   int dt = t.dtype.code == kDLBfloat ? NCCL_BFLOAT16 : t.dtype.bits == 64 ? NCCL_FLOAT64 : t.dtype.bits == 16 ? NCCL_FLOAT16 : NCCL_FLOAT32;
   cudaEventRecord(m->dp_fork, m->stream);
   cudaStreamWaitEvent(m->dp_stream, m->dp_fork, 0);
-  int r = nccl.all_reduce(t.data, t.data, (size_t)t.shape[0], dt, NCCL_AVG, m->dp_comm, m->dp_stream);
+  /* the last bucket is final at the end of the backward, with nothing left to overlap: every SM NCCL wants */
+  void *comm = m->dp_lean && m->dp_overlap && b + 1 < gg__train.nbuckets ? m->dp_lean : m->dp_comm;
+  int r = nccl.all_reduce(t.data, t.data, (size_t)t.shape[0], dt, NCCL_AVG, comm, m->dp_stream);
   if (r && !m->dp_err) m->dp_err = r;
   m->dp_issued++;
 }
@@ -835,6 +853,21 @@ GG_EXPORT int gg_set_data_parallel_nccl(gg_model *m, int world, int rank, const 
   } else if ((r = nccl.broadcast(m->wdev, m->wdev, m->wbytes, NCCL_UINT8, 0, m->dp_comm, m->stream)) ||
              cudaStreamSynchronize(m->stream) != cudaSuccess) {
     rc = gg_rt_fail(err, errlen, "data-parallel: the broadcast of the weights from rank 0 failed: %s", r ? nccl.error_string(r) : "CUDA error");
+  }
+  if (!rc && nccl.comm_split) {
+    /* The buckets that overlap the backward all-reduce on GCC_GRAPH_DP_CTAS SMs at most (default 4;
+     * "efficiency": NCCL's CTA policy of that name; 0: one communicator for all), so that the backward
+     * keeps the others (BERT-base on 2 H200: scaling 0.947 -> 0.958, docs/distributed.md). Every rank
+     * must see the same setting: the split is collective. */
+    const char *ctas = getenv("GCC_GRAPH_DP_CTAS");
+    int n = ctas ? atoi(ctas) : 4;
+    bool eff = ctas && !strcmp(ctas, "efficiency");
+    if (n > 0 || eff) {
+      gg_nccl_config cfg = {sizeof cfg, 0xcafebeefu, 22700, INT_MIN, INT_MIN, INT_MIN, INT_MIN, NULL, INT_MIN, INT_MIN, "gcc-graph lean", INT_MIN, INT_MIN};
+      if (n > 0) cfg.minCTAs = 1, cfg.maxCTAs = n;
+      else cfg.CTAPolicy = 1;
+      if (nccl.comm_split(m->dp_comm, 0, rank, &m->dp_lean, &cfg)) m->dp_lean = NULL;   /* then one communicator */
+    }
   }
   if (rc) dp_free(m);
   else {
