@@ -857,7 +857,7 @@ GG_EXPORT int gg_set_data_parallel_nccl(gg_model *m, int world, int rank, const 
   if (!rc && nccl.comm_split) {
     /* The buckets that overlap the backward all-reduce on GCC_GRAPH_DP_CTAS SMs at most (default 4;
      * "efficiency": NCCL's CTA policy of that name; 0: one communicator for all), so that the backward
-     * keeps the others (BERT-base on 2 H200: scaling 0.947 -> 0.958, docs/distributed.md). Every rank
+     * keeps the others (BERT-base on 2 H200: scaling 0.955 -> 0.962-0.965, docs/distributed.md). Every rank
      * must see the same setting: the split is collective. */
     const char *ctas = getenv("GCC_GRAPH_DP_CTAS");
     int n = ctas ? atoi(ctas) : 4;
