@@ -987,21 +987,18 @@ static int load_program(L *l, cJSON *root) {
   return 0;
 }
 
-Graph *graph_load(Ctx *c, const char *path, const char *weights) {
-  if (ops_init(c)) return NULL;
-  Graph *g = arena_alloc(c->arena, sizeof *g);
-  g->ctx = c;
-  g->path = arena_strdup(c->arena, path);
+/* The file at path (a .pt2 archive or its JSON) into g: nonzero after an error. */
+static int load_file(Ctx *c, Graph *g, const char *path, const char *weights) {
   L l = {c, g, path, "", NULL, NULL, 0};
   size_t len;
   const uint8_t *p = map_file(c, g, path, &len);
-  if (!p) return NULL;
+  if (!p) return 1;
   cJSON *root = NULL;
   int rc = 0;
   if (len >= 4 && p[0] == 'P' && p[1] == 'K') {
     Zip z;
-    if (zip_open(c, g, path, &z)) return NULL;
-    if (z.n == 0) { gg_error(c, "%s: empty archive", path); return NULL; }
+    if (zip_open(c, g, path, &z)) return 1;
+    if (z.n == 0) { gg_error(c, "%s: empty archive", path); return 1; }
     const char *first = z.entries[0].name, *slash = strchr(first, '/');
     char top[512] = "";
     if (slash && (size_t)(slash - first) < sizeof top) { memcpy(top, first, (size_t)(slash - first)); top[slash - first] = 0; }
@@ -1019,28 +1016,39 @@ Graph *graph_load(Ctx *c, const char *path, const char *weights) {
       for (int i = 0; i < z.n && !legacy; i++) legacy = strstr(z.entries[i].name, "serialized_exported_program.json") != NULL;
       if (legacy) gg_error(c, "%s: archive written by PyTorch <= 2.8 (pickled weights); re-save it with PyTorch >= 2.9: torch.export.save(torch.export.load(path), path)", path);
       else gg_error(c, "%s: no models/*.json in the archive: not a torch.export .pt2", path);
-      return NULL;
+      return 1;
     }
     root = parse_json_entry(&l, e->data, e->size, e->name);
-    if (!root) return NULL;
+    if (!root) return 1;
     rc = load_program(&l, root);
     if (!rc) rc = bind_archive_weights(&l, &z, top);
   } else {
     size_t i = 0;
     while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t')) i++;
-    if (i == len || p[i] != '{') { gg_error(c, "%s: neither a .pt2 archive nor an ExportedProgram JSON", path); return NULL; }
+    if (i == len || p[i] != '{') { gg_error(c, "%s: neither a .pt2 archive nor an ExportedProgram JSON", path); return 1; }
     root = cJSON_ParseWithLength((const char *)p, len);
     if (!root) {
       const char *at = cJSON_GetErrorPtr();
       long off = at && at >= (const char *)p && at <= (const char *)p + len ? (long)(at - (const char *)p) : -1;
       gg_error(c, "%s: invalid JSON (truncated, or nested too deeply) near byte %ld", path, off);
-      return NULL;
+      return 1;
     }
     rc = load_program(&l, root);
   }
   cJSON_Delete(root);
   if (!rc && weights) rc = bind_safetensors_weights(&l, weights);
-  if (rc) return NULL;
-  tie_parameters(&l);
+  if (!rc) tie_parameters(&l);
+  return rc;
+}
+
+Graph *graph_load(Ctx *c, const char *path, const char *weights) {
+  if (ops_init(c)) return NULL;
+  Graph *g = arena_alloc(c->arena, sizeof *g);
+  g->ctx = c;
+  g->path = arena_strdup(c->arena, path);
+  if (load_file(c, g, path, weights)) {   /* the files it mapped unmapped (a process that loads many models, the fuzzers, kept them) */
+    graph_release(g);
+    return NULL;
+  }
   return g;
 }

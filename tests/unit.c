@@ -388,6 +388,31 @@ static void test_float32_functions(void) {
   CHECK(f32_gelu_erf(&v[1]) == 0 && f32_gelu_erf(&v[3]) == 100 && f32_silu(&v[3]) == 100 && isinf(f32_gelu_erf(&v[4])));
 }
 
+static int mapping_count(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  int n = 0, ch;
+  if (!f) return -1;
+  while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+  fclose(f);
+  return n;
+}
+
+/* A load that fails unmaps what it mapped: a process that loads many models (the fuzzers did, and
+ * collected thousands of mappings of their input file) keeps none. */
+static void test_failed_load_unmaps(void) {
+  const char *bad[] = {"tests/bad/array.json", "tests/bad/rc_array.json", "tests/bad/corrupt_directory.pt2"};
+  int before = -1;
+  for (int round = 0; round < 20; round++) {
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      Ctx *c = ctx_new();
+      CHECK(graph_load(c, bad[i], NULL) == NULL && c->err[0]);
+      ctx_free(c);
+    }
+    if (round == 0) before = mapping_count();
+  }
+  CHECK(before > 0 && mapping_count() <= before);
+}
+
 int main(void) {
   test_expr();
   test_dtype();
@@ -396,6 +421,7 @@ int main(void) {
   test_shapes();
   test_schedule();
   test_float32_functions();
+  test_failed_load_unmaps();
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }
