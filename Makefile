@@ -103,6 +103,12 @@ demo: $(BUILD)/gcc-graph $(BUILD)/test-golden
 bench: $(BUILD)/gcc-graph
 	BUILD=$(BUILD) sh bench/run.sh
 
+# With PyTorch 2.x, torchvision and transformers: the CPU suite at the sizes people serve, against
+# eager and torch.compile (Inductor, freezing on) at 2 threads and at every CPU, pinned
+# (bench/cpu_suite.py; MODELS=... for some, THREADS=2,16 ...).
+bench-cpu: $(BUILD)/gcc-graph
+	GG=$(BUILD)/gcc-graph python3 bench/cpu_suite.py $(MODELS)
+
 # On a machine with an NVIDIA GPU, PyTorch 2.x, torchvision and transformers: the GPU suite at the
 # sizes people run (bench/gpu_suite.py; MODELS="resnet50_b32 ..." for some of them).
 bench-gpu: $(BUILD)/gcc-graph
@@ -151,4 +157,4 @@ uninstall:
 clean:
 	rm -rf build build-san build-fuzz
 
-.PHONY: all setup test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-gpu bench-gpu-train bench-gpu-ddp bench-train install uninstall
+.PHONY: all setup test test-cuda sanitize fuzz fuzz-build fuzz-lib clean demo bench bench-cpu bench-gpu bench-gpu-train bench-gpu-ddp bench-train install uninstall

@@ -382,6 +382,16 @@ TV *contiguous_of(Em *e, Node *n, Value *v) {
   int s = new_stor(e, S_SCRATCH, 0, t->dt, n_el);
   contiguous_tv(e, c, s, t->dt, t->rank, t->sizes);
   copy_kernel(e, n, c, t);
+  /* an operand's copy before the node's own kernel: recorded as a copy of no node (as the outputs'
+   * copies are), so that explain gives the node's fused nodes and figures to its own kernel */
+  if (e->c->record && e->c->nkernels) {
+    KernelRec *r = &e->c->kernels[e->c->nkernels - 1];
+    double ne;
+    r->n = NULL;
+    r->space = hint_shape(e, c->rank, c->sizes, &ne);
+    r->read = r->written = ne * dtype_info(c->dt)->size;
+    r->flops = ne;
+  }
   return c;
 }
 

@@ -706,7 +706,8 @@ int emit_conv(Em *e, Node *n) {
   if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
     return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   bool nhwc = !strcmp(n->op->name, "_conv_nhwc");   /* channels-last: input [N, H, W, C], weight [K, R, S, C/g] */
-  if (nhwc && !e->t->half_convs) return efail(e, n, "%s", "channels-last convolutions run on the GPU only (internal error: the stage is --target cuda's)");
+  if (nhwc && !e->t->half_convs && y->dtype != DT_F32)
+    return efail(e, n, "%s", "channels-last convolutions run in float32 on the CPU (internal error: the stage makes no others)");
   TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
   if (!x || !w || (bv && !b)) return -1;
   TV *out = alloc_value(e, y);

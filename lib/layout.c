@@ -1,8 +1,9 @@
-/* layout.c: channels-last convolutions on the GPU, as PyTorch's channels_last memory format and
- * Inductor's layout optimization give them. cuDNN's tensor-core kernels work on NHWC: handed NCHW
- * tensors it transposes them around each convolution, or picks slower kernels.
- * Requires: a decomposed inference graph for --target cuda. Guarantees: the same values, each
- * 2-d convolution that runs on tensor cores (float16, bfloat16, float32 under --precision tf32) made
+/* layout.c: channels-last convolutions, as PyTorch's channels_last memory format and Inductor's
+ * layout optimization give them. cuDNN's tensor-core kernels work on NHWC: handed NCHW tensors it
+ * transposes them around each convolution, or picks slower kernels; on the CPU, channels-last makes a
+ * convolution one product over every image's positions (a 1x1 one a plain product).
+ * Requires: a decomposed inference graph. Guarantees: the same values, each 2-d convolution that runs
+ * faster channels-last (nhwc_conv: on tensor cores on the GPU, float32 of one group on the CPU) made
  * a _conv_nhwc of its input and weight permuted to [N, H, W, C] and [K, R, S, C/g] (a constant
  * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
  * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
@@ -24,14 +25,52 @@ int emit_gelu(struct Em *, struct Node *);
 static const int64_t TO_CL[4] = {0, 2, 3, 1}, TO_CF[4] = {0, 3, 1, 2};   /* NCHW -> NHWC and back */
 static const int CL_PERM[4] = {0, 2, 3, 1};
 
-/* A convolution cuDNN runs on tensor cores: 2-d, batched, not transposed, operands of one type. */
-static bool tensor_core_conv(const Graph *g, const Node *n) {
-  if (!n->op || n->nouts != 1 || (strcmp(n->op->name, "convolution") && strcmp(n->op->name, "conv2d"))) return false;
+/* a convolution's groups when they are a constant, else 0 */
+static int64_t cpu_groups(const Node *n) {
+  const Arg *gr = rw_arg(n, "groups");
+  int64_t groups;
+  return gr && gr->k == AK_INT && expr_is_const(gr->u.i, &groups) ? groups : 0;
+}
+
+/* groups == input channels == output channels (the weight [C, 1, R, S]) */
+static bool depthwise(const Node *n, int64_t groups) {
+  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight");
+  int64_t cin, cout;
+  return x && w && x->rank == 4 && w->rank == 4 && expr_is_const(x->sizes[1], &cin) && expr_is_const(w->sizes[0], &cout) && cin == groups && cout == groups;
+}
+
+static bool is_conv(const Node *n) { return n->op && (!strcmp(n->op->name, "convolution") || !strcmp(n->op->name, "conv2d")); }
+
+/* The CPU's rule is for graphs whose grouped convolutions are all depthwise (the channels-last
+ * kernels there are one product and a depthwise loop): any other would copy its input and output
+ * between the layouts. */
+static bool cpu_grouped_convs(const Graph *g) {
+  if (g->ctx->cuda) return false;
+  for (int k = 0; k < g->nnodes; k++) {
+    const Node *n = g->nodes[k];
+    int64_t groups;
+    if (is_conv(n) && (groups = cpu_groups(n)) != 1 && !(groups > 1 && depthwise(n, groups))) return true;
+  }
+  return false;
+}
+
+/* A convolution that runs faster channels-last: 2-d, batched, not transposed, operands of one type;
+ * on the GPU one cuDNN runs on tensor cores; on the CPU a float32 one of one group, where the product
+ * covers every image's positions at once (gg_rt_conv_nhwc_f32; per image, a 7x7 plane gave 16
+ * threads 56-row products), or depthwise; not a stem (a convolution of the graph's input keeps its
+ * image-row product: in ResNets a max pooling follows it, which is not carried over). */
+static bool nhwc_conv(const Graph *g, const Node *n) {
+  if (!is_conv(n) || n->nouts != 1) return false;
   const Arg *t = rw_arg(n, "transposed");
   if (t && t->k == AK_BOOL && t->u.b) return false;
   const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *y = n->outs[0];
   if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype) return false;
-  return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
+  if (g->ctx->cuda) return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
+  int64_t groups = cpu_groups(n);
+  if (y->dtype != DT_F32 || groups < 1 || (groups > 1 && !depthwise(n, groups))) return false;
+  for (int i = 0; i < g->ninputs; i++)
+    if (g->inputs[i] == x) return false;   /* a stem: its image stays NCHW */
+  return true;
 }
 
 typedef struct L {
@@ -55,6 +94,9 @@ static Value *to_cl(L *l, Value *v) {
     if (!(x = CALL(&l->r, NULL, "reshape", "self", T(v), "shape", EXPRS(&l->r, 4, sz)))) return NULL;
   }
   c = CALL(&l->r, NULL, "permute", "self", T(x), "dims", INTS(&l->r, 4, TO_CL));
+  /* on the CPU, copied once (a view is copied by each kernel that needs it contiguous: ResNet's
+   * layer1 has two convolutions of the max pooling's output) */
+  if (c && !l->r.g->ctx->cuda) c = CALL(&l->r, NULL, "clone", "self", T(c));
   if (c && v->id < l->nv) l->cl[v->id] = c;
   return c;
 }
@@ -204,13 +246,14 @@ static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view
 
 int channels_last(Graph *g, bool fold) {
   Ctx *c = g->ctx;
+  if (cpu_grouped_convs(g)) return 0;
   L l = {.r = {.g = g, .tag = "cl"}, .nv = g->nvalues, .fold = fold};
   l.cl = arena_array(c->arena, (size_t)l.nv + 1, sizeof *l.cl);
   Value **before = g->inputs;
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = tensor_core_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
+    int (*rule)(L *, Node *) = nhwc_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

@@ -34,7 +34,7 @@ const Stage gg_stages[] = {
   {"fold weights", "weights folded", STAGE_FOLD, true, st_fold},
   {"precision", "lower precision (--precision)", STAGE_PRECISION, true, st_precision},
   {"decompose", "decomposed", STAGE_ALWAYS, true, st_decompose},
-  {"channels last", "channels-last convolutions (--target cuda)", STAGE_CHANNELS_LAST, true, st_channels_last},
+  {"channels last", "channels-last convolutions", STAGE_CHANNELS_LAST, true, st_channels_last},
   {"autograd", "autograd (joint graph)", STAGE_TRAINING, true, st_autograd},
   {"backward (partition)", "partitioned (forward, then backward)", STAGE_TRAINING, true, st_partition},
   {"schedule", "scheduled", STAGE_ALWAYS, false, st_schedule},
@@ -47,7 +47,7 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
   case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16;
-  case STAGE_CHANNELS_LAST: return !train && p->cuda && !p->nchw;
+  case STAGE_CHANNELS_LAST: return !train && !p->nchw;
   default: return true;
   }
 }

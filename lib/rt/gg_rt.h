@@ -257,6 +257,13 @@ void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const do
  * or side 1, Cin*kernel x Cout (mode 2); col holds 2 * (Cin * kernel + 8) + 2 * (spatial + 16) +
  * stride[1] * stride[2] * Cin * Hq * Wq + Cout * Ho * Wq floats. */
 void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, const gg_epi *ep, int mode);
+/* A 2-D convolution in channels-last (nhwc: x [N, H, W, C], w [Cout, R, S, C], y [N, Ho, Wo, Cout];
+ * one group) as one product over every image's positions, with the weight packed (wp, side 1: K x
+ * Cout) or, where wp is NULL, w read as it is. col holds 2 * (R*S*C + 8) + 2 * (N*Ho*Wo + 16)
+ * floats, then N*Hp*Wp*C for the padded image when there is padding, then 256 * R*S*C without wp.
+ * Depthwise (groups == C == Cout, w [C, R, S, 1], wp NULL): col holds R*S*C floats. */
+void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
+                         const gg_epi *ep);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);

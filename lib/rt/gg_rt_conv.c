@@ -158,6 +158,114 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
 
 
 
+/* A 2-D convolution in channels-last (NHWC input [N, H, W, C], weight [Cout, R, S, C], output
+ * [N, Ho, Wo, Cout]) as one product over every image's output positions: row o = (n, oh, ow) of the
+ * column matrix at k = (r, s, ic) is xpad[n][oh * sh + r * dh][ow * sw + s * dw][ic], the element
+ * at ro[k] + po[o] of the padded image (the image itself without padding), so the packed kernel reads
+ * it in place (A, gemm_run's rows_src) against the weight packed as B (K x Cout); the output is the
+ * product's row-major [positions, Cout], the bias a column bias, the epilogue on each finished tile.
+ * A 1x1 convolution is a plain product of M = N * H * W rows. col: ro (2 * (K + 8) floats), po (2 *
+ * (M + 16)), then the padded image when there is padding, then (without the packed kernel) an im2col
+ * block of NHWC_ROWS rows. */
+#define NHWC_ROWS 256
+static int64_t nhwc_tables(const gg_conv *c, const float *x, float *col, const float **base) {
+  int64_t N = c->N, H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Ho = c->out[1], Wo = c->out[2];
+  int64_t ph = c->pad[1], pw = c->pad[2], Hp = H + 2 * ph, Wp = W + 2 * pw, K = R * S * C, M = N * Ho * Wo;
+  int64_t *ro = (int64_t *)col, *po = ro + (K + 8), i;
+  float *xp = (float *)(po + (M + 16));
+  *base = x;
+  if (ph || pw) {   /* the padded image: row (n, hp) of Wp * C floats, zeros outside the image */
+    _Pragma("omp parallel for schedule(static) if(N * Hp * Wp * C > 32768)")
+    for (int64_t t = 0; t < N * Hp; t++) {
+      int64_t n = t / Hp, hp = t % Hp, h = hp - ph;
+      float *d = xp + t * Wp * C;
+      if (h < 0 || h >= H) { memset(d, 0, sizeof(float) * (size_t)(Wp * C)); continue; }
+      memset(d, 0, sizeof(float) * (size_t)(pw * C));
+      memcpy(d + pw * C, x + (n * H + h) * W * C, sizeof(float) * (size_t)(W * C));
+      memset(d + (pw + W) * C, 0, sizeof(float) * (size_t)(pw * C));
+    }
+    *base = xp;
+  }
+  i = 0;
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t ic = 0; ic < C; ic++) ro[i++] = (r * c->dil[1] * Wp + s * c->dil[2]) * C + ic;
+  _Pragma("omp parallel for schedule(static) if(M > 32768)")
+  for (int64_t o = 0; o < M + PK_MR; o++) {   /* past the last position: the first (rows of a tile that are not stored) */
+    int64_t ow = o % Wo, oh = o / Wo % Ho, n = o / (Wo * Ho);
+    po[o] = o < M ? ((n * Hp + oh * c->stride[1]) * Wp + ow * c->stride[2]) * C : 0;
+  }
+  return (int64_t)(2 * (K + 8) + 2 * (M + 16) + (ph || pw ? N * Hp * Wp * C : 0));
+}
+
+/* A depthwise convolution in channels-last (groups == C, weight [C, R, S, 1]): each output pixel's
+ * channels in vectors, 64 at a time accumulated over the taps inside the image; the weight first
+ * transposed into col as [R, S, C] so that a tap's weights are contiguous too. One task per output
+ * row, its epilogue run while the row is in cache. */
+static GG_VEC void dw_nhwc_row(const gg_conv *c, const float *x, const float *wt, const float *bias, float *yr, int64_t n, int64_t oh) {
+  int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];
+  for (int64_t ow = 0; ow < Wo; ow++)
+    for (int64_t c0 = 0; c0 < C; c0 += 64) {
+      int64_t cn = C - c0 < 64 ? C - c0 : 64;
+      float acc[64];
+      for (int64_t j = 0; j < cn; j++) acc[j] = bias ? bias[c0 + j] : 0;
+      for (int64_t r = 0; r < R; r++) {
+        int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t s = 0; s < S; s++) {
+          int64_t iw = ow * c->stride[2] - c->pad[2] + s * c->dil[2];
+          if (iw < 0 || iw >= W) continue;
+          const float *xi = x + ((n * H + ih) * W + iw) * C + c0, *wv = wt + (r * S + s) * C + c0;
+          for (int64_t j = 0; j < cn; j++) acc[j] += xi[j] * wv[j];
+        }
+      }
+      float *yo = yr + ow * C + c0;
+      for (int64_t j = 0; j < cn; j++) yo[j] = acc[j];
+    }
+}
+
+static void dw_nhwc(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *wt, const gg_epi *ep) {
+  int64_t C = c->Cin, RS = c->k[1] * c->k[2], Ho = c->out[1], Wo = c->out[2];
+  for (int64_t ch = 0; ch < C; ch++)
+    for (int64_t t = 0; t < RS; t++) wt[t * C + ch] = w[ch * RS + t];
+  _Pragma("omp parallel for schedule(static) if(c->N * Ho * Wo * C * RS > 32768)")
+  for (int64_t t = 0; t < c->N * Ho; t++) {
+    float *yr = y + t * Wo * C;
+    dw_nhwc_row(c, x, wt, bias, yr, t / Ho, t % Ho);
+    epi_run(ep, yr, C, Wo, C);
+  }
+}
+
+void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
+                         const gg_epi *ep) {
+  if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep); return; }   /* depthwise (the only grouped one the layout stage makes) */
+  const float *base;
+  int64_t used = nhwc_tables(c, x, col, &base), K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
+  const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
+  if (wp) {
+    rows_src a = {base, ro, po};
+    gemm_run(M, Co, K, NULL, &a, wp, NULL, y, Co, NULL, bias, ep, NULL, 0);
+    return;
+  }
+  /* without the packed kernel: blocks of NHWC_ROWS rows gathered (im2col), each a product with the
+   * weight read as B[k][oc] = w[oc * K + k], then the bias and the epilogue */
+  float *blk = col + used;
+  for (int64_t m0 = 0; m0 < M; m0 += NHWC_ROWS) {
+    int64_t rows = M - m0 < NHWC_ROWS ? M - m0 : NHWC_ROWS;
+    _Pragma("omp parallel for schedule(static) if(rows * K > 32768)")
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t k = 0; k < K; k++) blk[i * K + k] = base[ro[k] + po[m0 + i]];
+    float *ym = y + m0 * Co;
+    gg_rt_sgemm(rows, Co, K, blk, K, 1, w, 1, K, ym, NULL);
+    if (bias) {
+      _Pragma("omp parallel for schedule(static) if(rows * Co > 32768)")
+      for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < Co; j++) ym[i * Co + j] += bias[j];
+    }
+    if (ep) gg_rt_epi_pass(ep, ym, sizeof(float), rows * Co);
+  }
+}
+
 /* ---------------------------------------------------------------- pooling */
 
 
