@@ -68,6 +68,13 @@ static int norm_dim(S *s, int64_t d, int rank, int64_t *out) {
   return 0;
 }
 
+/* norm_dim for a rule that reads the size along the dim: a 0-d tensor has none (norm_dim takes its
+ * dim 0, whose size a 0-d value does not hold: cat of a 0-d tensor read it, found by fuzz_model) */
+static int size_dim(S *s, int64_t d, int rank, int64_t *out) {
+  if (rank == 0) return fail(s, "%s", "needs a tensor of at least one dim (this one is 0-d)");
+  return norm_dim(s, d, rank, out);
+}
+
 static const Expr *C(S *s, int64_t v) { return expr_const(s->a, v); }
 static const Expr *ADD(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_ADD, x, y); }
 static const Expr *MUL(S *s, const Expr *x, const Expr *y) { return expr_bin(s->a, E_MUL, x, y); }
@@ -751,7 +758,7 @@ int shape_reshape(S *s) {
     for (int d = (int)b + 1; d < x->rank; d++) sizes[r++] = x->sizes[d];
   } else if (!strncmp(name, "unflatten", 9)) {
     int64_t dim;
-    if (int_arg(s, "dim", &dim) || norm_dim(s, dim, x->rank, &dim)) return -1;
+    if (int_arg(s, "dim", &dim) || size_dim(s, dim, x->rank, &dim)) return -1;
     Value part = {.rank = 1, .sizes = &x->sizes[dim]};
     const Expr *mid[GG_MAX_RANK];
     int mr;
@@ -1224,7 +1231,7 @@ int shape_repeat_interleave(S *s) {
     set_out(s, 0, x->dtype, 1, &n);
     return 0;
   }
-  if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
+  if (int_arg(s, "dim", &d) || size_dim(s, d, x->rank, &d)) return -1;
   memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
   sizes[d] = MUL(s, sizes[d], C(s, r));
   set_out(s, 0, x->dtype, x->rank, sizes);
@@ -1336,7 +1343,7 @@ int shape_cat(S *s) {
   if (!ref) { set_out(s, 0, dt, 1, (const Expr *[]){C(s, 0)}); return 0; }
   int rank = ref->rank + (stack ? 1 : 0);
   if (rank > GG_MAX_RANK) return fail(s, "%s", "too many dims");
-  if (norm_dim(s, d, rank, &d)) return -1;
+  if (stack ? norm_dim(s, d, rank, &d) : size_dim(s, d, rank, &d)) return -1;
   const Expr *sizes[GG_MAX_RANK];
   const Expr *total = C(s, 0);
   for (int i = 0; i < a->n; i++) {
