@@ -193,12 +193,14 @@ def main():
             except Exception as e:
                 traceback.print_exc()
                 rows.append({"model": n, "threads": t, "failed": "%s: %s" % (type(e).__name__, str(e)[:200])})
+            print("row:", json.dumps(rows[-1]), file=sys.stderr, flush=True)   # as it comes (a run cut short keeps them)
         print(json.dumps({"threads": t, "ceilings": ceilings(t), "rows": rows, "notes": sorted(NOTES)[:20]}))
         return
     print("torch", torch.__version__, "| CPUs", NCPU, "| threads", THREADS, "| rounds", ROUNDS, "x", ITERS, "runs", flush=True)
     for n in names:   # export and compile once, with every CPU
         try:
             prepare(n)
+            print("prepared", n, flush=True)
         except Exception:
             traceback.print_exc()
     cpus = sorted(os.sched_getaffinity(0))
@@ -206,11 +208,9 @@ def main():
     for t in THREADS:
         env = dict(os.environ, CPU_SUITE_CHILD="1", THREADS=str(t), OUT=OUT, OMP_NUM_THREADS=str(t))
         r = subprocess.run(["taskset", "-c", ",".join(map(str, cpus[:t])), sys.executable, os.path.abspath(__file__)] + names,
-                           env=env, capture_output=True, text=True)
+                           env=env, stdout=subprocess.PIPE, text=True)   # its stderr (each row as it comes) passes through
         if r.returncode:
-            print(r.stderr[-2000:])
             continue
-        sys.stderr.write(r.stderr[-2000:] if "Traceback" in r.stderr else "")
         res = json.loads(r.stdout.strip().splitlines()[-1])
         results.append(res)
         table(res["rows"], res["ceilings"], t)
