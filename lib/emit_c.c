@@ -264,13 +264,13 @@ static int conv_c(Em *e, const Conv *cv) {
     const Expr *kk = MUL(e, cin, ksp), *m = MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), os[1]), os[2]);
     const Expr *hp = ADD(e, in[1], MUL(e, C(e, 2), pd[1])), *wp = ADD(e, in[2], MUL(e, C(e, 2), pd[2]));
     const char *pk = one_group ? weight_pack(e, w, 1, kk, cout, C(e, 1), kk) : NULL;
-    /* gg_rt_conv_nhwc_f32's col: the offset tables, the padded image (counted even without padding), an im2col block
-     * (more than a depthwise convolution's transposed weight) */
-    const Expr *scratch = ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, m, C(e, 16)))),
-                              ADD(e, MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), MUL(e, hp, wp)), cin), MUL(e, C(e, 256), kk)));
-    const char *body = arena_printf(e->a, "  gg_rt_conv_nhwc_f32(&c, x, w, %s, b, y, col, %s);\n}\n", pk ? "pk" : "NULL", epi_ref(&ep));
     int64_t g2;
     bool dw = !(expr_is_const(groups, &g2) && g2 == 1);
+    /* gg_rt_conv_nhwc_f32's col: the offset tables, the padded image (counted even without padding), an im2col block;
+     * a depthwise convolution's: its transposed weight (kk = C x R x S) */
+    const Expr *scratch = dw ? kk : ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, m, C(e, 16)))),
+                                        ADD(e, MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), MUL(e, hp, wp)), cin), MUL(e, C(e, 256), kk)));
+    const char *body = arena_printf(e->a, "  gg_rt_conv_nhwc_f32(&c, x, w, %s, b, y, col, %s);\n}\n", pk ? "pk" : "NULL", epi_ref(&ep));
     return conv_kernel(e, cv, dw ? "depthwise convolution, channels-last" : pk ? "convolution, channels-last (one product over all positions, packed weight)" :
                        "convolution, channels-last (one product over all positions)", scratch, pk, &ep, body);
   }
