@@ -779,6 +779,7 @@ int grad_var(Ad *a, Node *n) {
   bool std = n->op->red == R_STD;
   if (g) {   /* var: g 2 (x - mean) / (N - c); std = sqrt(var): g (x - mean) / ((N - c) std) */
     Value *gv = std ? binop(a, "div.Tensor", mulf(a, g, 0.5), n->outs[0]) : g;
+    if (std) gv = keep(a, binf(a, "ne.Scalar", n->outs[0], 0), gv);   /* where std is 0, 0 (PyTorch's std_backward), not 0/0 */
     if (acc(a, x, mul(a, unreduce(a, gv, x, reduced, keepdim), mulf(a, xc, 2 / ((double)cnt - corr))))) return -1;
   }
   if (n->nouts == 2 && G(a, n, 1))   /* var_mean's mean */
@@ -919,7 +920,11 @@ int grad_index(Ad *a, Node *n) {
   Value *x = rw_targ(n, "self"), *g = G(a, n, 0);
   if (!strcmp(op, "index_select")) {
     int d = wrap_dim(rw_arg(n, "dim"), 0, x->rank);
-    return acc(a, x, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, x)), "indices", index_at(a, d, rw_targ(n, "index")), "values", T(g), "accumulate", BO(true)));
+    Value *ix = rw_targ(n, "index");
+    if (!x->rank) return acc(a, x, g);   /* a 0-d self: its one value, picked once */
+    /* a 0-d index keeps the dim (size 1), which x[..., index] would drop: index by it as [1] */
+    if (!ix->rank) ix = CALL(&a->r, NULL, "unsqueeze", "self", T(ix), "dim", INT(&a->r, 0));
+    return acc(a, x, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, x)), "indices", index_at(a, d, ix), "values", T(g), "accumulate", BO(true)));
   }
   if (!strcmp(op, "index.Tensor"))
     return acc(a, x, CALL(&a->r, NULL, "index_put", "self", T(zeros_like(a, x)), "indices", rw_arg(n, "indices")[0], "values", T(g), "accumulate", BO(true)));

@@ -251,7 +251,10 @@ int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel) { retur
 /* Rows of `len` elements (normalization, softmax): a thread per row on the CPU; on the GPU a warp per
  * row, whose lanes stride along it (row_for) and combine their partial sums and maxima with
  * shuffles (row_combine), so that a row's loads are coalesced. */
-int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) { return e->d->rows(e, rank, sizes, len); }
+int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) {
+  const Expr *one = expr_const(e->a, 1);   /* one row of a 0-d value: still a loop, which its body may `continue` */
+  return rank ? e->d->rows(e, rank, sizes, len) : e->d->rows(e, 1, &one, len);
+}
 
 /* (unrolled on the GPU, so that a lane has several loads of its row in flight) */
 const char *row_for(Em *e) { return e->rowwarp ? "_Pragma(\"unroll 4\") for (int64_t j = lane; j < L; j += 32)" : "for (int64_t j = 0; j < L; j++)"; }

@@ -903,6 +903,13 @@ int emit_cat(Em *e, Node *n) {
   return 0;
 }
 
+/* open_loops for a kernel whose body may `continue` (an index out of range): a 0-d shape (a 0-d table
+ * or target, found by fuzz_model) loops once, over i0 = 0 */
+static int open_loops_once(Em *e, int rank, const Expr *const *sizes, bool parallel) {
+  const Expr *one = C(e, 1);
+  return rank ? open_loops(e, rank, sizes, parallel) : open_loops(e, 1, &one, parallel);
+}
+
 /* out[...] = table[index[...]] along one dim: index_select, embedding, gather. Out-of-range indices
  * stop the run with a message rather than reading outside the table. */
 static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_element) {
@@ -915,7 +922,7 @@ static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_elem
   fprintf(f, "%s *restrict y, const %s *x, const %s *ix", ctype(out->dt), ctype(tab->dt), ctype(ix->dt));
   ksyms(e);
   fputs("  int bad = 0;\n", f);
-  int cl = open_loops(e, out->rank, out->sizes, e->cuda);   /* on the CPU one thread: the flag is shared */
+  int cl = open_loops_once(e, out->rank, out->sizes, e->cuda);   /* on the CPU one thread: the flag is shared */
   /* which output dims index the table: embedding puts the row dim last; index_select keeps rank */
   const char *ii;
   if (per_element) ii = index_of(e, ix, out->rank);   /* gather: index has the output's shape */
@@ -932,8 +939,9 @@ static int gather_kernel(Em *e, Node *n, TV *tab, TV *ix, int dim, bool per_elem
     free(buf);
   }
   fprintf(f, "    int64_t q = (int64_t)ix[%s];\n", ii);
-  int td = dim >= 0 ? dim : 0;
-  fprintf(f, "    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", cx(e, tab->sizes[td]), cx(e, tab->sizes[td]));
+  /* the bound along dim: a 0-d table (index_select or gather of a 0-d self) holds one value */
+  const char *bound = tab->rank ? cx(e, tab->sizes[dim >= 0 ? dim : 0]) : "INT64_C(1)";
+  fprintf(f, "    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", bound, bound);
   /* table index: output loop indices, with dim replaced by q (embedding: row q, column = last loop) */
   char *buf = NULL;
   size_t len = 0;
@@ -1250,9 +1258,10 @@ int emit_scatter(Em *e, Node *n) {
   ksyms(e);
   fputs("  (void)src;\n  int bad = 0;\n", f);
   /* one thread, in order: repeated indices write as PyTorch's CPU does; sums in parallel on the GPU */
-  int cl = open_loops(e, ix->rank, ix->sizes, atomic);
+  int cl = open_loops_once(e, ix->rank, ix->sizes, atomic);
+  const char *bound = out->rank ? cx(e, out->sizes[d]) : "INT64_C(1)";   /* a 0-d target holds one value */
   fprintf(f, "    int64_t q = (int64_t)ix[%s];\n    if (q < 0) q += %s;\n    if (q < 0 || q >= %s) { bad = 1; continue; }\n", index_of(e, ix, ix->rank),
-          cx(e, out->sizes[d]), cx(e, out->sizes[d]));
+          bound, bound);
   char *yi = arena_strdup(e->a, cx(e, out->offset));
   for (int k = 0; k < out->rank; k++)
     yi = k == d ? arena_printf(e->a, "%s + q * %s", yi, cx(e, out->strides[k])) : arena_printf(e->a, "%s + i%d * %s", yi, k, cx(e, out->strides[k]));
@@ -1323,7 +1332,7 @@ int emit_index_put(Em *e, Node *n) {
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
   ksyms(e);
   fputs("  int bad = 0;\n", f);
-  int cl = open_loops(e, rr, rs, atomic);   /* one thread, in order (repeated indices), or sums as parallel atomic adds */
+  int cl = open_loops_once(e, rr, rs, atomic);   /* one thread, in order (repeated indices), or sums as parallel atomic adds */
   char *yi = arena_strdup(e->a, cx(e, out->offset));
   int od = adjacent ? 0 : br;
   for (int d = 0; d < x->rank; d++) {
@@ -1370,6 +1379,7 @@ int emit_flip(Em *e, Node *n) {
     int64_t dv;
     expr_is_const(dims->u.is[i], &dv);
     int d = dim_wrap(dv, x->rank);
+    if (!x->rank) break;   /* a 0-d value flips to itself */
     src.offset = ADD(e, src.offset, MUL(e, ADD(e, x->sizes[d], C(e, -1)), x->strides[d]));
     src.strides[d] = MUL(e, C(e, -1), x->strides[d]);
   }
@@ -1397,7 +1407,7 @@ int emit_index(Em *e, Node *n) {
   for (int i = 0; i < ia->n; i++) if (ia->u.ts[i]) fprintf(f, ", const %s *ix%d", ctype(e->tv[ia->u.ts[i]->id].dt), i);
   ksyms(e);
   fputs("  int bad = 0;\n", f);
-  int cl = open_loops(e, out->rank, out->sizes, e->cuda);
+  int cl = open_loops_once(e, out->rank, out->sizes, e->cuda);
   char *xi = arena_strdup(e->a, cx(e, x->offset));
   int od = adjacent ? 0 : br;
   for (int d = 0; d < x->rank; d++) {

@@ -2114,11 +2114,9 @@ int eval_index_select(E *e) {
   int64_t *iv = read_i64(e->I, ix), n = tensor_numel(out), idx[GG_MAX_RANK];
   for (int64_t i = 0; i < n; i++) {
     unravel(i, out->rank, out->sizes, idx);
-    if (x->rank) {
-      int64_t k = iv[idx[d]];
-      if (check_index(e, &k, x->sizes[d], d)) return -1;
-      idx[d] = k;
-    }
+    int64_t k = iv[x->rank ? idx[d] : 0];   /* a 0-d self: one index, which must be 0 or -1 */
+    if (check_index(e, &k, x->rank ? x->sizes[d] : 1, d)) return -1;
+    if (x->rank) idx[d] = k;
     copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
   }
   return 0;
@@ -2133,11 +2131,9 @@ int eval_gather(E *e) {
     if (dd != d && ix->sizes[dd] > x->sizes[dd]) return fail(e, "index is larger than self at dim %d", dd);
   for (int64_t i = 0; i < n; i++) {
     unravel(i, out->rank, out->sizes, idx);
-    int64_t k = iv[i];
-    if (x->rank) {
-      if (check_index(e, &k, x->sizes[d], d)) return -1;
-      idx[d] = k;
-    }
+    int64_t k = iv[i];   /* a 0-d self: every index must be 0 or -1 */
+    if (check_index(e, &k, x->rank ? x->sizes[d] : 1, d)) return -1;
+    if (x->rank) idx[d] = k;
     copy_elem(out, i, x, ravel(x->rank, x->sizes, idx));
   }
   return 0;

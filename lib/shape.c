@@ -186,6 +186,23 @@ int shape_pointwise_self(S *s) {
   return 0;
 }
 
+/* roll: shifts and dims pair up (or one shift of the flattened tensor); a rolled dim has a size, which
+ * a 0-d tensor lacks (PyTorch refuses it; the decomposition read it: found by fuzzing 0-d operands) */
+int shape_roll(S *s) {
+  Value *x = tensor(s, "self");
+  int64_t dims[GG_MAX_RANK], d;
+  int ns, nd;
+  const Arg *sa = arg(s, "shifts");
+  if (sa && sa->k == AK_INTS && sa->n > GG_MAX_RANK) return fail(s, "%s", "argument 'shifts' has too many values");
+  if (ints_arg(s, "dims", dims, GG_MAX_RANK, &nd)) return -1;
+  ns = sa && sa->k == AK_INTS ? sa->n : 0;
+  if (nd ? ns != nd : ns != 1) return fail(s, "%s", nd ? "shifts and dims must have the same length" : "roll without dims takes one shift");
+  for (int i = 0; i < nd; i++)
+    if (size_dim(s, dims[i], x->rank, &d)) return -1;
+  like(s, 0, x, x->dtype);
+  return 0;
+}
+
 int shape_glu(S *s) {
   Value *x = tensor(s, "self");
   int64_t d, n;
@@ -1369,6 +1386,8 @@ int shape_index_select(S *s) {
   int64_t d;
   if (int_arg(s, "dim", &d) || norm_dim(s, d, x->rank, &d)) return -1;
   if (idx->rank > 1 || dtype_is_float(idx->dtype)) return fail(s, "%s", "index must be a 0-d or 1-d integer tensor");
+  int64_t k;   /* a 0-d self holds one value: PyTorch takes one index (the output stays 0-d) */
+  if (!x->rank && idx->rank && !(expr_is_const(idx->sizes[0], &k) && k == 1)) return fail(s, "%s", "the index of a 0-d self must hold one value");
   const Expr *sizes[GG_MAX_RANK];
   memcpy(sizes, x->sizes, sizeof *sizes * (size_t)x->rank);
   if (x->rank) sizes[d] = idx->rank ? idx->sizes[0] : C(s, 1);

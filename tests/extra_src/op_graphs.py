@@ -313,6 +313,31 @@ def masked_scatter_numel():   # masked_scatter with a broadcast mask; sym_numel 
 
 
 @case
+def zero_dim_ops():   # ops along a dim of a 0-d value (fuzz_model found kernels reading its missing dim 0, or a `continue` outside a loop)
+    x, i1, i0, t, v = torch.tensor(2.5), torch.tensor([0]), torch.tensor(0), torch.randn(3, 4), torch.randn(3)
+    g = Graph("zero_dim_ops", x=x, i1=i1, i0=i0, t=t, v=v)
+    X, I1, I0, T, V = Ref("x"), Ref("i1"), Ref("i0"), Ref("t"), Ref("v")
+    g.node("index_select.default", [("self", X), ("dim", 0), ("index", I1)], torch.index_select)
+    g.node("index_select.default", [("self", X), ("dim", -1), ("index", I0)], torch.index_select)
+    g.node("gather.default", [("self", X), ("dim", 0), ("index", I0)], torch.gather)
+    g.node("gather.default", [("self", X), ("dim", -1), ("index", I1)], torch.gather)
+    g.node("index_select.default", [("self", T), ("dim", 1), ("index", I0)], torch.index_select)
+    g.node("scatter.src", [("self", X), ("dim", 0), ("index", I0), ("src", X)], torch.scatter)
+    g.node("scatter_add.default", [("self", X), ("dim", 0), ("index", I0), ("src", X)], torch.scatter_add)
+    g.node("flip.default", [("self", X), ("dims", [0])], torch.flip)
+    g.node("_softmax.default", [("self", X), ("dim", 0), ("half_to_float", False)], torch._softmax)
+    g.node("_log_softmax.default", [("self", X), ("dim", -1), ("half_to_float", False)], torch._log_softmax)
+    g.node("cumsum.default", [("self", X), ("dim", 0)], torch.cumsum)
+    g.node("std.correction", [("self", X), ("dim", [0]), ("correction", 0)], lambda a, d, c: torch.std(a, d, correction=c))   # 0: its gradient 0, not 0/0
+    g.multi("sort.default", [("self", X), ("dim", 0)], lambda a, d: tuple(torch.sort(a, d)), 2, [0, 1])
+    g.multi("topk.default", [("self", X), ("k", 1), ("dim", 0)], lambda a, k, d: tuple(torch.topk(a, k, d)), 2, [0, 1])
+    g.multi("max.dim", [("self", X), ("dim", 0)], lambda a, d: tuple(torch.max(a, d)), 2, [0, 1])
+    g.node("index.Tensor", [("self", V), ("indices", [I0])], lambda a, i: a[i[0]])
+    g.node("index_put.default", [("self", V), ("indices", [I0]), ("values", X), ("accumulate", True)], lambda a, i, w, acc: torch.index_put(a, (i[0],), w, acc))
+    return g
+
+
+@case
 def split_reductions():   # sums and means with few outputs for their length (the GPU splits them): per channel, per column, strided, f64, bf16
     x = torch.randn(4, 8, 32, 32)
     c = torch.randn(16, 64, 48)
