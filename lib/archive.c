@@ -57,6 +57,10 @@ int zip_open(Ctx *c, Graph *g, const char *path, Zip *z) {
     unz_file_info64 fi;
     char name[1024];
     if (unzGetCurrentFileInfo64(uf, &fi, name, sizeof name, NULL, 0, NULL, 0) != UNZ_OK) break;
+    if (fi.size_filename >= sizeof name) {   /* minizip leaves a name that fills the buffer unterminated (found by fuzz_pt2) */
+      unzClose(uf);
+      return gg_error(c, "%s: entry %d: its name is %lu bytes long (at most %zu)", path, z->n, (unsigned long)fi.size_filename, sizeof name - 1);
+    }
     if (z->n >= (int)gi.number_entry) break;
     ZipEntry *e = &z->entries[z->n];
     e->name = arena_strdup(c->arena, name);
