@@ -68,9 +68,10 @@ sanitize:
 # libFuzzer harnesses (tests/fuzz/) for the model loader (JSON, with a structure-aware mutator), the
 # .pt2 reader, the safetensors reader and a compiled model's entry points on hostile DLTensors (run),
 # built with clang and the sanitizers into build-fuzz; `make fuzz FUZZ_SECONDS=N` runs each for N
-# seconds (corpora and crashes under build-fuzz).
+# seconds (corpora and crashes under build-fuzz); FUZZ_JOBS=N runs N independent fuzzers each.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
 FUZZ_NAMES   := model pt2 safetensors run
 FUZZ_BINS    := $(FUZZ_NAMES:%=build-fuzz/fuzz_%)
 fuzz-build: $(FUZZ_BINS)
@@ -86,7 +87,7 @@ build-fuzz/fuzz_run: tests/fuzz/fuzz_run.c build-fuzz/run_src/model.c
 	cd build-fuzz/run_src && $(FUZZ_CC) -std=gnu11 -O1 -g -fopenmp -DGG_NO_CLONES -fsanitize=fuzzer $(SAN_FLAGS) -I$(CURDIR)/include \
 	  $(CURDIR)/tests/fuzz/fuzz_run.c model.c gg_rt.c -lopenblas -lm -ldl -o $(CURDIR)/$@
 fuzz: $(FUZZ_BINS)
-	BUILD=build-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+	FUZZ_JOBS=$(FUZZ_JOBS) BUILD=build-fuzz sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 # Compile a sample model, run it, and show its agreement with PyTorch's stored answer.
 demo: $(BUILD)/gcc-graph $(BUILD)/test-golden

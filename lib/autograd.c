@@ -482,7 +482,10 @@ int grad_matmul(Ad *a, Node *n) {
     if (x->rank < 1 || w->rank != 2) return gg_error(a->g->ctx, "%s: node %s: linear with a %d-d weight has no derivative rule", a->g->path, gg_quote(a->g->ctx, n->name), w->rank);
     if (a->diff[x->id] && acc(a, x, CALL(&a->r, NULL, "matmul", "self", T(g), "other", T(w)))) return -1;
     if (a->diff[w->id]) {
-      const Expr *m1[2] = {expr_const(a->g->ctx->arena, -1), g->sizes[g->rank - 1]}, *m2[2] = {m1[0], x->sizes[x->rank - 1]};
+      /* the leading dims counted, not -1 (which 0 elements leave undetermined) */
+      const Expr *lead = expr_const(a->g->ctx->arena, 1);
+      for (int d = 0; d < g->rank - 1; d++) lead = expr_bin(a->g->ctx->arena, E_MUL, lead, g->sizes[d]);
+      const Expr *m1[2] = {lead, g->sizes[g->rank - 1]}, *m2[2] = {lead, x->sizes[x->rank - 1]};
       Value *g2 = reshape(a, g, 2, m1), *x2 = reshape(a, x, 2, m2);
       if (acc(a, w, CALL(&a->r, NULL, "mm", "self", T(unop(a, "t", g2)), "mat2", T(x2)))) return -1;
     }
@@ -668,7 +671,7 @@ int grad_clamp_tensor(Ad *a, Node *n) {
 int grad_max_pool(Ad *a, Node *n) {
   Value *x = n->args[0].u.t, *g = G(a, n, 0), *ix = n->outs[1];
   if (!g) return 0;
-  const Expr *m = expr_const(a->g->ctx->arena, -1);
+  const Expr *m = expr_bin(a->g->ctx->arena, E_MUL, g->sizes[g->rank - 2], g->sizes[g->rank - 1]);   /* not -1: 0 images leave it undetermined */
   const Expr *flat_x[3] = {x->rank == 4 ? x->sizes[0] : expr_const(a->g->ctx->arena, 1), x->sizes[x->rank - 3], m};
   const Expr *xs[3] = {flat_x[0], flat_x[1], expr_bin(a->g->ctx->arena, E_MUL, x->sizes[x->rank - 2], x->sizes[x->rank - 1])};
   Value *z = CALL(&a->r, NULL, "zeros", "size", EXPRS(&a->r, 3, xs), "dtype", DT(x->dtype));

@@ -74,7 +74,11 @@ int decomp_group_norm(Rw *r, Node *n) {
   int64_t G = (int64_t)(rw_arg(n, "num_groups") ? rw_farg(n, "num_groups", 1) : rw_farg(n, "group", 1));
   bool native = n->nouts == 3, instance = !strcmp(n->op->name, "instance_norm");
   if (instance && !rw_arg(n, "use_input_stats")->u.b) return gg_error(c, "%s: node %s: instance_norm with running statistics is not supported in compiled code", r->g->path, gg_quote(c, n->name));
-  const Expr *sz[3] = {x->sizes[0], instance ? x->sizes[1] : expr_const(c->arena, G), expr_const(c->arena, -1)};
+  /* the group's elements counted, not -1: a batch of 0 images leaves -1 undetermined */
+  const Expr *rest = expr_const(c->arena, 1);
+  for (int d = instance ? 2 : 1; d < x->rank; d++) rest = expr_bin(c->arena, E_MUL, rest, x->sizes[d]);
+  if (!instance) rest = expr_bin(c->arena, E_FLOORDIV, rest, expr_const(c->arena, G));
+  const Expr *sz[3] = {x->sizes[0], instance ? x->sizes[1] : expr_const(c->arena, G), rest};
   Value *xg = CALL(r, NULL, "reshape", "self", T(x), "shape", EXPRS(r, 3, sz));
   if (!xg) return -1;
   int64_t dims[1] = {2};

@@ -39,6 +39,12 @@ Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args) {
   n->module_stack = r->orig->module_stack;
   n->args = arena_array(c->arena, (size_t)op->nargs + 1, sizeof *n->args);
   memcpy(n->args, args, sizeof *args * (size_t)op->nargs);
+  /* a required tensor that an earlier call failed to make (T(NULL) is none): that failure stands */
+  for (int i = 0; i < op->nargs; i++)
+    if (op->args[i].type == T_TENSOR && !op->args[i].optional && args[i].k == AK_NONE) {
+      if (!c->has_err) gg_error(c, "%s: node %s: internal error: %s's operand '%s' is missing", g->path, gg_quote(c, r->orig->name), op->name, op->args[i].name);
+      return NULL;
+    }
   ShapeCtx sc;
   if (shape_infer(g, n, &sc)) return NULL;
   n->nouts = sc.nouts;

@@ -338,6 +338,27 @@ def zero_dim_ops():   # ops along a dim of a 0-d value (fuzz_model found kernels
 
 
 @case
+def empty_ops():   # tensors with a dim of size 0: a batch of 0 images, a product over K = 0, sorts and softmax of empty rows
+    e, f, w, img, wc = torch.randn(0, 4), torch.randn(3, 0), torch.randn(6, 4), torch.randn(0, 3, 8, 8), torch.randn(5, 3, 3, 3)
+    fw, ix = torch.randn(6, 0), torch.zeros(0, dtype=torch.long)
+    g = Graph("empty_ops", e=e, f=f, w=w, img=img, wc=wc, fw=fw, ix=ix)
+    E, F, W, I, WC, FW, IX = Ref("e"), Ref("f"), Ref("w"), Ref("img"), Ref("wc"), Ref("fw"), Ref("ix")
+    g.node("linear.default", [("input", E), ("weight", W)], lambda x, w_: torch.nn.functional.linear(x, w_))
+    g.node("linear.default", [("input", F), ("weight", FW)], lambda x, w_: torch.nn.functional.linear(x, w_))   # K = 0: zeros
+    g.multi("native_group_norm.default", [("input", I), ("weight", None), ("bias", None), ("N", 0), ("C", 3), ("HxW", 64), ("group", 1), ("eps", 1e-5)],
+            lambda *a: tuple(torch.native_group_norm(*a)), 3, [0])
+    g.multi("max_pool2d_with_indices.default", [("self", I), ("kernel_size", [2, 2])], lambda t, k: tuple(torch.ops.aten.max_pool2d_with_indices(t, k)), 2, [0])
+    g.node("convolution.default", [("input", I), ("weight", WC), ("bias", None), ("stride", [1, 1]), ("padding", [1, 1]), ("dilation", [1, 1]),
+                                   ("transposed", False), ("output_padding", [0, 0]), ("groups", 1)], lambda *a: torch.convolution(*a))
+    g.node("_softmax.default", [("self", F), ("dim", 1), ("half_to_float", False)], torch._softmax)
+    g.multi("sort.default", [("self", F), ("dim", 1)], lambda a, d: tuple(torch.sort(a, d)), 2, [0, 1])
+    g.node("sum.dim_IntList", [("self", F), ("dim", [1])], torch.sum)
+    g.node("cat.default", [("tensors", [E, W]), ("dim", 0)], torch.cat)
+    g.node("index_select.default", [("self", W), ("dim", 0), ("index", IX)], torch.index_select)
+    return g
+
+
+@case
 def split_reductions():   # sums and means with few outputs for their length (the GPU splits them): per channel, per column, strided, f64, bf16
     x = torch.randn(4, 8, 32, 32)
     c = torch.randn(16, 64, 48)
