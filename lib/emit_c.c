@@ -130,7 +130,7 @@ static int product_c(Em *e, const Product *p) {
   Epi ep;
   if (epilogue(e, n, out, &ep)) return -1;
   /* a weight on the right of one float32 product: packed at gg_open; the left operand is packed per
-   * call (8 rows per panel: (M + 8) * K floats of scratch), the bias and the epilogue go to each tile */
+   * call (8 or 14 rows per panel: at most (M + 14) * K floats of scratch), the bias and the epilogue go to each tile */
   const TV *bt = bias ? &e->tv[bias->id] : NULL;
   int64_t unit;
   bool col_bias = bt && beta == 1 && bt->dt == dt && bt->rank == 1 && expr_same(e->g, bt->sizes[0], N) && expr_is_const(bt->strides[0], &unit) &&
@@ -138,7 +138,7 @@ static int product_c(Em *e, const Product *p) {
   const char *pk = dt == DT_F32 && nb == 0 && !a_vec && !b_vec && alpha == 1 && (!bt || col_bias)
                        ? weight_pack(e, &Bb, 1, K, N, Bb.strides[0], Bb.strides[1])
                        : NULL;
-  int apk = pk ? new_stor(e, S_SCRATCH, 0, DT_F32, MUL(e, ADD(e, M, C(e, 8)), K)) : -1;
+  int apk = pk ? new_stor(e, S_SCRATCH, 0, DT_F32, MUL(e, ADD(e, M, C(e, 14)), K)) : -1;
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, pk ? "matrix product (packed weight)" : "matrix product");
@@ -301,7 +301,7 @@ static int conv_c(Em *e, const Conv *cv) {
   if (!pk) mode = 0;
   const Expr *scratch = MUL(e, MUL(e, cg, ksp), pk ? ADD(e, sp, C(e, 32)) : sp);
   if (mode)
-    scratch = expr_bin(e->a, E_MAX, scratch, ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, sp, C(e, 16)))),
+    scratch = expr_bin(e->a, E_MAX, scratch, ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, sp, C(e, 24)))),
                                                  ADD(e, MUL(e, MUL(e, C(e, sh * sw), cin), MUL(e, hq, wq)), MUL(e, MUL(e, cout, os[1]), wq))));
   const char *what = tr ? "transposed convolution (GEMM + col2im)" : mode == 1 ? "convolution (packed weight x image rows in place)" :
                      mode == 2 ? "convolution (image rows in place x packed weight, transposed)" :

@@ -102,7 +102,8 @@ static void im2col_pack(const gg_conv *c, const float *x, float *Bp) {
  *   the output transposed (positions x Cout), each finished tile stored transposed into y (the
  *   transposed buffer holds the partial sums of K beyond one slice).
  * Stride 1 without padding reads the image as it is. col: ro (2 * K floats, rounded up to 16), po (2 *
- * (positions + 8)), the phase images, the wide or transposed output (the emitter sizes it). */
+ * (positions + 14), rounded up to 16: at most 2 * (positions + 24)), the phase images, the wide or
+ * transposed output (the emitter sizes it). */
 static void conv_rows(const gg_conv *c, const float *x, const float *wp, const float *bias, float *y, float *col, const gg_epi *ep, int mode) {
   int64_t H = c->in[1], W = c->in[2], sh = c->stride[1], sw = c->stride[2], ph0 = c->pad[1], pw0 = c->pad[2];
   int64_t Hq = (H + 2 * ph0 + sh - 1) / sh, Wq = (W + 2 * pw0 + sw - 1) / sw, Ho = c->out[1], Wo = c->out[2];

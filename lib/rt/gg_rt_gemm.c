@@ -55,12 +55,15 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
  * chosen at run time, so a .so built on one x86-64 machine runs on another; elsewhere (and with
  * GCC_GRAPH_BLAS_ONLY=1) no weight is packed and the products go to BLAS.
  *
- * Layout: A (M x K) in panels of PK_MR rows, each K x PK_MR with a row's PK_MR values together per k;
- * B (K x N) in panels of PK_NR columns, each K x width (PK_NR, or 16 for a last panel of at most
- * 16 columns). Padding rows and columns are zeros. A micro-tile of PK_MR x PK_NR outputs lives in 16
- * zmm registers; the loops over it follow BLIS: for each PK_KC slice of K, each B panel (its slice in
- * L1) against every A panel of the tile (their slices in L2). */
-#define PK_MR 8
+ * Layout: A (M x K) in panels of mr rows (pk_mr: 8, or 14 for a tall A), each K x mr with a row's
+ * mr values together per k; B (K x N) in panels of PK_NR columns, each K x width (PK_NR, or 16 for a
+ * last panel of at most 16 columns). Padding rows and columns are zeros. A micro-tile of mr x PK_NR
+ * outputs lives in 16 or 28 zmm registers; the loops over it follow BLIS: for each PK_KC slice of K,
+ * each B panel (its slice in L1) against every A panel of the tile (their slices in L2). The taller
+ * tile loads B once per 14 rows instead of 8: on the 16-core Xeon host, products of BERT's shapes ran
+ * 25% faster on one thread, 4-8% on 2 and 16 (medians of 5 rounds, session 44); a short A keeps 8
+ * rows, whose padding wastes less. */
+#define PK_MR 14   /* the most rows of a panel of A */
 #define PK_NR 32
 #ifndef PK_KC   /* tuning knobs (-D in --cflags): the depth of a slice of K, tiles per thread */
 #define PK_KC 384
@@ -71,20 +74,31 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
 
 static int64_t pk_width(int64_t N, int64_t jp) { return N - jp * PK_NR <= 16 ? 16 : PK_NR; }
 
+/* the rows of A's panels for a product of M rows: 14 where that pads M by at most 5% more than 8
+ * does (M >= PK_TALL_MIN), else 8. The packing at gg_open and the product derive it from M alike. */
+#ifndef PK_TALL_MIN   /* a tuning knob too (-D in --cflags; a huge value keeps 8 rows everywhere) */
+#define PK_TALL_MIN 112
+#endif
+static int pk_mr(int64_t M) {
+  int64_t p8 = (M + 7) / 8 * 8, p14 = (M + 13) / 14 * 14;
+  return M >= PK_TALL_MIN && p14 * 20 <= p8 * 21 ? 14 : 8;
+}
+
 int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols) {
-  return side == 0 ? (rows + PK_MR - 1) / PK_MR * PK_MR * cols : (cols + PK_NR - 1) / PK_NR * PK_NR * rows;
+  int64_t h = pk_mr(rows);
+  return side == 0 ? (rows + h - 1) / h * h * cols : (cols + PK_NR - 1) / PK_NR * PK_NR * rows;
 }
 
 void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst) {
   if (side == 0) {
-    int64_t M = rows, K = cols;
+    int64_t M = rows, K = cols, h = pk_mr(M);
     _Pragma("omp parallel for schedule(static) if(M * K > 65536 && !omp_in_parallel())")
-    for (int64_t ip = 0; ip < (M + PK_MR - 1) / PK_MR; ip++) {
-      float *d = dst + ip * K * PK_MR;
+    for (int64_t ip = 0; ip < (M + h - 1) / h; ip++) {
+      float *d = dst + ip * K * h;
       for (int64_t k = 0; k < K; k++)
-        for (int64_t i = 0; i < PK_MR; i++) {
-          int64_t r = ip * PK_MR + i;
-          d[k * PK_MR + i] = r < M ? src[r * srow + k * scol] : 0;
+        for (int64_t i = 0; i < h; i++) {
+          int64_t r = ip * h + i;
+          d[k * h + i] = r < M ? src[r * srow + k * scol] : 0;
         }
     }
   } else {
@@ -130,14 +144,14 @@ bool gg_rt_packed_ok(void) {
  * place from a convolution's image (conv_rows): with bro, row k of the B slice is the nr floats at
  * b + bro[k]; with aro, row i of the A slice at k is a[aro[k] + apo[i]]. With ty, the finished tile is
  * stored transposed there instead of in c (c then only holds partial sums of earlier slices). */
-static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
+static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
                                                                    const float *b, const int64_t *bro, float *c, int64_t ldc, int mr, int nr,
                                                                    bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {
-  __m512 c0[PK_MR], c1[PK_MR];
+  __m512 c0[PK_MR], c1[PK_MR];   /* MR of them used */
   __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
   int64_t po[PK_MR];
-  for (int i = 0; i < PK_MR; i++) {
+  for (int i = 0; i < MR; i++) {
     c0[i] = c1[i] = _mm512_setzero_ps();
     po[i] = apo ? apo[i] : i;
   }
@@ -153,12 +167,12 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
       b += 16 * nv;
     }
     const float *ak = aro ? a + aro[k] : a;
-    for (int i = 0; i < PK_MR; i++) {
+    for (int i = 0; i < MR; i++) {
       __m512 av = _mm512_set1_ps(ak[po[i]]);
       c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
       if (nv > 1) c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
     }
-    if (!aro) a += PK_MR;
+    if (!aro) a += MR;
   }
   __m512 cb0 = _mm512_setzero_ps(), cb1 = cb0;
   float t[PK_MR][PK_NR];
@@ -166,7 +180,7 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     cb0 = _mm512_maskz_loadu_ps(m0, cb);
     if (nv > 1) cb1 = _mm512_maskz_loadu_ps(m1, cb + 16);
   }
-  for (int i = 0; i < mr; i++) {
+  for (int i = 0; i < mr && i < MR; i++) {
     float *ci = c + i * ldc;
     __m512 v0 = c0[i], v1 = c1[i];
     if (acc) {
@@ -194,18 +208,26 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int nv, 
     for (int j = 0; j < nr; j++)
       for (int i = 0; i < mr; i++) ty[j * tld + i] = t[i][j];
 }
-#define PK_TILE(NAME, NV, ARO, APO, BRO, TY)                                                                                      \
+#define PK_TILE(NAME, MR, NV, ARO, APO, BRO, TY)                                                                                  \
   static GG_X512 void NAME(int64_t kc, const float *a, const int64_t *aro, const int64_t *apo, const float *b, const int64_t *bro, float *c, \
                            int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {  \
     (void)aro; (void)apo; (void)bro; (void)ty;                                                                                \
-    pk_tile(NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, TY, tld);                                               \
+    pk_tile(MR, NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, TY, tld);                                           \
   }
-PK_TILE(pk_tile32, 2, NULL, NULL, NULL, NULL)
-PK_TILE(pk_tile16, 1, NULL, NULL, NULL, NULL)
-PK_TILE(pk_tile32_brows, 2, NULL, NULL, bro, NULL)
-PK_TILE(pk_tile16_brows, 1, NULL, NULL, bro, NULL)
-PK_TILE(pk_tile32_arows, 2, aro, apo, NULL, ty)
-PK_TILE(pk_tile16_arows, 1, aro, apo, NULL, ty)
+/* each tile's variants for MR rows: B panels of 32 and 16 columns; packed, B read in place, A in place */
+#define PK_TILES(MR)                                          \
+  PK_TILE(pk_tile##MR##_32, MR, 2, NULL, NULL, NULL, NULL)    \
+  PK_TILE(pk_tile##MR##_16, MR, 1, NULL, NULL, NULL, NULL)    \
+  PK_TILE(pk_tile##MR##_32b, MR, 2, NULL, NULL, bro, NULL)    \
+  PK_TILE(pk_tile##MR##_16b, MR, 1, NULL, NULL, bro, NULL)    \
+  PK_TILE(pk_tile##MR##_32a, MR, 2, aro, apo, NULL, ty)       \
+  PK_TILE(pk_tile##MR##_16a, MR, 1, aro, apo, NULL, ty)
+PK_TILES(8)
+PK_TILES(14)
+typedef void pk_fn(int64_t, const float *, const int64_t *, const int64_t *, const float *, const int64_t *, float *, int64_t, int, int, bool,
+                   const float *, const float *, float *, int64_t);
+static pk_fn *const pk_fns[2][6] = {{pk_tile8_32, pk_tile8_16, pk_tile8_32b, pk_tile8_16b, pk_tile8_32a, pk_tile8_16a},
+                                    {pk_tile14_32, pk_tile14_16, pk_tile14_32b, pk_tile14_16b, pk_tile14_32a, pk_tile14_16a}};
 
 /* The product of packed panels (gg_rt_gemm_packed), or with one operand read in place from a
  * convolution's image (conv_rows): rows_src ar (A: row k at output position i is base[ro[k] + po[i]])
@@ -215,20 +237,21 @@ PK_TILE(pk_tile16_arows, 1, aro, apo, NULL, ty)
 static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const rows_src *ar, const float *Bp, const rows_src *br, float *C,
                      int64_t ldc, const float *row_bias, const float *col_bias, const gg_epi *ep, float *ty, int64_t tld) {
   if (M <= 0 || N <= 0) return;
-  int64_t pm = (M + PK_MR - 1) / PK_MR, pn = (N + PK_NR - 1) / PK_NR;
+  const int h = pk_mr(M);   /* rows of A's panels */
+  int64_t pm = (M + h - 1) / h, pn = (N + PK_NR - 1) / PK_NR;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   /* one thread for a product too small to share (a fork and join costs microseconds), unless its
    * operands are large: a product of one row (a linear layer at batch 1) is memory-bound, and many
    * threads read its weight faster than one (resnet18's 2 MB classifier: 0.27 ms on one thread of the
    * 16-core host) */
   if ((double)M * (double)N * (double)K < 2e5 && (double)(M + N) * (double)K < 65536) nt = 1;
-  /* a grid of gm x gn tiles of at most 16 x 8 panels (128 rows x 256 columns), refined until there
+  /* a grid of gm x gn tiles of at most 128 rows (16 or 9 panels) x 8 panels (256 columns), refined until there
    * are PK_TILES_PER_THREAD (2) per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
    * so that tiles differ by at most one panel (an uneven split left one thread idle for a quarter of
    * resnet18's 784-column products). Each row of tiles reads all of B, each column all of A: refined
    * along the smaller operand's side (a 7x7 convolution's 9.4 MB of weights read twice had made it
    * memory-bound) */
-  int64_t gm = (pm + 15) / 16, gn = (pn + 7) / 8;
+  int64_t gm = (pm + 128 / h - 1) / (128 / h), gn = (pn + 7) / 8;
   while (gm * gn < PK_TILES_PER_THREAD * nt && (gm < pm || gn < pn)) {
     if (gn < pn && (M <= N || gm == pm)) gn++;
     else gm++;
@@ -241,17 +264,19 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
     static const float zeros[PK_MR * PK_NR];
     for (int64_t ip = 0; ip < pm; ip++)
       for (int64_t jp = 0; jp < pn; jp++) {
-        int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
-        pk_tile32(0, zeros, NULL, NULL, zeros, NULL, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * PK_MR : NULL,
-                  col_bias ? col_bias + jp * PK_NR : NULL, NULL, 0);
+        int mr = (int)(M - ip * h < h ? M - ip * h : h), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
+        pk_fns[h == 14][0](0, zeros, NULL, NULL, zeros, NULL, C + ip * h * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * h : NULL,
+                           col_bias ? col_bias + jp * PK_NR : NULL, NULL, 0);
         if (ty) {
           for (int j = 0; j < nr; j++)
-            for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * PK_MR + i] = C[(ip * PK_MR + i) * ldc + jp * PK_NR + j];
-          epi_run(ep, ty + jp * PK_NR * tld + ip * PK_MR, tld, nr, mr);
-        } else epi_run(ep, C + ip * PK_MR * ldc + jp * PK_NR, ldc, mr, nr);
+            for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * h + i] = C[(ip * h + i) * ldc + jp * PK_NR + j];
+          epi_run(ep, ty + jp * PK_NR * tld + ip * h, tld, nr, mr);
+        } else epi_run(ep, C + ip * h * ldc + jp * PK_NR, ldc, mr, nr);
       }
     return;
   }
+  pk_fn *const *fns = pk_fns[h == 14];   /* [0, 1]: packed B of 32 and 16 columns; [2, 3]: B in place; [4, 5]: A in place */
+  int via = ar ? 4 : br ? 2 : 0;
   _Pragma("omp parallel for schedule(dynamic) if(nt > 1)")
   for (int64_t t = 0; t < gm * gn; t++) {
     int64_t r = t / gn, q = t % gn, i0 = r * pm / gm, i1 = (r + 1) * pm / gm, j0 = q * pn / gn, j1 = (q + 1) * pn / gn;
@@ -263,17 +288,13 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
         int nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         const float *bp = br ? br->base + jp * PK_NR : Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
         for (int64_t ip = i0; ip < i1; ip++) {
-          int mr = (int)(M - ip * PK_MR < PK_MR ? M - ip * PK_MR : PK_MR);
-          const float *ap = ar ? ar->base : Ap + ip * K * PK_MR + k0 * PK_MR, *rb = last && row_bias ? row_bias + ip * PK_MR : NULL;
-          float *cc = C + ip * PK_MR * ldc + jp * PK_NR;
+          int mr = (int)(M - ip * h < h ? M - ip * h : h);
+          const float *ap = ar ? ar->base : Ap + ip * K * h + k0 * h, *rb = last && row_bias ? row_bias + ip * h : NULL;
+          float *cc = C + ip * h * ldc + jp * PK_NR;
           bool acc = k0 > 0;
-          float *tt = ty && last ? ty + jp * PK_NR * tld + ip * PK_MR : NULL;
-          if (ar && w == PK_NR) pk_tile32_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, tt, tld);
-          else if (ar) pk_tile16_arows(kc, ap, ar->ro + k0, ar->po + ip * PK_MR, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, tt, tld);
-          else if (br && w == PK_NR) pk_tile32_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
-          else if (br) pk_tile16_brows(kc, ap, NULL, NULL, bp, br->ro + k0, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
-          else if (w == PK_NR) pk_tile32(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
-          else pk_tile16(kc, ap, NULL, NULL, bp, NULL, cc, ldc, mr, nr, acc, rb, cb, NULL, 0);
+          float *tt = ty && last ? ty + jp * PK_NR * tld + ip * h : NULL;
+          fns[via + (w != PK_NR)](kc, ap, ar ? ar->ro + k0 : NULL, ar ? ar->po + ip * h : NULL, bp, br ? br->ro + k0 : NULL, cc, ldc, mr, nr, acc, rb,
+                                  cb, tt, tld);
           if (last && tt) epi_run(ep, tt, tld, nr, mr);   /* the finished tile where it is stored, in L1 */
           else if (last) epi_run(ep, cc, ldc, mr, nr);
         }

@@ -1,0 +1,118 @@
+/* gemm_kernel.c: the runtime's own float32 product kernel (lib/rt/gg_rt_gemm.c, included whole) timed
+ * alone at the shapes of the CPU suite's models, to tune it without compiling a model: the linears of
+ * BERT-base and GPT-2 (A packed per call, the weight packed once, as a compiled model does) and 3x3
+ * convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
+ * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
+ * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
+ * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
+ * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD):
+ *   cc -O3 -fno-math-errno -fno-trapping-math -fopenmp -Ilib/rt -Iinclude bench/gemm_kernel.c -lopenblas -lm -o gemm_kernel
+ *   OMP_NUM_THREADS=2 taskset -c 0,1 ./gemm_kernel
+ * (no BLAS call is timed; the runtime's BLAS paths only need the symbols.) */
+#define _GNU_SOURCE
+#include "gg_rt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#include "gg_rt_gemm.c"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float *filled(int64_t n, int seed) {
+  float *p = malloc(sizeof(float) * (size_t)n);
+  if (!p) exit(1);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)((i * (7 + 2 * seed)) % 13) * 0.1f - 0.6f;
+  return p;
+}
+
+static void *aligned(int64_t floats) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, sizeof(float) * (size_t)floats)) exit(1);
+  return p;
+}
+
+/* C = A @ B, A (M x K) row-major packed per call, B (K x N) packed once */
+static void linear(int64_t M, int64_t N, int64_t K) {
+  float *A = filled(M * K, 0), *B = filled(K * N, 1), *C = aligned(M * N), *Ap = aligned(gg_rt_pack_floats(0, M, K)),
+        *Bp = aligned(gg_rt_pack_floats(1, K, N));
+  gg_rt_pack(1, K, N, B, N, 1, Bp);
+  double best = 1e9, err = 0;
+  for (int r = 0; r < 5; r++) {
+    double t = now();
+    gg_rt_pack(0, M, K, A, K, 1, Ap);
+    gg_rt_gemm_packed(M, N, K, Ap, Bp, C, N, NULL, NULL, NULL);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  for (int64_t i = 0; i < M; i += 37)
+    for (int64_t j = 0; j < N; j += 11) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)A[i * K + k] * B[k * N + j];
+      err = fmax(err, fabs(s - C[i * N + j]));
+    }
+  printf("linear  M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)N, (long long)K, pk_mr(M),
+         2.0 * (double)M * (double)N * (double)K / best / 1e9, err);
+  free(A), free(B), free(C), free(Ap), free(Bp);
+}
+
+/* a 3x3 stride-1 convolution of B images [H+2, H+2, C] (padded channels-last) to Co channels */
+static void conv3x3(int64_t Bn, int64_t H, int64_t C, int64_t Co) {
+  int64_t Hp = H + 2, M = Bn * H * H, K = 9 * C;
+  float *x = filled(Bn * Hp * Hp * C, 0), *W = filled(K * Co, 1), *y = aligned(M * Co), *Wp = aligned(gg_rt_pack_floats(1, K, Co));
+  int64_t *ro = malloc(sizeof(int64_t) * (size_t)K), *po = malloc(sizeof(int64_t) * (size_t)(M + PK_MR));
+  if (!ro || !po) exit(1);
+  gg_rt_pack(1, K, Co, W, Co, 1, Wp);
+  for (int64_t r = 0, i = 0; r < 3; r++)
+    for (int64_t s = 0; s < 3; s++)
+      for (int64_t c = 0; c < C; c++) ro[i++] = (r * Hp + s) * C + c;
+  for (int64_t o = 0; o < M + PK_MR; o++) po[o] = o < M ? ((o / (H * H) * Hp + o / H % H) * Hp + o % H) * C : 0;
+  rows_src a = {x, ro, po};
+  double best = 1e9, err = 0;
+  for (int r = 0; r < 5; r++) {
+    double t = now();
+    gemm_run(M, Co, K, NULL, &a, Wp, NULL, y, Co, NULL, NULL, NULL, NULL, 0);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  for (int64_t o = 0; o < M; o += 97)
+    for (int64_t j = 0; j < Co; j += 7) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)x[ro[k] + po[o]] * W[k * Co + j];
+      err = fmax(err, fabs(s - y[o * Co + j]));
+    }
+  printf("conv3x3 M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)Co, (long long)K, pk_mr(M),
+         2.0 * (double)M * (double)Co * (double)K / best / 1e9, err);
+  free(x), free(W), free(y), free(Wp), free(ro), free(po);
+}
+
+int main(void) {
+  if (!gg_rt_packed_ok()) {
+    puts("no AVX-512 here (or GCC_GRAPH_BLAS_ONLY is set): the runtime's kernel does not run");
+    return 0;
+  }
+  printf("threads %d, PK_KC %d, PK_TALL_MIN %d\n", omp_get_max_threads(), PK_KC, PK_TALL_MIN);
+  /* BERT-base at batch 4, sequence 128: the QKV / out projections, FFN up, FFN down; GPT-2 at batch 4, 256: c_attn */
+  linear(512, 768, 768);
+  linear(512, 3072, 768);
+  linear(512, 768, 3072);
+  linear(1024, 2304, 768);
+  linear(2048, 2048, 2048);
+  /* ResNet-50 at batch 8: the 3x3 convolutions of its four stages */
+  conv3x3(8, 56, 64, 64);
+  conv3x3(8, 28, 128, 128);
+  conv3x3(8, 14, 256, 256);
+  conv3x3(8, 7, 512, 512);
+  return 0;
+}
