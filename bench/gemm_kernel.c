@@ -9,7 +9,9 @@
  *   cc -O3 -fno-math-errno -fno-trapping-math -fopenmp -Ilib/rt -Iinclude bench/gemm_kernel.c -lopenblas -lm -o gemm_kernel
  *   OMP_NUM_THREADS=2 taskset -c 0,1 ./gemm_kernel
  * (no BLAS call is timed; the runtime's BLAS paths only need the symbols.) */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "gg_rt.h"
 
 #include <cblas.h>

@@ -51,6 +51,9 @@ mk_st() {
 echo "== unit"
 "$BUILD/test-unit" >"$TMP/unit" 2>&1
 tally "$TMP/unit" unit
+# the runtime's own product kernel, every way models call it, against float64 (tests/kernel.c)
+OMP_NUM_THREADS=2 "$BUILD/test-kernel" >"$TMP/kernel" 2>&1
+tally "$TMP/kernel" kernel
 
 echo "== golden: every corpus case under the interpreter against PyTorch"
 "$BUILD/test-golden" tests/corpus/*/* tests/extra/* tests/extra_aten/* >"$TMP/golden" 2>&1

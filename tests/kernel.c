@@ -1,0 +1,112 @@
+/* kernel.c: the runtime's own float32 product kernel (lib/rt/gg_rt_gemm.c, included whole) against
+ * float64 products, over every way a model calls it: both operands packed (linears; the row and
+ * column biases), A read in place from an image (channels-last convolutions; stored as it is or
+ * transposed, as mode 2 of conv_rows stores it), B read in place (conv_rows' mode 1); panels of 8 and
+ * 14 rows (pk_mr), B panels of 32 columns and a last one of at most 16, K of 0, less than one slice,
+ * and more than one. Operands are allocated to their exact sizes, so the sanitizer build catches a read
+ * past a position table or a panel. Ends with "N passed, N failed" (tests/run.sh). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "gg_rt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#include "gg_rt_gemm.c"
+
+static int pass, fail, rows_seen[15];
+
+static float *fill(int64_t n, unsigned seed) {
+  float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    p[i] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+  return p;
+}
+
+static float *packed(int side, int64_t rows, int64_t cols, const float *src, int64_t srow) {
+  float *p = NULL;
+  if (posix_memalign((void **)&p, GG_RT_ALIGN, sizeof(float) * (size_t)(gg_rt_pack_floats(side, rows, cols) + 1))) abort();
+  gg_rt_pack(side, rows, cols, src, srow, 1, p);
+  return p;
+}
+
+/* y (M x N, element (i, j) at y[i * si + j * sj]) against A @ B + biases in float64; the bound is
+ * float32 accumulation's over K + 2 terms */
+static void check(const char *what, int64_t M, int64_t N, int64_t K, const float *A, const float *B, const float *rb, const float *cb, const float *y,
+                  int64_t si, int64_t sj) {
+  double worst = 0;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; k++) {
+        s += (double)A[i * K + k] * B[k * N + j];
+        a += fabs((double)A[i * K + k] * B[k * N + j]);
+      }
+      if (rb) s += rb[i], a += fabs(rb[i]);
+      if (cb) s += cb[j], a += fabs(cb[j]);
+      double e = fabs(y[i * si + j * sj] - s), bound = (double)(K + 2) * 6e-8 * a + 1e-30;
+      if (!(e <= bound)) {
+        printf("FAIL %s M %lld N %lld K %lld (rows %d): element (%lld, %lld) is %.9g, float64 says %.9g\n", what, (long long)M, (long long)N, (long long)K,
+               pk_mr(M), (long long)i, (long long)j, y[i * si + j * sj], s);
+        fail++;
+        return;
+      }
+      if (e > worst) worst = e;
+    }
+  pass++;
+  rows_seen[pk_mr(M)]++;
+}
+
+static void one(int64_t M, int64_t N, int64_t K) {
+  float *A = fill(M * K, 1), *B = fill(K * N, 2), *rb = fill(M, 3), *cb = fill(N, 4), *C = malloc(sizeof(float) * (size_t)(M * N));
+  /* both packed, with the row bias and the column bias in turn */
+  float *Ap = packed(0, M, K, A, K), *Bp = packed(1, K, N, B, N);
+  gg_rt_gemm_packed(M, N, K, Ap, Bp, C, N, NULL, cb, NULL);
+  check("packed, column bias", M, N, K, A, B, NULL, cb, C, N, 1);
+  gg_rt_gemm_packed(M, N, K, Ap, Bp, C, N, rb, NULL, NULL);
+  check("packed, row bias", M, N, K, A, B, rb, NULL, C, N, 1);
+  /* A read in place: row i at k is A[po[i] + ro[k]], the table padded by PK_MR positions past M */
+  int64_t *ro = malloc(sizeof(int64_t) * (size_t)(K ? K : 1)), *po = malloc(sizeof(int64_t) * (size_t)(M + PK_MR));
+  for (int64_t k = 0; k < K; k++) ro[k] = k;
+  for (int64_t i = 0; i < M + PK_MR; i++) po[i] = i < M ? i * K : 0;
+  rows_src ar = {A, ro, po};
+  gemm_run(M, N, K, NULL, &ar, Bp, NULL, C, N, NULL, cb, NULL, NULL, 0);
+  check("A in place", M, N, K, A, B, NULL, cb, C, N, 1);
+  float *T = malloc(sizeof(float) * (size_t)(M * N));
+  gemm_run(M, N, K, NULL, &ar, Bp, NULL, C, N, NULL, cb, NULL, T, M);
+  check("A in place, stored transposed", M, N, K, A, B, NULL, cb, T, 1, M);
+  /* B read in place: row k is B + k * N */
+  int64_t *bro = malloc(sizeof(int64_t) * (size_t)(K ? K : 1));
+  for (int64_t k = 0; k < K; k++) bro[k] = k * N;
+  rows_src br = {B, bro, NULL};
+  gemm_run(M, N, K, Ap, NULL, NULL, &br, C, N, rb, NULL, NULL, NULL, 0);
+  check("B in place, row bias", M, N, K, A, B, rb, NULL, C, N, 1);
+  free(A), free(B), free(rb), free(cb), free(C), free(Ap), free(Bp), free(ro), free(po), free(T), free(bro);
+}
+
+int main(void) {
+  if (!gg_rt_packed_ok()) {   /* no AVX-512: the kernel never runs here */
+    puts("(no AVX-512 on this machine: the runtime's product kernel is not used; not run)\n0 passed, 0 failed");
+    return 0;
+  }
+  /* M: one row, a short panel, 8 rows where 14 would pad more (127), 14 rows (126, 250) */
+  static const int64_t Ms[] = {1, 9, 126, 127, 250}, Ns[] = {5, 16, 17, 40, 64}, Ks[] = {0, 3, 400};
+  for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+    for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+      for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) one(Ms[a], Ns[b], Ks[c]);
+  if (!rows_seen[8] || !rows_seen[14]) {
+    printf("FAIL panels of 8 rows checked %d times, of 14 rows %d times: both must be\n", rows_seen[8], rows_seen[14]);
+    fail++;
+  }
+  printf("%d passed, %d failed\n", pass, fail);
+  return fail != 0;
+}
