@@ -3,7 +3,9 @@
 machine with PyTorch 2.x, torchvision and transformers; random weights, seed 0; the models and their
 export are bench/gpu_suite.py's, at CPU serving sizes).
 
-For each model: torch.export at its batch (float32), `gcc-graph compile` (timed), its output against
+For each model: torch.export at its batch and dtype (float32; the _bf16 rows bfloat16; the _amp_bf16
+rows float32 compiled with --precision bf16 against PyTorch under torch.autocast("cpu", bfloat16)),
+`gcc-graph compile` (timed), its output against
 PyTorch in float64 (relative L2 error; eager's and torch.compile's too), then, for each thread count
 of THREADS, ROUNDS alternating rounds of gcc-graph (`gcc-graph bench`, OMP_NUM_THREADS), PyTorch eager
 (torch.set_num_threads) and torch.compile (Inductor with freezing on, as its CPU docs advise; compiled
@@ -11,7 +13,8 @@ again for each thread count, since Inductor's C++ kernels take the thread count 
 a median of ITERS runs; the table shows each side's median round. Each thread count runs in a process
 of its own pinned to that many CPUs (taskset), so that "2 threads" is 2 cores. The ceilings (the
 better of PyTorch's sgemm at 2048^3 and an OpenMP copy, bench/cpu_ceiling.py, at each thread count)
-give each model's fraction of the sgemm rate (FLOPs of its products and convolutions / time) and of
+give each model's fraction of the sgemm rate (bfloat16 rows: of PyTorch's bfloat16 product at 2048^3)
+(FLOPs of its products and convolutions / time) and of
 the copy bandwidth (bytes of explain's CPU schedule / time).
 
 Environment: GG (default build/gcc-graph), THREADS ("2,N": N = the CPUs this process may use), ROUNDS
@@ -34,14 +37,42 @@ NCPU = len(os.sched_getaffinity(0))
 THREADS = [int(t) for t in os.environ.get("THREADS", "2,%d" % NCPU).split(",") if t]
 TC_THREADS = [int(t) for t in os.environ.get("TC_THREADS", str(max(THREADS))).split(",") if t]
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-cpu-suite-")
-F32 = torch.float32
+F32, BF16 = torch.float32, torch.bfloat16
 MODELS = {
     "resnet50_b8": S.tv("resnet50", 8, F32),
     "mobilenet_v3_large_b8": S.tv("mobilenet_v3_large", 8, F32),
     "vit_b_16_b8": S.tv("vit_b_16", 8, F32),
     "bert_base_b4_s128": S.hf("bert", 4, 128, F32, **S.BERT),
     "gpt2_b4_s256": S.hf("gpt2", 4, 256, F32),
+    # bfloat16 exports (AMX where the CPU has it), and float32 exports compiled with --precision bf16
+    # against PyTorch under torch.autocast("cpu", bfloat16)
+    "resnet50_b8_bf16": S.tv("resnet50", 8, BF16),
+    "vit_b_16_b8_bf16": S.tv("vit_b_16", 8, BF16),
+    "bert_base_b4_s128_bf16": S.hf("bert", 4, 128, BF16, **S.BERT),
+    "gpt2_b4_s256_bf16": S.hf("gpt2", 4, 256, BF16),
+    "bert_base_b4_s128_amp_bf16": S.hf("bert", 4, 128, F32, "bf16", **S.BERT),
+    "vit_b_16_b8_amp_bf16": S.tv("vit_b_16", 8, F32, "bf16"),
 }
+BF16_ROWS = {n for n, v in MODELS.items() if v[2] == BF16 or v[3]}   # held to the bfloat16 product ceiling
+
+
+class CpuAmp(torch.nn.Module):   # the model under torch.autocast on the CPU, as people run mixed precision there
+    def __init__(s, m):
+        super().__init__()
+        s.m = m
+
+    def forward(s, *a):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return s.m(*a)
+
+
+def model_of(name):
+    """The model (random weights, seed 0, in its dtype; under autocast for a --precision row) and its inputs."""
+    make, mkin, dtype, prec = MODELS[name]
+    torch.manual_seed(0)
+    m = make().eval().to(dtype)
+    xs = tuple(t.to(dtype) if t.is_floating_point() else t for t in mkin())
+    return m, xs, prec
 
 
 def prepare(name):
@@ -51,10 +82,7 @@ def prepare(name):
     if os.path.exists(done):
         return json.load(open(done))
     os.makedirs(d, exist_ok=True)
-    make, mkin, _, _ = MODELS[name]
-    torch.manual_seed(0)
-    m = make().eval()
-    inputs = mkin()
+    m, inputs, prec = model_of(name)
     with torch.no_grad():
         ep = torch.export.export(m, inputs)
     torch.export.save(ep, os.path.join(d, "model.pt2"))
@@ -69,7 +97,7 @@ def prepare(name):
             continue
         so = os.path.join(d, "model%s.so" % tag)
         t0 = time.perf_counter()
-        r = subprocess.run([gg, "compile", os.path.join(d, "model.pt2"), "-o", so], capture_output=True, text=True)
+        r = subprocess.run([gg, "compile", os.path.join(d, "model.pt2"), "-o", so] + (["--precision", prec] if prec else []), capture_output=True, text=True)
         row["compile%s_s" % tag] = time.perf_counter() - t0
         if r.returncode:
             row["refused%s" % tag] = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200]
@@ -119,9 +147,10 @@ def measure(name, threads):
     d = os.path.join(OUT, name)
     st = os.path.join(d, "io.safetensors")
     torch.set_num_threads(threads)
-    make, _, _, _ = MODELS[name]
-    m = make().eval()
+    m, _, prec = model_of(name)
     m.load_state_dict(torch.load(os.path.join(d, "state.pt")))
+    if prec:
+        m = CpuAmp(m)
     io = S.load_st(st)
     xs = tuple(io[f"in.{i}"] for i in range(len(io)))
     ref = S.load_st(os.path.join(d, "ref.safetensors"))["out.0"]
@@ -161,9 +190,10 @@ def ceilings(threads):
 
 def table(rows, ceil, threads):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print("\n%d threads (%s); ceilings: sgemm %.0f GFLOP/s, copy %.1f GB/s" % (threads, cpu, ceil.get("sgemm_gflops", 0), ceil.get("copy_gbs", 0)))
+    print("\n%d threads (%s); ceilings: sgemm %.0f GFLOP/s, bfloat16 GEMM %.0f GFLOP/s, copy %.1f GB/s" % (
+        threads, cpu, ceil.get("sgemm_gflops", 0), ceil.get("bgemm_gflops", 0), ceil.get("copy_gbs", 0)))
     print("| model | gcc-graph ms | eager | torch.compile | vs eager | vs torch.compile | compile s (ours / Inductor) | error ours / eager / compile "
-          "| of sgemm ceiling | of copy ceiling |")
+          "| of GEMM ceiling (sgemm; bf16 rows: bf16) | of copy ceiling |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = lambda k, fmt="%.2f": fmt % r[k] if k in r else "-"
@@ -172,7 +202,8 @@ def table(rows, ceil, threads):
             ours += " (%s: %s)" % (os.path.basename(os.path.dirname(AB_GG)) or AB_GG, f("ours_b_ms"))
         ve = "%.2fx" % (r["eager_ms"] / r["ours_ms"]) if "ours_ms" in r and "eager_ms" in r else "-"
         vc = "%.2fx" % (r["compile_ms"] / r["ours_ms"]) if "ours_ms" in r and "compile_ms" in r else "-"
-        gf = "%.0f%%" % (100 * r["flops"] / r["ours_ms"] / 1e6 / ceil["sgemm_gflops"]) if r.get("flops") and "ours_ms" in r and ceil.get("sgemm_gflops") else "-"
+        ck = "bgemm_gflops" if r["model"] in BF16_ROWS else "sgemm_gflops"
+        gf = "%.0f%%" % (100 * r["flops"] / r["ours_ms"] / 1e6 / ceil[ck]) if r.get("flops") and "ours_ms" in r and ceil.get(ck) else "-"
         bw = "%.0f%%" % (100 * r["traffic"] / r["ours_ms"] / 1e6 / ceil["copy_gbs"]) if r.get("traffic") and "ours_ms" in r and ceil.get("copy_gbs") else "-"
         print("| %s | %s | %s | %s | %s | %s | %s / %s | %s / %s / %s | %s | %s |" % (
             r["model"], ours, f("eager_ms"), f("compile_ms"), ve, vc, f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"),

@@ -1,5 +1,6 @@
-/* gemm_kernel.c: the runtime's own float32 product kernel (lib/rt/gg_rt_gemm.c, included whole) timed
- * alone at the shapes of the CPU suite's models, to tune it without compiling a model: the linears of
+/* gemm_kernel.c: the runtime's own product kernels (lib/rt/gg_rt_gemm.c, included whole) timed
+ * alone at the shapes of the CPU suite's models (bfloat16 linears first: gg_rt_hgemm, AMX where the CPU
+ * has it; then float32), to tune it without compiling a model: the linears of
  * BERT-base and GPT-2 (A packed per call, the weight packed once, as a compiled model does) and 3x3
  * convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
@@ -99,7 +100,41 @@ static void conv3x3(int64_t Bn, int64_t H, int64_t C, int64_t Co) {
   free(x), free(W), free(y), free(Wp), free(ro), free(po);
 }
 
+/* a bfloat16 linear: Y = X @ W^T with W [N, K] as PyTorch stores it, packed once (gg_rt_pack_weight: AMX
+ * panels where the CPU has AMX, else float32 panels), X packed per call, the result rounded to bfloat16 */
+static void hlinear(int64_t M, int64_t N, int64_t K) {
+  float *xf = filled(M * K, 0), *wf = filled(N * K, 1);
+  uint16_t *X = malloc(2 * (size_t)(M * K)), *W = malloc(2 * (size_t)(N * K)), *Y = malloc(2 * (size_t)(M * N));
+  if (!X || !W || !Y) exit(1);
+  for (int64_t i = 0; i < M * K; i++) X[i] = gg_f2bf(xf[i]);
+  for (int64_t i = 0; i < N * K; i++) W[i] = gg_f2bf(wf[i]);
+  void *pk = NULL;
+  if (gg_rt_pack_weight(2, K, N, W, 1, K, &pk)) exit(1);
+  double best = 1e9, err = 0;
+  for (int r = 0; r < 5; r++) {
+    double t = now();
+    gg_rt_hgemm(3, M, N, K, X, K, 1, W, 1, K, pk, Y, N, 1, 0, NULL, 0, 0, 0);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  for (int64_t i = 0; i < M; i += 37)
+    for (int64_t j = 0; j < N; j += 11) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)gg_bf2f(X[i * K + k]) * gg_bf2f(W[j * K + k]);
+      err = fmax(err, fabs(s - gg_bf2f(Y[i * N + j])) / (fabs(s) + 1e-3));
+    }
+  printf("bf16 linear M %6lld N %5lld K %5lld  %s  %7.1f GFLOP/s  max rel diff %.2g\n", (long long)M, (long long)N, (long long)K,
+         gg_rt_amx_ok() ? "AMX   " : "no AMX", 2.0 * (double)M * (double)N * (double)K / best / 1e9, err);
+  free(xf), free(wf), free(X), free(W), free(Y), free(pk);
+}
+
 int main(void) {
+  /* bfloat16 (gg_rt_hgemm; any x86-64): BERT-base at batch 4, sequence 128, and GPT-2 at 4 x 256 */
+  hlinear(512, 768, 768);
+  hlinear(512, 3072, 768);
+  hlinear(512, 768, 3072);
+  hlinear(1024, 2304, 768);
+  hlinear(2048, 2048, 2048);
   if (!gg_rt_packed_ok()) {
     puts("no AVX-512 here (or GCC_GRAPH_BLAS_ONLY is set): the runtime's kernel does not run");
     return 0;

@@ -192,7 +192,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
   fprintf(out, "check %s: %d results, tolerance %.3g (relative L2; integers exact)\n", gg_quote(c, o->model), nref, o->tol);
   fprintf(out, "  %-38s reference\n", stage_name(ST_LOADED));
   const int ST_AUTOGRAD = stage_index("autograd"), ST_COMPILED = stage_index("schedule"), ST_PRECISION = stage_index("precision");
-  const Pipeline which = {.tr = &o->tr, .fold = true, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
+  const Pipeline which = {.g = g0, .tr = &o->tr, .fold = true, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};
   Iref0 = I0;   /* the loaded graph's, or with --precision the lowered graph's */
   for (int s = ST_LOADED + 1; s <= ST_COMPILED && !verdict; s++) {
     if (s < ST_COMPILED && (!gg_stages[s].rewrites || !stage_applies(&gg_stages[s], &which))) continue;
@@ -249,7 +249,7 @@ int check_model(Ctx *c, const CheckOptions *o, FILE *out) {
     const char *gworst = NULL;
     if (gref && s > ST_AUTOGRAD) eg = compare_sets(gref, ngref, got, ngot, &gworst);
     if (eg > e) { e = eg; worst = gworst; }
-    if (s == ST_PRECISION && I) {   /* what the lower precision costs; the later stages are held to its graph */
+    if (s == ST_PRECISION && I && (o->precision == PREC_BF16 || o->precision == PREC_FP16)) {   /* what the lower precision costs; the later stages are held to its graph */
       fprintf(out, "  %-38s %s relative error %.3g against float32 (--precision %s)\n", stage_name(s), worst ? worst : "?", e, precision_name(o->precision));
       ref = got;
       nref = ngot;

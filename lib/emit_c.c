@@ -51,11 +51,12 @@ const Dialect gg_dialect_c = {c_head, c_syms, c_call, c_call_end, c_return_bad, 
 /* ---------------------------------------------------------------- packed weights and epilogues */
 
 /* The matrix of weight t read as rows x cols with strides (srow, scol), packed at gg_open for the
- * runtime's own float32 kernel (gg_rt_gemm_packed, side 0: left operand, 1: right): the name of the
+ * runtime's own float32 kernel (gg_rt_gemm_packed, side 0: left operand, 1: right) or as the right
+ * operand of a bfloat16 or float16 product (gg_rt_hgemm, side 2 or 3): the name of the
  * packed copy in the run body, or NULL when it cannot be (not a weight as stored, a buffer the model
  * updates, training, --target cuda, sizes not known at compile time). */
 static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, const Expr *cols, const Expr *srow, const Expr *scol) {
-  if (!e->pack_ok || t->dt != DT_F32 || e->st[t->stor].kind != S_WEIGHT || e->mutated[e->st[t->stor].index]) return NULL;
+  if (!e->pack_ok || t->dt != (side == 2 ? DT_BF16 : side == 3 ? DT_F16 : DT_F32) || e->st[t->stor].kind != S_WEIGHT || e->mutated[e->st[t->stor].index]) return NULL;
   PackDesc d = {e->st[t->stor].index, side, 0, 0, 0, 0, 0};
   if (!expr_is_const(t->offset, &d.offset) || !expr_is_const(rows, &d.rows) || !expr_is_const(cols, &d.cols) || !expr_is_const(srow, &d.srow) ||
       !expr_is_const(scol, &d.scol) || d.rows <= 0 || d.cols <= 0)
@@ -139,6 +140,10 @@ static int product_c(Em *e, const Product *p) {
                        ? weight_pack(e, &Bb, 1, K, N, Bb.strides[0], Bb.strides[1])
                        : NULL;
   int apk = pk ? new_stor(e, S_SCRATCH, 0, DT_F32, MUL(e, ADD(e, M, C(e, 14)), K)) : -1;
+  /* float16 and bfloat16 on the runtime's gg_rt_hgemm (a bias of a float type with them; a weight on
+   * the right packed at gg_open); integers in loops */
+  bool hgemm = (dt == DT_F16 || dt == DT_BF16) && (!bt || bt->dt == DT_F32 || bt->dt == DT_F16 || bt->dt == DT_BF16);
+  const char *hpk = hgemm && nb == 0 && !a_vec && !b_vec ? weight_pack(e, &Bb, dt == DT_BF16 ? 2 : 3, K, N, Bb.strides[0], Bb.strides[1]) : NULL;
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, pk ? "matrix product (packed weight)" : "matrix product");
@@ -146,6 +151,7 @@ static int product_c(Em *e, const Product *p) {
   kopen(e, id, false, true);
   fprintf(f, "%s *restrict y, const %s *a, const %s *b, const %s *bias", T, T, T, bias ? ctype(e->tv[bias->id].dt) : T);
   if (pk) fputs(", float *ap, const float *pk", f);
+  if (hpk) fputs(", const float *pk", f);
   epi_params(e, &ep);
   ksyms(e);
   fputs("  (void)bias;\n", f);
@@ -156,10 +162,10 @@ static int product_c(Em *e, const Product *p) {
     fprintf(f, "    gg_rt_gemm_packed(M, N, K, ap, pk, y, N, NULL, %s, %s);\n    return;\n  }\n",
             bt ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", epi_ref(&ep));
   }
-  /* a batch of small float32 products (attention heads): one product per thread, on the runtime's own
-   * kernel; where BLAS runs them, one after another (concurrent calls into OpenBLAS serialize, and
-   * even an inactive parallel region around them made OpenBLAS 10x slower) */
-  bool par = nb > 0 && dt == DT_F32;
+  /* a batch of small float32 or half-type products (attention heads): one product per thread, on the
+   * runtime's own kernels; where BLAS runs them, one after another (concurrent calls into OpenBLAS
+   * serialize, and even an inactive parallel region around them made OpenBLAS 10x slower) */
+  bool par = nb > 0 && (dt == DT_F32 || hgemm);
   char *lbuf = NULL;
   size_t llen = 0;
   FILE *kf = f;
@@ -184,7 +190,18 @@ static int product_c(Em *e, const Product *p) {
   if (blas)
     fprintf(f, "    gg_rt_%cgemm(M, N, K, a + %s, %s, %s, b + %s, %s, %s, yy, %s);\n", dt == DT_F32 ? 's' : 'd', ai, sam, sak, bi, sbk, sbn,
             epi_late ? "NULL" : epi_ref(&ep));
-  else {   /* half types: the product, scaled and with its bias, rounded once (as cuBLAS does) */
+  else if (hgemm) {   /* half types: float32 sums (AMX for bfloat16 where the CPU has it), scaled, with the bias, rounded once */
+    const char *bx = "NULL", *sbm = "0", *sbj = "0";
+    if (bt) {
+      TV bb = broadcast_tv(e, bt, out->rank, out->sizes);
+      bx = arena_printf(e->a, "bias + %s", cx(e, bb.offset));
+      for (int d = 0; d < nb; d++) bx = arena_printf(e->a, "%s + i%d * %s", bx, d, cx(e, bb.strides[d]));
+      sbm = cx(e, bb.strides[nb]);
+      sbj = cx(e, bb.strides[nb + 1]);
+    }
+    fprintf(f, "    gg_rt_hgemm(%d, M, N, K, a + %s, %s, %s, b + %s, %s, %s, %s, yy, N, %.17g, %.17g, %s, %d, %s, %s);\n", dt == DT_BF16 ? 3 : 2, ai, sam,
+            sak, bi, sbk, sbn, hpk ? "pk" : "NULL", alpha, beta, bx, bt ? (bt->dt == DT_F32 ? 0 : bt->dt == DT_F16 ? 2 : 3) : 0, sbm, sbj);
+  } else {   /* the product, scaled and with its bias, rounded once (as cuBLAS does) */
     fprintf(f, "    for (int64_t m = 0; m < M; m++)\n      for (int64_t j = 0; j < N; j++) {\n        double acc = 0;\n");
     fprintf(f, "        for (int64_t q = 0; q < K; q++) acc += ");
     load_f(f, dt, "a", arena_printf(e->a, "%s + m * %s + q * %s", ai, sam, sak));
@@ -234,6 +251,7 @@ static int product_c(Em *e, const Product *p) {
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, A.stor), sname(e, B.stor), bias ? sname(e, e->tv[bias->id].stor) : "NULL");
   if (pk) fprintf(e->r, ", %s, %s", sname(e, apk), pk);
+  if (hpk) fprintf(e->r, ", %s", hpk);
   epi_args(e, &ep);
   kcall_end(e);
   (void)cl;

@@ -637,6 +637,11 @@ int fold_bn_affine(Graph *g, Value *w, Value *b, Value *mean, Value *var, double
 void fold_drop_unused(Graph *g, Value **before, int nbefore);
 /* --precision bf16|fp16: products, convolutions and attention of float32 in the lower type (precision.c) */
 int precision_lower(Graph *g, int precision, bool fold);
+/* The CPU: float16 and bfloat16 convolutions and pooling computed in float32 (their operands widened,
+ * exactly; the result rounded once, as PyTorch's CPU kernels accumulate in float32); needed: the graph
+ * has one. */
+int precision_widen(Graph *g, bool fold);
+bool precision_widen_needed(const Graph *g);
 /* --target cuda: tensor-core convolutions and the nodes after them channels-last (layout.c) */
 int channels_last(Graph *g, bool fold);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */

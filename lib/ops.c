@@ -290,11 +290,13 @@ int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
   if (p->comp == DT_BOOL && !strcmp(op->name, "bitwise_not")) {   /* on bool, bitwise not is logical not */
     p->f = f_logical_not; p->fname = "f_logical_not"; p->use_float = true;
   }
-  /* the costly functions have float32 versions (scalar.h) that compiled CPU code uses on float32 */
+  /* the costly functions have float32 versions (scalar.h) that compiled CPU code uses on float32,
+   * float16 and bfloat16 (which PyTorch's CPU kernels compute in float32 too) */
   static const char *const f32[][2] = {{"f_exp", "f32_exp"}, {"f_sigmoid", "f32_sigmoid"}, {"f_silu", "f32_silu"},
                                        {"f_erf", "f32_erf"}, {"f_gelu_erf", "f32_gelu_erf"}, {"f_tanh", "f32_tanh"},
                                        {"f_gelu_tanh", "f32_gelu_tanh"}};
-  for (size_t k = 0; p->use_float && p->comp == DT_F32 && p->fname && k < sizeof f32 / sizeof *f32; k++)
+  bool f32ok = p->comp == DT_F32 || p->comp == DT_F16 || p->comp == DT_BF16;
+  for (size_t k = 0; p->use_float && f32ok && p->fname && k < sizeof f32 / sizeof *f32; k++)
     if (!strcmp(p->fname, f32[k][0])) p->f32name = f32[k][1];
   i = ops_arg_index(op, "exponent");
   double e = i >= 0 && n->args[i].k == AK_FLOAT ? n->args[i].u.f : 0;
@@ -303,7 +305,7 @@ int pw_plan(Ctx *c, const Node *n, PwPlan *p) {
   if (p->use_float && !strcmp(op->name, "pow.Tensor_Scalar") && (e == 2 || e == 3)) {   /* products, as PyTorch's pow kernels (not powf) */
     p->f = e == 2 ? f_pow2 : f_pow3;
     p->fname = e == 2 ? "f_pow2" : "f_pow3";
-    if (p->comp == DT_F32) p->f32name = e == 2 ? "f32_pow2" : "f32_pow3";
+    if (f32ok) p->f32name = e == 2 ? "f32_pow2" : "f32_pow3";
   }
   if (p->use_float && !p->f) return gg_error(c, "node %s (%s): not defined for %s", gg_quote(c, n->name), gg_quote(c, n->target), dtype_name(p->comp));
   return 0;

@@ -11,7 +11,8 @@ static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_sup
 static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
 static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g) ? -1 : 0; }
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
-  return precision_lower(p->g, p->precision, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0;
+  bool fold = p->fold && !(p->tr && p->tr->on);
+  return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold)) || verify_graph(p->g) ? -1 : 0;
 }
 static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0; }
 static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
@@ -32,7 +33,7 @@ const Stage gg_stages[] = {
   {"verify", "loaded", STAGE_ALWAYS, true, st_verify},
   {"functionalize", "functionalized", STAGE_ALWAYS, true, st_functionalize},
   {"fold weights", "weights folded", STAGE_FOLD, true, st_fold},
-  {"precision", "lower precision (--precision)", STAGE_PRECISION, true, st_precision},
+  {"precision", "precision (--precision, CPU half convs)", STAGE_PRECISION, true, st_precision},
   {"decompose", "decomposed", STAGE_ALWAYS, true, st_decompose},
   {"channels last", "channels-last convolutions", STAGE_CHANNELS_LAST, true, st_channels_last},
   {"autograd", "autograd (joint graph)", STAGE_TRAINING, true, st_autograd},
@@ -46,7 +47,7 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   switch (s->when) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
-  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16;
+  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16 || (!p->cuda && p->g && precision_widen_needed(p->g));
   case STAGE_CHANNELS_LAST: return !train && !p->nchw;
   default: return true;
   }

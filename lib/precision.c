@@ -90,26 +90,31 @@ static Value *exact_low(Rw *r, Value **low, int nv, Value *v, DType dt) {
 /* Casts and views that nothing reads any more (the float32 side of a round trip) are dropped. */
 static bool droppable(const Node *n) { return n->op && (dtype_free_view(n) || !strcmp(n->op->name, "_to_copy")); }
 
-int precision_lower(Graph *g, int precision, bool fold) {
-  if (precision != PREC_BF16 && precision != PREC_FP16) return 0;
+/* Each node `pick` accepts computes in dt: its floating tensor operands of type `from` are read
+ * converted to dt (a constant weight once, now, into a new weight where fold allows; anything else by a
+ * cast the fusion stage folds into its producer), and its result, of type `from`, is converted back
+ * under the node's own output name. Narrowing (from float32) reads a lowered node's narrow result
+ * where a later one needs it (exact_low: widening it back was exact); widening does not, since the
+ * wide result is not the rounded one that PyTorch's next op reads. */
+static int retype(Graph *g, DType from, DType dt, bool (*pick)(const Graph *, const Node *, DType), bool fold, const char *why) {
   Ctx *c = g->ctx;
-  DType dt = precision == PREC_BF16 ? DT_BF16 : DT_F16;
+  bool narrow = from == DT_F32;
   int nv = g->nvalues, changed = 0;
-  Value **low = arena_array(c->arena, (size_t)nv + 1, sizeof *low);   /* by value id: its rounded copy, made once */
+  Value **low = arena_array(c->arena, (size_t)nv + 1, sizeof *low);   /* by value id: its copy in dt, made once */
   Value **before = g->inputs;
   int nbefore = g->ninputs;
-  Rw r = {.g = g, .tag = "lowp"};
+  Rw r = {.g = g, .tag = narrow ? "lowp" : "wide"};
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    if (!lowered(g, n)) { rw_push(&r, n); continue; }
+    if (!pick(g, n, from)) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;
     Arg *args = arena_array(c->arena, (size_t)n->op->nargs + 1, sizeof *args);
     memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
     for (int a = 0; a < n->op->nargs; a++) {
       Value *v = args[a].k == AK_TENSOR ? args[a].u.t : NULL;
-      if (!v || v->dtype != DT_F32 || v->id >= nv) continue;
-      if (!low[v->id]) {
+      if (!v || v->dtype != from || v->id >= nv) continue;
+      if (!low[v->id] && narrow) {
         Value *x = exact_low(&r, low, nv, v, dt);
         if (!x && c->has_err) return -1;
         low[v->id] = x;
@@ -122,9 +127,15 @@ int precision_lower(Graph *g, int precision, bool fold) {
       args[a] = T(low[v->id]);
     }
     Value *y = rw_node(&r, NULL, n->op, args);
-    if (!y || !CALL(&r, n->outs[0], "_to_copy", "self", T(y), "dtype", DT(DT_F32))) return -1;
-    low[n->outs[0]->id] = y;
-    gg_log(c, LOG_DECOMP, "%s %s computed in %s (--precision %s)", n->op->name, gg_quote(c, n->name), dtype_name(dt), precision_name(precision));
+    if (!y) return -1;
+    Node *nn = r.nodes[r.n - 1];
+    for (int i = 1; i < n->nouts; i++) {   /* the others (max pooling's indices) are the node's own */
+      nn->outs[i] = n->outs[i];
+      n->outs[i]->def = nn;
+    }
+    if (!CALL(&r, n->outs[0], "_to_copy", "self", T(y), "dtype", DT(from))) return -1;
+    if (narrow) low[n->outs[0]->id] = y;
+    gg_log(c, LOG_DECOMP, "%s %s computed in %s (%s)", n->op->name, gg_quote(c, n->name), dtype_name(dt), why);
     changed++;
   }
   if (!changed) return 0;
@@ -135,4 +146,40 @@ int precision_lower(Graph *g, int precision, bool fold) {
   graph_drop_dead(g, droppable);
   fold_drop_unused(g, before, nbefore);
   return 0;
+}
+
+static bool lowered_from(const Graph *g, const Node *n, DType from) { return from == DT_F32 && lowered(g, n); }
+
+int precision_lower(Graph *g, int precision, bool fold) {
+  if (precision != PREC_BF16 && precision != PREC_FP16) return 0;
+  return retype(g, DT_F32, precision == PREC_BF16 ? DT_BF16 : DT_F16, lowered_from, fold,
+                precision == PREC_BF16 ? "--precision bf16" : "--precision fp16");
+}
+
+int emit_conv(struct Em *, struct Node *);
+int emit_pool(struct Em *, struct Node *);
+int emit_adaptive_pool(struct Em *, struct Node *);
+
+/* a convolution or pooling whose result is in `from`, a 16-bit type (and whose other results, max
+ * pooling's indices, are not floating): the CPU computes it in float32 */
+static bool widened(const Graph *g, const Node *n, DType from) {
+  (void)g;
+  if (!n->op || n->nouts < 1 || n->outs[0]->dtype != from || !(n->op->emit == emit_conv || n->op->emit == emit_pool || n->op->emit == emit_adaptive_pool))
+    return false;
+  for (int i = 1; i < n->nouts; i++)
+    if (dtype_is_float(n->outs[i]->dtype)) return false;
+  return true;
+}
+
+bool precision_widen_needed(const Graph *g) {
+  for (int k = 0; k < g->nnodes; k++)
+    if (widened(g, g->nodes[k], DT_BF16) || widened(g, g->nodes[k], DT_F16)) return true;
+  return false;
+}
+
+int precision_widen(Graph *g, bool fold) {
+  return retype(g, DT_BF16, DT_F32, widened, fold, "the CPU's convolutions and pooling are float32 kernels") ||
+                 retype(g, DT_F16, DT_F32, widened, fold, "the CPU's convolutions and pooling are float32 kernels")
+             ? -1
+             : 0;
 }

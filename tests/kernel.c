@@ -1,10 +1,11 @@
-/* kernel.c: the runtime's own float32 product kernel (lib/rt/gg_rt_gemm.c, included whole) against
+/* kernel.c: the runtime's own product kernels (lib/rt/gg_rt_gemm.c, included whole) against
  * float64 products, over every way a model calls it: both operands packed (linears; the row and
  * column biases), A read in place from an image (channels-last convolutions; stored as it is or
  * transposed, as mode 2 of conv_rows stores it), B read in place (conv_rows' mode 1); panels of 8 and
  * 14 rows (pk_mr), B panels of 32 columns and a last one of at most 16, K of 0, less than one slice,
  * and more than one. Operands are allocated to their exact sizes, so the sanitizer build catches a read
- * past a position table or a panel. Ends with "N passed, N failed" (tests/run.sh). */
+ * past a position table or a panel. Then float16 and bfloat16 products (gg_rt_hgemm), on AMX where the
+ * CPU has it and on the float32 path. Ends with "N passed, N failed" (tests/run.sh). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -93,10 +94,94 @@ static void one(int64_t M, int64_t N, int64_t K) {
   free(A), free(B), free(rb), free(cb), free(C), free(Ap), free(Bp), free(ro), free(po), free(T), free(bro);
 }
 
+/* ---------------------------------------------------------------- float16 and bfloat16 products */
+
+static uint16_t to_half(int dt, float f) { return dt == 3 ? gg_f2bf(f) : gg_f2h(f); }
+
+/* gg_rt_hgemm (dt 2 float16, 3 bfloat16): Y = alpha * A @ B + beta * bias rounded once, against
+ * float64: within float32 accumulation's bound over K + 2 terms plus half a unit in the last place of
+ * dt (and that of the sum's own error). B as a linear's weight stores it (column-major, bcol) or
+ * row-major; packed at open (pk) or per call; the bias none (0), a row of N in bfloat16 (1), a float32
+ * matrix (2), a transposed float16 matrix (3), or (4) NaN with beta 0, which must not reach Y. Y has
+ * 3 columns of padding per row that must stay as they were. */
+static void hone(int dt, int64_t M, int64_t N, int64_t K, bool bcol, bool pk, int bmode) {
+  float *af = fill(M * K, 11u + (unsigned)M), *bf = fill(K * N, 17u + (unsigned)N), *mf = fill(M * N, 5u);
+  uint16_t *A = malloc(2 * (size_t)(M * K) + 2), *B = malloc(2 * (size_t)(K * N) + 2), *Y = malloc(2 * (size_t)(M * (N + 3)));
+  for (int64_t i = 0; i < M * K; i++) A[i] = to_half(dt, af[i]);
+  for (int64_t k = 0; k < K; k++)
+    for (int64_t j = 0; j < N; j++) B[bcol ? j * K + k : k * N + j] = to_half(dt, bf[k * N + j]);
+  for (int64_t i = 0; i < M * (N + 3); i++) Y[i] = 0x7e7e;
+  int64_t sbk = bcol ? 1 : N, sbn = bcol ? K : 1;
+  uint16_t *brow = malloc(2 * (size_t)N), *btr = malloc(2 * (size_t)(M * N));
+  float *bnan = malloc(sizeof(float) * (size_t)N);
+  for (int64_t j = 0; j < N; j++) brow[j] = gg_f2bf(mf[j]), bnan[j] = NAN;
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) btr[j * M + i] = gg_f2h(mf[i * N + j]);
+  const void *bias = bmode == 1 ? (const void *)brow : bmode == 2 ? (const void *)mf : bmode == 3 ? (const void *)btr : bmode == 4 ? (const void *)bnan : NULL;
+  int bdt = bmode == 1 ? 3 : bmode == 3 ? 2 : 0;
+  int64_t sbm = bmode == 2 ? N : bmode == 3 ? 1 : 0, sbj = bmode == 3 ? M : 1;
+  float alpha = bmode == 2 ? 0.5f : 1.0f, beta = bmode == 4 ? 0.0f : bmode == 3 ? 2.0f : 1.0f;
+  void *p = NULL;
+  if (pk && gg_rt_pack_weight(dt == 3 ? 2 : 3, K, N, B, sbk, sbn, &p)) abort();
+  gg_rt_hgemm(dt, M, N, K, A, K, 1, B, sbk, sbn, p, Y, N + 3, alpha, beta, bias, bdt, sbm, sbj);
+  double worst = 0, half_ulp = dt == 3 ? 1.0 / 256 : 1.0 / 2048;
+  bool bad = false;
+  for (int64_t i = 0; i < M && !bad; i++)
+    for (int64_t j = 0; j < N + 3 && !bad; j++) {
+      if (j >= N) {
+        if (Y[i * (N + 3) + j] != 0x7e7e) {
+          printf("FAIL half dt %d M %lld N %lld K %lld: padding at (%lld, %lld) written\n", dt, (long long)M, (long long)N, (long long)K, (long long)i, (long long)j);
+          bad = true;
+        }
+        continue;
+      }
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; k++) {
+        double t = (double)half_at(dt, A, i * K + k) * half_at(dt, B, k * sbk + j * sbn);
+        s += t, a += fabs(t);
+      }
+      s *= alpha, a *= fabs(alpha);
+      if (bias && beta != 0) {
+        double b = beta * (double)half_at(bdt, bias, i * sbm + j * sbj);
+        s += b, a += fabs(b);
+      }
+      double y = half_at(dt, Y, i * (N + 3) + j), err = (double)(K + 2) * 6e-8 * a, e = fabs(y - s);
+      if (!(e <= err * (1 + half_ulp) + half_ulp * fabs(s) + 1e-30)) {
+        printf("FAIL half dt %d M %lld N %lld K %lld B %s%s bias %d (amx %d): element (%lld, %lld) is %.6g, float64 says %.6g\n", dt, (long long)M,
+               (long long)N, (long long)K, bcol ? "column-major" : "row-major", p ? ", packed" : "", bmode, amx_ok(), (long long)i, (long long)j, y, s);
+        bad = true;
+      }
+      worst = fmax(worst, e);
+    }
+  if (bad) fail++;
+  else pass++;
+  free(af), free(bf), free(mf), free(A), free(B), free(Y), free(brow), free(btr), free(bnan), free(p);
+}
+
+static void half_products(void) {
+  static const int64_t Ms[] = {1, 31, 33, 70}, Ns[] = {1, 17, 32, 45}, Ks[] = {0, 1, 31, 33, 100};
+  int v = 0;
+  for (int dt = 2; dt <= 3; dt++)
+    for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+      for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+        for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++, v++) hone(dt, Ms[a], Ns[b], Ks[c], v % 2, v / 2 % 2, v % 5);
+  hone(3, 200, 300, 200, true, true, 1);   /* threads share it (a grid of tiles) */
+  hone(3, 200, 300, 200, false, false, 2);
+}
+
 int main(void) {
+  /* float16 and bfloat16 products: on AMX where this CPU has it, and then on the float32 path */
+  half_products();
+#ifdef GG_XAMX
+  if (amx_ok()) {
+    amx_on = false;
+    half_products();
+  } else
+    puts("(no AMX on this machine: bfloat16 products checked on the float32 path only)");
+#endif
   if (!gg_rt_packed_ok()) {   /* no AVX-512: the kernel never runs here */
-    puts("(no AVX-512 on this machine: the runtime's product kernel is not used; not run)\n0 passed, 0 failed");
-    return 0;
+    printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
+    return fail != 0;
   }
   /* M: one row, a short panel, 8 rows where 14 would pad more (127), 14 rows (126, 250) */
   static const int64_t Ms[] = {1, 9, 126, 127, 250}, Ns[] = {5, 16, 17, 40, 64}, Ks[] = {0, 3, 400};

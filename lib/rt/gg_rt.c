@@ -130,16 +130,14 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
       m->w[i] = p;
     }
   }
-  /* the weights of float32 products, packed for gg_rt_gemm_packed (inference models only) */
-  for (int j = 0; j < d->npacks && gg_rt_packed_ok(); j++) {
+  /* the weights of products, packed for the runtime's kernels (inference models only) */
+  for (int j = 0; j < d->npacks; j++) {
     const gg_pack_desc *pd = &d->packs[j];
-    void *p = NULL;
-    if (posix_memalign(&p, GG_RT_ALIGN, sizeof(float) * (size_t)gg_rt_pack_floats(pd->side, pd->rows, pd->cols) + 1)) {
+    if (gg_rt_pack_weight(pd->side, pd->rows, pd->cols, (const char *)m->w[pd->weight] + pd->offset * (pd->side >= 2 ? 2 : 4), pd->srow, pd->scol,
+                          &m->w[d->nweights + j])) {
       gg_close(m);
       return gg_rt_fail(err, errlen, "out of memory");
     }
-    gg_rt_pack(pd->side, pd->rows, pd->cols, (const float *)m->w[pd->weight] + pd->offset, pd->srow, pd->scol, p);
-    m->w[d->nweights + j] = p;
   }
   m->lr = gg__train.lr;
   m->accum = 1;

@@ -110,7 +110,8 @@ uint64_t gg_rt_rng_draw(void);
 
 /* A matrix read out of weight `weight`: element (r, c) at offset + r * srow + c * scol (float32
  * elements), packed as the left operand (side 0: rows x cols = M x K) or the right one (side 1:
- * K x N) of gg_rt_gemm_packed. */
+ * K x N) of gg_rt_gemm_packed; side 2 (3): a bfloat16 (float16) weight as the right operand of
+ * gg_rt_hgemm (its elements 16-bit). gg_rt_pack_weight packs it. */
 typedef struct gg_pack_desc {
   int weight, side;
   int64_t offset, rows, cols, srow, scol;
@@ -228,6 +229,17 @@ void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, i
                  const gg_epi *ep);
 void gg_rt_dgemm(int64_t M, int64_t N, int64_t K, const double *A, int64_t sam, int64_t sak, const double *B, int64_t sbk, int64_t sbn, double *C,
                  const gg_epi *ep);
+
+/* A float16 (dt 2) or bfloat16 (dt 3) product: Y (M x N, element (i, j) at Y[i * ldy + j]) = alpha *
+ * A @ B + beta * bias (element (i, j) at bias[i * sbm + j * sbj], of type bdt: 0 float32, 2 float16, 3
+ * bfloat16; NULL for none), the products accumulated in float32 and the result rounded once to dt, as
+ * PyTorch's CPU kernels do. bfloat16 runs on AMX where the CPU has it (gg_rt_amx_ok; GCC_GRAPH_NO_AMX=1
+ * turns it off); otherwise both operands are widened to float32 and multiplied by gg_rt_sgemm. */
+void gg_rt_hgemm(int dt, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t sam, int64_t sak, const uint16_t *B, int64_t sbk,
+                 int64_t sbn, const void *pk, uint16_t *Y, int64_t ldy, float alpha, float beta, const void *bias, int bdt, int64_t sbm, int64_t sbj);
+/* pk: B packed at gg_open (gg_rt_pack_weight, side 2 or 3), or NULL */
+int gg_rt_pack_weight(int side, int64_t rows, int64_t cols, const void *src, int64_t srow, int64_t scol, void **out);
+bool gg_rt_amx_ok(void);
 
 /* float32 products on packed panels (x86-64 with AVX-512, checked at run time): C = A @ B (+ row_bias
  * per row, + col_bias per column, then the epilogue ep), A packed by gg_rt_pack side 0, B side 1, C with

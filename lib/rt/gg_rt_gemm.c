@@ -120,6 +120,27 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
   }
 }
 
+/* The tiles a product's threads share: a grid of gm x gn tiles over pm x pn panels, each at most tm x
+ * tn panels, refined until there are PK_TILES_PER_THREAD (2) per thread and a multiple of the nt threads;
+ * tile r spans panels [r * pm / gm, (r+1) * pm / gm) so that tiles differ by at most one panel (an
+ * uneven split left one thread idle for a quarter of resnet18's 784-column products). Each row of
+ * tiles reads all of B, each column all of A: refined along the smaller operand's side (wide: A has
+ * no more rows than B columns; a 7x7 convolution's 9.4 MB of weights read twice had made it
+ * memory-bound). */
+static void tile_grid(int64_t pm, int64_t pn, int64_t tm, int64_t tn, int nt, bool wide, int64_t *gm_, int64_t *gn_) {
+  int64_t gm = (pm + tm - 1) / tm, gn = (pn + tn - 1) / tn;
+  while (gm * gn < PK_TILES_PER_THREAD * nt && (gm < pm || gn < pn)) {
+    if (gn < pn && (wide || gm == pm)) gn++;
+    else gm++;
+  }
+  for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
+    if (gn < pn) gn++;
+    else if (gm < pm) gm++;
+  }
+  *gm_ = gm;
+  *gn_ = gn;
+}
+
 /* an operand read in place from a convolution's image (conv_rows, gemm_run) */
 typedef struct rows_src { const float *base; const int64_t *ro, *po; } rows_src;
 
@@ -245,21 +266,9 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
    * threads read its weight faster than one (resnet18's 2 MB classifier: 0.27 ms on one thread of the
    * 16-core host) */
   if ((double)M * (double)N * (double)K < 2e5 && (double)(M + N) * (double)K < 65536) nt = 1;
-  /* a grid of gm x gn tiles of at most 128 rows (16 or 9 panels) x 8 panels (256 columns), refined until there
-   * are PK_TILES_PER_THREAD (2) per thread and a multiple of the threads; tile r spans panels [r * pm / gm, (r+1) * pm / gm)
-   * so that tiles differ by at most one panel (an uneven split left one thread idle for a quarter of
-   * resnet18's 784-column products). Each row of tiles reads all of B, each column all of A: refined
-   * along the smaller operand's side (a 7x7 convolution's 9.4 MB of weights read twice had made it
-   * memory-bound) */
-  int64_t gm = (pm + 128 / h - 1) / (128 / h), gn = (pn + 7) / 8;
-  while (gm * gn < PK_TILES_PER_THREAD * nt && (gm < pm || gn < pn)) {
-    if (gn < pn && (M <= N || gm == pm)) gn++;
-    else gm++;
-  }
-  for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
-    if (gn < pn) gn++;
-    else if (gm < pm) gm++;
-  }
+  /* tiles of at most 128 rows (16 or 9 panels) x 8 panels (256 columns) */
+  int64_t gm, gn;
+  tile_grid(pm, pn, 128 / h, 8, nt, M <= N, &gm, &gn);
   if (K == 0) {   /* no slice of K: the epilogue on zeros */
     static const float zeros[PK_MR * PK_NR];
     for (int64_t ip = 0; ip < pm; ip++)
@@ -345,4 +354,277 @@ void gg_rt_sgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t sam, i
   gg_rt_pack(0, M, K, A, sam, sak, pack_buf);
   gg_rt_pack(1, K, N, B, sbk, sbn, pack_buf + na);
   gg_rt_gemm_packed(M, N, K, pack_buf, pack_buf + na, C, N, NULL, NULL, ep);
+}
+
+/* ---------------------------------------------------------------- float16 and bfloat16 products */
+
+/* An operand's element as float: dt 0 float32, 2 float16, 3 bfloat16 (the codes of gg_rt_hgemm) */
+static inline float half_at(int dt, const void *p, int64_t i) {
+  return dt == 0 ? ((const float *)p)[i] : dt == 2 ? gg_h2f(((const uint16_t *)p)[i]) : gg_bf2f(((const uint16_t *)p)[i]);
+}
+
+/* rows x cols of Y (element (i, j) at y[i * ldy + j]) = alpha * the float32 sums c (at c[i * ldc + j])
+ * + beta * bias (at bias[i * sbm + j * sbj], or none), rounded once to dt, in spans of 64 columns the
+ * compiler vectorizes (with AVX-512 where AMX's blocks call it) */
+static inline __attribute__((always_inline)) void half_finish(int dt, const float *c, int64_t ldc, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy, float alpha, float beta,
+                        const void *bias, int bdt, int64_t sbm, int64_t sbj) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j0 = 0; j0 < cols; j0 += 64) {
+      int64_t w = cols - j0 < 64 ? cols - j0 : 64;
+      const float *ci = c + i * ldc + j0;
+      uint16_t *yi = y + i * ldy + j0;
+      float v[64];
+      for (int64_t j = 0; j < w; j++) v[j] = alpha * ci[j];
+      if (bias && beta != 0) {   /* beta 0 ignores the bias, NaN and all, as PyTorch's addmm does */
+        int64_t b0 = i * sbm + j0 * sbj;
+        if (bdt == 3 && sbj == 1)
+          for (int64_t j = 0; j < w; j++) v[j] += beta * gg_bf2f(((const uint16_t *)bias)[b0 + j]);
+        else if (bdt == 0 && sbj == 1)
+          for (int64_t j = 0; j < w; j++) v[j] += beta * ((const float *)bias)[b0 + j];
+        else
+          for (int64_t j = 0; j < w; j++) v[j] += beta * half_at(bdt, bias, b0 + j * sbj);
+      }
+      if (dt == 3)
+        for (int64_t j = 0; j < w; j++) yi[j] = gg_f2bf(v[j]);
+      else
+        for (int64_t j = 0; j < w; j++) yi[j] = gg_f2h(v[j]);
+    }
+}
+
+static __thread void *half_buf;   /* the calling thread's operands packed or widened, kept between calls */
+static __thread size_t half_cap;
+
+static void *half_scratch(size_t bytes) {
+  if (bytes > half_cap) {
+    void *p = NULL;
+    if (posix_memalign(&p, GG_RT_ALIGN, bytes)) return NULL;
+    free(half_buf);
+    half_buf = p;
+    half_cap = bytes;
+  }
+  return half_buf;
+}
+
+/* bfloat16 on AMX (Intel Sapphire Rapids and later; Linux asks the kernel for the tile state once).
+ * A is packed in panels of 32 rows, B in panels of 32 columns, both in steps of 32 of K, zero-padded:
+ * a step of a panel is 1024 values, two tiles of 16 x 64 bytes (A: 16 rows of 32 values; B: 16 rows,
+ * row r holding 16 columns' values at K rows 2r and 2r+1 side by side, AMX's pairs). A 32 x 32 block
+ * of Y is 4 tiles of float32 sums, each step 4 tile products (_tile_dpbf16ps: each pair's products
+ * added in float32). */
+#if defined(__x86_64__) && defined(__linux__) && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define GG_XAMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+
+static bool amx_on;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static void amx_setup(void) {
+  const char *off = getenv("GCC_GRAPH_NO_AMX");
+  unsigned a, b, c, d;
+  if ((off && *off && strcmp(off, "0")) || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return;
+  amx_on = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+static bool amx_ok(void) {
+  pthread_once(&amx_once, amx_setup);
+  return amx_on;
+}
+
+typedef struct amx_cfg { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } amx_cfg;
+
+/* every tile 16 rows of 64 bytes. A constant in memory: GCC does not see _tile_loadconfig read the
+ * whole struct, and a local one's unused fields were left as the stack had them (a fault). */
+static const amx_cfg amx_config = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+static GG_XAMX void amx_tiles_on(void) { _tile_loadconfig(&amx_config); }
+
+/* c (32 x 32 float32) = nq steps of A's panel ap @ B's panel bp */
+static GG_XAMX void amx_block(int64_t nq, const uint16_t *ap, const uint16_t *bp, float *c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t q = 0; q < nq; q++, ap += 1024, bp += 1024) {
+    _tile_loadd(4, ap, 64);
+    _tile_loadd(5, ap + 512, 64);
+    _tile_loadd(6, bp, 64);
+    _tile_loadd(7, bp + 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  _tile_stored(2, c + 512, 128);
+  _tile_stored(3, c + 528, 128);
+}
+
+/* A (M x K, element (i, k) at s[i * si + k * sk]) into panels of 32 rows at d */
+static void amx_pack_a(int64_t M, int64_t K, const uint16_t *s, int64_t si, int64_t sk, uint16_t *d, bool par) {
+  int64_t pm = (M + 31) / 32, nq = (K + 31) / 32;
+  _Pragma("omp parallel for schedule(static) if(par)")
+  for (int64_t p = 0; p < pm; p++)
+    for (int64_t q = 0; q < nq; q++) {
+      uint16_t *t = d + (p * nq + q) * 1024;
+      for (int r = 0; r < 32; r++) {
+        int64_t i = p * 32 + r, k0 = q * 32, kw = K - k0 < 32 ? K - k0 : 32;
+        uint16_t *tr = t + r * 32;
+        if (i >= M) { memset(tr, 0, 64); continue; }
+        const uint16_t *sr = s + i * si + k0 * sk;
+        if (sk == 1) memcpy(tr, sr, (size_t)kw * 2);
+        else
+          for (int64_t k = 0; k < kw; k++) tr[k] = sr[k * sk];
+        if (kw < 32) memset(tr + kw, 0, (size_t)(32 - kw) * 2);
+      }
+    }
+}
+
+/* B (K x N, element (k, j) at s[k * sk + j * sj]) into panels of 32 columns at d, the pairs of K rows side by side */
+static void amx_pack_b(int64_t K, int64_t N, const uint16_t *s, int64_t sk, int64_t sj, uint16_t *d, bool par) {
+  int64_t pn = (N + 31) / 32, nq = (K + 31) / 32;
+  _Pragma("omp parallel for schedule(static) if(par)")
+  for (int64_t p = 0; p < pn; p++)
+    for (int64_t q = 0; q < nq; q++) {
+      uint16_t *t = d + (p * nq + q) * 1024;
+      if ((p + 1) * 32 <= N && (q + 1) * 32 <= K && (sk == 1 || sj == 1)) {   /* a whole step, from rows or columns in memory */
+        const uint16_t *s0 = s + q * 32 * sk + p * 32 * sj;
+        if (sk == 1)   /* a weight [N, K] read as its transpose: each pair is 4 bytes of a row of it */
+          for (int c = 0; c < 32; c++)
+            for (int r = 0; r < 16; r++) memcpy(t + (c / 16) * 512 + r * 32 + (c % 16) * 2, s0 + c * sj + 2 * r, 4);
+        else
+          for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 32; c++) {
+              t[(c / 16) * 512 + r * 32 + (c % 16) * 2] = s0[2 * r * sk + c];
+              t[(c / 16) * 512 + r * 32 + (c % 16) * 2 + 1] = s0[(2 * r + 1) * sk + c];
+            }
+        continue;
+      }
+      for (int c = 0; c < 32; c++) {   /* column c of the panel: tile c / 16, position c % 16 of each row */
+        int64_t j = p * 32 + c;
+        uint16_t *tc = t + (c / 16) * 512 + (c % 16) * 2;
+        for (int k = 0; k < 32; k++) {
+          int64_t kk = q * 32 + k;
+          tc[(k / 2) * 32 + k % 2] = j < N && kk < K ? s[kk * sk + j * sj] : 0;
+        }
+      }
+    }
+}
+
+/* one thread's tile of the grid: blocks of Y from panels [i0, i1) of A and [j0, j1) of B, each finished while it is in L1 */
+static GG_XAMX void amx_tile(int64_t M, int64_t N, int64_t nq, const uint16_t *ap, const uint16_t *bp, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                             uint16_t *Y, int64_t ldy, float alpha, float beta, const void *bias, int bdt, int64_t sbm, int64_t sbj) {
+  float c[1024] __attribute__((aligned(64)));
+  amx_tiles_on();
+  for (int64_t jp = j0; jp < j1; jp++)
+    for (int64_t ip = i0; ip < i1; ip++) {
+      amx_block(nq, ap + ip * nq * 1024, bp + jp * nq * 1024, c);
+      int64_t rows = M - ip * 32 < 32 ? M - ip * 32 : 32, cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
+      half_finish(3, c, 32, rows, cols, Y + ip * 32 * ldy + jp * 32, ldy, alpha, beta,
+                  bias ? (const char *)bias + (ip * 32 * sbm + jp * 32 * sbj) * (bdt ? 2 : 4) : NULL, bdt, sbm, sbj);
+    }
+  _tile_release();
+}
+
+/* bfloat16 Y = alpha * A @ B + beta * bias on AMX, B packed at gg_open (bpk) or here; false when out of memory */
+static bool amx_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t sam, int64_t sak, const uint16_t *B, int64_t sbk, int64_t sbn,
+                     const uint16_t *bpk, uint16_t *Y, int64_t ldy, float alpha, float beta, const void *bias, int bdt, int64_t sbm, int64_t sbj) {
+  int64_t pm = (M + 31) / 32, pn = (N + 31) / 32, nq = (K + 31) / 32;
+  uint16_t *ap = half_scratch(sizeof(uint16_t) * 1024 * (size_t)(nq * (pm + (bpk ? 0 : pn))));
+  if (!ap) return false;
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((double)M * (double)N * (double)K < 4e6 && (double)(M + N) * (double)K < 65536) nt = 1;
+  amx_pack_a(M, K, A, sam, sak, ap, nt > 1);
+  const uint16_t *bp = bpk;
+  if (!bp) {
+    amx_pack_b(K, N, B, sbk, sbn, ap + pm * nq * 1024, nt > 1);
+    bp = ap + pm * nq * 1024;
+  }
+  /* a tile's panels of A stay in L2 (at most 1 MB of them) while each panel of B, read once from
+   * memory, meets every one of them from L1 */
+  int64_t gm, gn, tm = ((int64_t)1 << 20) / (64 * nq * 32);
+  tile_grid(pm, pn, tm < 1 ? 1 : tm, pn, nt, M <= N, &gm, &gn);
+  _Pragma("omp parallel for schedule(dynamic) if(nt > 1)")
+  for (int64_t t = 0; t < gm * gn; t++) {
+    int64_t r = t / gn, q = t % gn;
+    amx_tile(M, N, nq, ap, bp, r * pm / gm, (r + 1) * pm / gm, q * pn / gn, (q + 1) * pn / gn, Y, ldy, alpha, beta, bias, bdt, sbm, sbj);
+  }
+  return true;
+}
+#else
+static bool amx_ok(void) { return false; }
+static bool amx_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t sam, int64_t sak, const uint16_t *B, int64_t sbk, int64_t sbn,
+                     const uint16_t *bpk, uint16_t *Y, int64_t ldy, float alpha, float beta, const void *bias, int bdt, int64_t sbm, int64_t sbj) {
+  (void)M; (void)N; (void)K; (void)A; (void)sam; (void)sak; (void)B; (void)sbk; (void)sbn; (void)bpk; (void)Y; (void)ldy; (void)alpha; (void)beta;
+  (void)bias; (void)bdt; (void)sbm; (void)sbj;
+  return false;
+}
+#endif
+
+bool gg_rt_amx_ok(void) { return amx_ok(); }
+
+/* A weight packed at gg_open (gg_pack_desc): sides 0 and 1 the float32 panels of the packed kernel;
+ * side 2 (bfloat16) and 3 (float16) the right operand of gg_rt_hgemm: AMX's panels for bfloat16 where
+ * it runs, else widened to float32 in the packed kernel's panels. *out NULL where this machine runs
+ * neither; -1 when out of memory. */
+int gg_rt_pack_weight(int side, int64_t rows, int64_t cols, const void *src, int64_t srow, int64_t scol, void **out) {
+  *out = NULL;
+  if (side == 2 && amx_ok()) {
+    if (posix_memalign(out, GG_RT_ALIGN, sizeof(uint16_t) * 1024 * (size_t)(((rows + 31) / 32) * ((cols + 31) / 32)) + 1)) return *out = NULL, -1;
+    amx_pack_b(rows, cols, src, srow, scol, *out, !omp_in_parallel());
+    return 0;
+  }
+  if (!gg_rt_packed_ok()) return 0;
+  if (posix_memalign(out, GG_RT_ALIGN, sizeof(float) * (size_t)gg_rt_pack_floats(side >= 2 ? 1 : side, rows, cols) + 1)) return *out = NULL, -1;
+  if (side < 2) {
+    gg_rt_pack(side, rows, cols, src, srow, scol, *out);
+    return 0;
+  }
+  float *w = malloc(sizeof(float) * (size_t)(rows * cols) + 1);
+  if (!w) {
+    free(*out);
+    return *out = NULL, -1;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) w[r * cols + c] = half_at(side == 2 ? 3 : 2, src, r * srow + c * scol);
+  gg_rt_pack(1, rows, cols, w, cols, 1, *out);
+  free(w);
+  return 0;
+}
+
+void gg_rt_hgemm(int dt, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t sam, int64_t sak, const uint16_t *B, int64_t sbk,
+                 int64_t sbn, const void *pk, uint16_t *Y, int64_t ldy, float alpha, float beta, const void *bias, int bdt, int64_t sbm, int64_t sbj) {
+  if (M <= 0 || N <= 0) return;
+  if (dt == 3 && K > 0 && amx_ok() && amx_gemm(M, N, K, A, sam, sak, B, sbk, sbn, pk, Y, ldy, alpha, beta, bias, bdt, sbm, sbj)) return;
+  /* both operands widened to float32 (exactly) and multiplied there: the same float32 sums; B's
+   * float32 panels made at gg_open where pk is given */
+  size_t na = (size_t)(pk ? gg_rt_pack_floats(0, M, K) : 0);
+  float *af = half_scratch(sizeof(float) * ((size_t)(M * K + M * N) + na + (size_t)(pk ? 0 : K * N)));
+  if (!af) {   /* no memory for the float32 copies: one output at a time */
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        float acc = 0;
+        for (int64_t k = 0; k < K; k++) acc += half_at(dt, A, i * sam + k * sak) * half_at(dt, B, k * sbk + j * sbn);
+        half_finish(dt, &acc, 1, 1, 1, Y + i * ldy + j, 1, alpha, beta, bias ? (const char *)bias + (i * sbm + j * sbj) * (bdt ? 2 : 4) : NULL, bdt,
+                    sbm, sbj);
+      }
+    return;
+  }
+  float *cf = af + M * K, *bf = cf + M * N;
+  bool par = !omp_in_parallel() && (M + N) * K > 65536;
+  _Pragma("omp parallel for schedule(static) if(par)")
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < K; k++) af[i * K + k] = half_at(dt, A, i * sam + k * sak);
+  if (K == 0) memset(cf, 0, sizeof(float) * (size_t)(M * N));
+  else if (pk) {
+    gg_rt_pack(0, M, K, af, K, 1, bf);
+    gg_rt_gemm_packed(M, N, K, bf, pk, cf, N, NULL, NULL, NULL);
+  } else {
+    _Pragma("omp parallel for schedule(static) if(par)")
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t j = 0; j < N; j++) bf[k * N + j] = half_at(dt, B, k * sbk + j * sbn);
+    gg_rt_sgemm(M, N, K, af, K, 1, bf, N, 1, cf, NULL);
+  }
+  _Pragma("omp parallel for schedule(static) if(!omp_in_parallel() && M * N > 65536)")
+  for (int64_t i = 0; i < M; i++)
+    half_finish(dt, cf + i * N, N, 1, N, Y + i * ldy, ldy, alpha, beta, bias ? (const char *)bias + i * sbm * (bdt ? 2 : 4) : NULL, bdt, sbm, sbj);
 }
