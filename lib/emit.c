@@ -259,6 +259,12 @@ int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len) {
 /* (unrolled on the GPU, so that a lane has several loads of its row in flight) */
 const char *row_for(Em *e) { return e->rowwarp ? "_Pragma(\"unroll 4\") for (int64_t j = lane; j < L; j += 32)" : "for (int64_t j = 0; j < L; j++)"; }
 
+/* row_for for a loop that sums into var: on the CPU its lanes' partial sums may be added in any order
+ * (OpenMP's simd reduction), so that it vectorizes */
+const char *row_sum_for(Em *e, const char *var) {
+  return e->rowwarp || e->cuda ? row_for(e) : arena_printf(e->a, "_Pragma(\"omp simd reduction(+:%s)\") for (int64_t j = 0; j < L; j++)", var);
+}
+
 void row_combine(Em *e, const char *var, bool max) {
   if (e->rowwarp) fprintf(e->k, "    %s = gg_w%s(%s);\n", var, max ? "max" : "sum", var);
 }

@@ -91,6 +91,7 @@ typedef struct Conv {
   const Expr *in[3], *k[3], *os[3], *st[3], *pd[3], *dl[3];
   const Expr *groups, *cin, *cout, *ksp, *cg, *sp;   /* kernel elements, channels per group, positions */
   bool nhwc;                /* _conv_nhwc: x, out and w channels-last ([N, H, W, C], [K, R, S, C/g]) */
+  bool bf16;                /* float32 operands holding bfloat16 values (a bfloat16 model's, widened): AMX may run it */
 } Conv;
 
 /* An epilogue (schedule.c's chain after a product or convolution) as its kernel passes it on. */
@@ -207,6 +208,7 @@ int open_loops_work(Em *e, int rank, const Expr *const *sizes, bool parallel, co
 int open_loops(Em *e, int rank, const Expr *const *sizes, bool parallel);
 int open_rows(Em *e, int rank, const Expr *const *sizes, const Expr *len);
 const char *row_for(Em *e);
+const char *row_sum_for(Em *e, const char *var);
 void row_combine(Em *e, const char *var, bool max);
 void close_loops(Em *e, int n);
 void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *ops, int nops, const char *fname, bool use_float, DType comp);

@@ -453,18 +453,21 @@ int emit_scan(Em *e, Node *n) {
     fputs("; if (v > m || isnan(v)) m = v; }\n", f);
     row_combine(e, "m", true);
     fputs("    if (isinf(m) && m < 0) m = 0;\n", f);
-    /* float32 on the CPU: the float32 exponential (scalar.h), which vectorizes */
+    /* float32, float16 and bfloat16 on the CPU: the float32 exponential (scalar.h), which vectorizes
+     * (PyTorch's CPU kernels compute half types in float32 too) */
+    bool f32ex = (x->dt == DT_F32 || x->dt == DT_F16 || x->dt == DT_BF16) && !e->cuda;
     const char *ex = x->dt == DT_F32 && !e->cuda ? "gg_expf" : "exp";
     if (!logsm && !e->cuda) {   /* rows that fit: each exponential once (not on the GPU: no room) */
-      if (x->dt == DT_F32)   /* m is one of the floats, so x - m rounds as in float64 */
-        fprintf(f, "    if (L <= 1024) {\n      float ex[1024];\n      const float mf = (float)m;\n"
-                   "      for (int64_t j = 0; j < L; j++) ex[j] = gg_expf(x[%s] - mf);\n", xi);
-      else {
+      if (f32ex) {   /* m is one of the values, so x - m rounds as in float64 */
+        fputs("    if (L <= 1024) {\n      float ex[1024];\n      const float mf = (float)m;\n      for (int64_t j = 0; j < L; j++) ex[j] = gg_expf(", f);
+        load_r(f, x->dt, "x", xi, "float");
+        fputs(" - mf);\n", f);
+      } else {
         fputs("    if (L <= 1024) {\n      double ex[1024];\n      for (int64_t j = 0; j < L; j++) ex[j] = exp(", f);
         load_f(f, x->dt, "x", xi);
         fputs(" - m);\n", f);
       }
-      fputs("      for (int64_t j = 0; j < L; j++) z += ex[j];\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
+      fputs("      _Pragma(\"omp simd reduction(+:z)\") for (int64_t j = 0; j < L; j++) z += ex[j];\n      const double rz = 1.0 / z;\n      for (int64_t j = 0; j < L; j++) ", f);
       store(f, out->dt, true, "y", yi, "ex[j] * rz");
       fputs("      continue;\n    }\n", f);
     }
@@ -643,7 +646,7 @@ int emit_norm(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, rms ? "rms norm rows" : "layer norm rows");
   const char *T = ctype(out->dt);
-  kopen(e, id, false, false);
+  kopen_vec(e, id);
   fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, mo ? T : "void", ro ? T : "void",
           ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
   ksyms(e);
@@ -653,13 +656,13 @@ int emit_norm(Em *e, Node *n) {
   const char *rt = real_type(e, x->dt);   /* float32 and half types in float on the GPU, as PyTorch's */
   fprintf(f, "    %s m = 0, v = 0;\n", rt);
   if (!rms) {
-    fprintf(f, "    %s m += ", row_for(e));
+    fprintf(f, "    %s m += ", row_sum_for(e, "m"));
     load_r(f, x->dt, "x", "r * L + j", rt);
     fputs(";\n", f);
     row_combine(e, "m", false);
     fprintf(f, "    m /= (%s)L;\n", rt);
   }
-  fprintf(f, "    %s { %s d = ", row_for(e), rt);
+  fprintf(f, "    %s { %s d = ", row_sum_for(e, "v"), rt);
   load_r(f, x->dt, "x", "r * L + j", rt);
   fputs(" - m; v += d * d; }\n", f);
   row_combine(e, "v", false);
@@ -732,7 +735,7 @@ int emit_conv(Em *e, Node *n) {
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
   const Conv cv = {n, x, w, b, out, batched, tr, {in[0], in[1], in[2]}, {k[0], k[1], k[2]}, {os[0], os[1], os[2]}, {st[0], st[1], st[2]},
-                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp, nhwc};
+                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp, nhwc, false};
   return e->t->conv(e, &cv);
 }
 
@@ -752,10 +755,10 @@ int conv_kernel(Em *e, const Conv *cv, const char *what, const Expr *scratch, co
   ksyms(e);
   epi_decl(e, ep);
   const Expr *const *in = cv->in, *const *k = cv->k, *const *os = cv->os, *const *st = cv->st, *const *pd = cv->pd, *const *dl = cv->dl;
-  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s, %s};\n",
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s, %s, %s};\n",
           cv->batched ? cx(e, cv->x->sizes[0]) : "1", cx(e, cv->cin), cx(e, cv->cout), cx(e, cv->groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
-          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false", cv->nhwc ? "true" : "false");
+          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false", cv->nhwc ? "true" : "false", cv->bf16 ? "true" : "false");
   fputs(body, f);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, cv->out->stor), sname(e, cv->x->stor), sname(e, cv->w->stor), cv->b ? sname(e, cv->b->stor) : "NULL", sname(e, col));

@@ -169,7 +169,43 @@ static void half_products(void) {
   hone(3, 200, 300, 200, false, false, 2);
 }
 
+/* amx_rows_gemm (a bfloat16 model's channels-last convolution on AMX): A read through row tables from
+ * a float32 image of bfloat16 values (runs of 32 channels side by side where c32, else scattered), B
+ * a float32 weight of bfloat16 values packed at open (side 4), the column bias and the float32 result,
+ * against float64 */
+static void rows_amx(int64_t M, int64_t N, int64_t K, bool c32) {
+  int64_t img = M * 3 + K * 2 + 64;
+  float *x = fill(img, 3u), *w = fill(K * N, 7u), *bias = fill(N, 9u), *y = malloc(sizeof(float) * (size_t)(M * N));
+  for (int64_t i = 0; i < img; i++) x[i] = gg_bf2f(gg_f2bf(x[i]));
+  for (int64_t i = 0; i < K * N; i++) w[i] = gg_bf2f(gg_f2bf(w[i]));
+  int64_t *ro = malloc(sizeof(int64_t) * (size_t)(K + 8)), *po = malloc(sizeof(int64_t) * (size_t)M);
+  for (int64_t k = 0; k < K; k++) ro[k] = c32 ? k : (k * 7) % (K * 2);
+  for (int64_t i = 0; i < M; i++) po[i] = i * 3;
+  void *p = NULL;
+  if (gg_rt_pack_weight(4, K, N, w, N, 1, &p) || !amx_rows_gemm(M, N, K, x, ro, po, p, y, bias, NULL)) abort();
+  bool bad = false;
+  for (int64_t i = 0; i < M && !bad; i++)
+    for (int64_t j = 0; j < N && !bad; j++) {
+      double s = bias[j], a = fabs(bias[j]);
+      for (int64_t k = 0; k < K; k++) s += (double)x[ro[k] + po[i]] * w[k * N + j], a += fabs((double)x[ro[k] + po[i]] * w[k * N + j]);
+      if (!(fabs(y[i * N + j] - s) <= (double)(K + 2) * 6e-8 * a + 1e-30)) {
+        printf("FAIL AMX rows M %lld N %lld K %lld: element (%lld, %lld) is %.9g, float64 says %.9g\n", (long long)M, (long long)N, (long long)K, (long long)i,
+               (long long)j, y[i * N + j], s);
+        bad = true;
+      }
+    }
+  if (bad) fail++;
+  else pass++;
+  free(x), free(w), free(bias), free(y), free(ro), free(po), free(p);
+}
+
 int main(void) {
+  /* a bfloat16 model's convolutions on AMX, where this CPU has it */
+  if (amx_ok()) {
+    rows_amx(45, 40, 70, false);
+    rows_amx(100, 64, 96, true);
+    rows_amx(300, 130, 288, true);   /* threads share it */
+  }
   /* float16 and bfloat16 products: on AMX where this CPU has it, and then on the float32 path */
   half_products();
 #ifdef GG_XAMX

@@ -257,6 +257,7 @@ typedef struct gg_conv {
   int64_t N, Cin, Cout, groups;
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
   bool transposed, nhwc;
+  bool bf16;   /* input and weight hold bfloat16 values (a bfloat16 model's convolution, in float32): AMX may run it */
 } gg_conv;
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, const gg_epi *ep);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, const gg_epi *ep);

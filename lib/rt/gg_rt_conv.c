@@ -243,6 +243,11 @@ void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const
   const float *base;
   int64_t used = nhwc_tables(c, x, col, &base), K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
   const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
+  /* a bfloat16 model's convolution: on AMX where it runs (the weight was packed for it, side 4) */
+  if (wp && c->bf16 && amx_ok()) {
+    if (amx_rows_gemm(M, Co, K, base, ro, po, (const uint16_t *)wp, y, bias, ep)) return;
+    wp = NULL;   /* no memory for a thread's panel: the path without the packed weight */
+  }
   if (wp) {
     rows_src a = {base, ro, po};
     gemm_run(M, Co, K, NULL, &a, wp, NULL, y, Co, NULL, bias, ep, NULL, 0);
