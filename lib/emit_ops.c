@@ -448,9 +448,15 @@ int emit_scan(Em *e, Node *n) {
     fputs("    }\n", f);
   } else {
     const char *rt = real_type(e, x->dt);   /* float32 and half types in float on the GPU */
-    fprintf(f, "    %s m = -INFINITY, z = 0;\n    %s { %s v = ", rt, row_for(e), rt);
-    load_r(f, x->dt, "x", xi, rt);
-    fputs("; if (v > m || isnan(v)) m = v; }\n", f);
+    if (!e->cuda && (x->dt == DT_F32 || x->dt == DT_F16 || x->dt == DT_BF16)) {   /* the row's maximum in a loop that vectorizes */
+      fprintf(f, "    float mx = -INFINITY;\n    int nan = 0;\n    _Pragma(\"omp simd reduction(max:mx) reduction(|:nan)\") for (int64_t j = 0; j < L; j++) { float v = ");
+      load_r(f, x->dt, "x", xi, "float");
+      fprintf(f, "; nan |= v != v; mx = v > mx ? v : mx; }\n    %s m = nan ? NAN : mx, z = 0;\n", rt);
+    } else {
+      fprintf(f, "    %s m = -INFINITY, z = 0;\n    %s { %s v = ", rt, row_for(e), rt);
+      load_r(f, x->dt, "x", xi, rt);
+      fputs("; if (v > m || isnan(v)) m = v; }\n", f);
+    }
     row_combine(e, "m", true);
     fputs("    if (isinf(m) && m < 0) m = 0;\n", f);
     /* float32, float16 and bfloat16 on the CPU: the float32 exponential (scalar.h), which vectorizes
