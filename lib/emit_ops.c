@@ -872,6 +872,63 @@ int emit_pool(Em *e, Node *n) {
   return pool_call(e, n, is_max ? 0 : 1, nsp, k, st, pd, dl, ci < 0 || n->args[ci].u.b, divisor);
 }
 
+/* _max_pool_nhwc (the CPU's channels-last stage, float32): one task per output row, each output
+ * pixel's channels 64 at a time in vectors, the maximum over the window's pixels inside the image
+ * (NaN wins, as in PyTorch's max pooling) */
+int emit_pool_nhwc(Em *e, Node *n) {
+  Value *y = n->outs[0];
+  if (e->cuda || y->dtype != DT_F32)
+    return efail(e, n, "%s", "channels-last max pooling runs in float32 on the CPU (internal error: the stage makes no others)");
+  TV *x = contiguous_of(e, n, n->args[0].u.t);
+  if (!x) return -1;
+  TV *out = alloc_value(e, y);
+  const Arg *ka = &n->args[ops_arg_index(n->op, "kernel_size")], *sa = &n->args[ops_arg_index(n->op, "stride")];
+  const Arg *pa = &n->args[ops_arg_index(n->op, "padding")], *da = &n->args[ops_arg_index(n->op, "dilation")];
+  const Expr *k[2], *st[2], *pd[2], *dl[2];
+  for (int i = 0; i < 2; i++) {
+    k[i] = list_at(ka, i);
+    st[i] = sa->n ? list_at(sa, i) : k[i];
+    pd[i] = list_at(pa, i);
+    dl[i] = list_at(da, i);
+  }
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, "max pooling, channels-last");
+  kopen_vec(e, id);
+  fputs("float *restrict y, const float *restrict x", f);
+  ksyms(e);
+  fprintf(f, "  const int64_t N = %s, H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
+          cx(e, x->sizes[3]), cx(e, out->sizes[1]), cx(e, out->sizes[2]));
+  fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
+          cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
+  fputs("  #pragma omp parallel for collapse(2) schedule(static) if(N * OH * OW * C > 32768)\n"
+        "  for (int64_t nb = 0; nb < N; nb++)\n"
+        "    for (int64_t oh = 0; oh < OH; oh++)\n"
+        "      for (int64_t ow = 0; ow < OW; ow++)\n"
+        "        for (int64_t c0 = 0; c0 < C; c0 += 64) {\n"
+        "          const int64_t cn = C - c0 < 64 ? C - c0 : 64;\n"
+        "          float m[64];\n"
+        "          int nan[64];\n"
+        "          for (int64_t j = 0; j < cn; j++) m[j] = -INFINITY, nan[j] = 0;\n"
+        "          for (int64_t a = 0; a < KH; a++) {\n"
+        "            const int64_t ih = oh * SH - PH + a * DH;\n"
+        "            if (ih < 0 || ih >= H) continue;\n"
+        "            for (int64_t b = 0; b < KW; b++) {\n"
+        "              const int64_t iw = ow * SW - PW + b * DW;\n"
+        "              if (iw < 0 || iw >= W) continue;\n"
+        "              const float *xp = x + ((nb * H + ih) * W + iw) * C + c0;\n"
+        "              for (int64_t j = 0; j < cn; j++) { const float v = xp[j]; nan[j] |= v != v; m[j] = v > m[j] ? v : m[j]; }\n"
+        "            }\n"
+        "          }\n"
+        "          float *yp = y + ((nb * OH + oh) * OW + ow) * C + c0;\n"
+        "          for (int64_t j = 0; j < cn; j++) yp[j] = nan[j] ? NAN : m[j];\n"
+        "        }\n}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
+  kcall_end(e);
+  return 0;
+}
+
 int emit_adaptive_pool(Em *e, Node *n) {
   int nsp = n->op->args[ops_arg_index(n->op, "output_size")].fixed_len;
   const Expr *one = C(e, 1), *zero = C(e, 0);

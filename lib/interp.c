@@ -1313,7 +1313,7 @@ int eval_conv_nhwc(E *e) {
 int eval_pool(E *e) {
   Interp *I = e->I;
   Tensor *x = T(e, "self"), *out = out0(e);
-  bool is_max = !strncmp(e->n->op->name, "max", 3);
+  bool is_max = strstr(e->n->op->name, "max_pool") != NULL;
   RArg *ka = A(e, "kernel_size"), *sa = A(e, "stride"), *pa = A(e, "padding"), *da = A(e, "dilation");
   int nsp = e->n->op->args[ops_arg_index(e->n->op, "kernel_size")].fixed_len, off = 3 - nsp;
   int64_t k[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, dl[3] = {1, 1, 1}, in[3] = {1, 1, 1}, on[3] = {1, 1, 1};
@@ -1371,6 +1371,21 @@ int eval_pool(E *e) {
   write_f64(out, ov);
   if (e->n->nouts == 2) write_i64(e->outs[1], iv);
   return 0;
+}
+
+/* _max_pool_nhwc: max_pool2d on NCHW views of its input and result */
+int eval_pool_nhwc(E *e) {
+  static const int to_cf[4] = {0, 3, 1, 2};
+  RArg *xa = A(e, "self");
+  Tensor *x = xa->t, *y = e->outs[0], xv = *x, yv = *y;
+  for (int d = 0; d < 4; d++) {
+    xv.sizes[d] = x->sizes[to_cf[d]], xv.strides[d] = x->strides[to_cf[d]];
+    yv.sizes[d] = y->sizes[to_cf[d]], yv.strides[d] = y->strides[to_cf[d]];
+  }
+  xa->t = &xv, e->outs[0] = &yv;
+  int rc = eval_pool(e);
+  xa->t = x, e->outs[0] = y;
+  return rc;
 }
 
 /* Adaptive pooling over the last 1, 2 or 3 dims: output i averages (or maxes) input

@@ -8,7 +8,7 @@
  * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
  * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
  * reduction over the channels or the plane with keepdim, adaptive average pooling to 1x1 (a mean over
- * the plane), concatenation, permutes (composed with the layout's), and from any [N, H, W, C] tensor
+ * the plane), max pooling on the CPU (_max_pool_nhwc), concatenation, permutes (composed with the layout's), and from any [N, H, W, C] tensor
  * viewed NCHW by a permute (a product's output in ConvNeXt). Each original value becomes a
  * permute view of its channels-last version under its own name, so the nodes that need NCHW read it
  * there (their kernels copy it contiguous) and `check` compares every value by name; views nothing
@@ -160,6 +160,19 @@ static int pool(L *l, Node *n) {
   return track(l, n->outs[0], CALL(&l->r, NULL, "mean.dim", "self", T(cl_of(l, rw_targ(n, "self"))), "dim", INTS(&l->r, 2, dims), "keepdim", BO(true)));
 }
 
+/* max pooling of a channels-last float32 value on the CPU: _max_pool_nhwc (a stem's pooling reads the
+ * stem's output, which stays NCHW) */
+static bool max_pool(L *l, const Node *n) {
+  if (!n->op || strcmp(n->op->name, "max_pool2d") || n->nouts != 1 || l->r.g->ctx->cuda) return false;
+  const Value *x = rw_targ(n, "self");
+  return x && x->rank == 4 && x->dtype == DT_F32 && cl_of(l, x);
+}
+
+static int max_pool_cl(L *l, Node *n) {
+  return track(l, n->outs[0], CALL(&l->r, NULL, "_max_pool_nhwc", "self", T(cl_of(l, rw_targ(n, "self"))), "kernel_size", *rw_arg(n, "kernel_size"), "stride",
+                                   *rw_arg(n, "stride"), "padding", *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "ceil_mode", *rw_arg(n, "ceil_mode")));
+}
+
 /* a reduction with keepdim over given dims, a concatenation or a permute of a channels-last value */
 static bool remaps(L *l, const Node *n) {
   if (!n->op || n->nouts != 1 || n->args[0].k == AK_NONE) return false;
@@ -253,7 +266,7 @@ int channels_last(Graph *g, bool fold) {
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = nhwc_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
+    int (*rule)(L *, Node *) = nhwc_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : max_pool(&l, n) ? max_pool_cl : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

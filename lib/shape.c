@@ -530,6 +530,25 @@ int shape_pool(S *s) {
   return 0;
 }
 
+/* _max_pool_nhwc: max_pool2d's rule on the NCHW view of its input [N, H, W, C], the result [N, OH, OW, C] */
+int shape_pool_nhwc(S *s) {
+  Value *x = tensor(s, "self");
+  if (x->rank != 4) return fail(s, "%s", "input must have rank 4 (a batched 2-d pooling in channels-last layout)");
+  Value xs = *x;
+  const Expr *xsz[4];
+  for (int d = 0; d < 4; d++) xsz[d] = x->sizes[(int[]){0, 3, 1, 2}[d]];
+  xs.sizes = xsz;
+  Arg *xa = &s->n->args[ops_arg_index(s->n->op, "self")];
+  xa->u.t = &xs;
+  int rc = shape_pool(s);
+  xa->u.t = x;
+  if (rc) return rc;
+  const Expr *o[4];
+  for (int d = 0; d < 4; d++) o[d] = s->out[0].sizes[d];
+  for (int d = 0; d < 4; d++) s->out[0].sizes[d] = o[(int[]){0, 2, 3, 1}[d]];
+  return 0;
+}
+
 int shape_adaptive_pool(S *s) {
   Value *x = tensor(s, "self");
   const Arg *a = arg(s, "output_size");
