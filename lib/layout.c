@@ -8,8 +8,8 @@
  * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
  * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
  * reduction over the channels or the plane with keepdim, adaptive average pooling to 1x1 (a mean over
- * the plane), max pooling on the CPU (_max_pool_nhwc), concatenation, permutes (composed with the layout's), and from any [N, H, W, C] tensor
- * viewed NCHW by a permute (a product's output in ConvNeXt). Each original value becomes a
+ * the plane), max pooling on the CPU (_max_pool_nhwc), concatenation, permutes (composed with the
+ * layout's), and from any [N, H, W, C] tensor viewed NCHW by a permute (a product's output in ConvNeXt). Each original value becomes a
  * permute view of its channels-last version under its own name, so the nodes that need NCHW read it
  * there (their kernels copy it contiguous) and `check` compares every value by name; views nothing
  * reads are dropped. */

@@ -934,7 +934,7 @@ int emit_model(Ctx *c, Graph *g, const Schedule *sf, Graph *bwd, const Schedule 
     }
   fputs(nmut ? "};\n" : "0};\n", out);
   if (F.npacks) {
-    fputs("\n/* Weights packed at gg_open for the runtime's float32 kernel: weight, side, offset, rows, cols, strides. */\n", out);
+    fputs("\n/* Weights packed at gg_open for the runtime's product kernels (gg_rt_pack_weight): weight, side, offset, rows, cols, strides. */\n", out);
     fputs("static const gg_pack_desc gg_packs[] = {\n", out);
     for (int j = 0; j < F.npacks; j++) {
       const PackDesc *d = &F.packs[j];

@@ -94,9 +94,10 @@ typedef struct gg_model_desc {
   const int *kernel_part;
   int nkernels;
   const char *(*device_error)(int code);
-  /* CPU inference: float32 weights of matrix products that gg_open packs into the panels of the
-   * runtime's own kernel (gg_rt_gemm_packed); the run finds pack j at w[nweights + j], NULL where
-   * that kernel does not run (no AVX-512, GCC_GRAPH_BLAS_ONLY=1) */
+  /* CPU inference: weights of matrix products and convolutions that gg_open packs for the runtime's
+   * kernels (gg_rt_pack_weight: the float32 kernel's panels, or AMX's for bfloat16); the run finds
+   * pack j at w[nweights + j], NULL where this machine runs neither (float32: no AVX-512 or
+   * GCC_GRAPH_BLAS_ONLY=1; bfloat16: no AMX and no AVX-512 float32 kernel) */
   int npacks;
   const struct gg_pack_desc *packs;
   int random;                    /* the model draws random numbers (rand, randn, dropout in training): on the
