@@ -91,7 +91,6 @@ typedef struct Conv {
   const Expr *in[3], *k[3], *os[3], *st[3], *pd[3], *dl[3];
   const Expr *groups, *cin, *cout, *ksp, *cg, *sp;   /* kernel elements, channels per group, positions */
   bool nhwc;                /* _conv_nhwc: x, out and w channels-last ([N, H, W, C], [K, R, S, C/g]) */
-  bool bf16;                /* float32 operands holding bfloat16 values (a bfloat16 model's, widened): AMX may run it */
 } Conv;
 
 /* An epilogue (schedule.c's chain after a product or convolution) as its kernel passes it on. */

@@ -52,8 +52,8 @@ const Dialect gg_dialect_c = {c_head, c_syms, c_call, c_call_end, c_return_bad, 
 
 /* The matrix of weight t read as rows x cols with strides (srow, scol), packed at gg_open for the
  * runtime's own float32 kernel (gg_rt_gemm_packed, side 0: left operand, 1: right) or as the right
- * operand of a bfloat16 or float16 product (gg_rt_hgemm, side 2 or 3), or, holding bfloat16 values in
- * float32, as a convolution's for AMX where it runs (side 4, gg_rt_pack_weight): the name of the
+ * operand of a bfloat16 or float16 product or channels-last convolution (gg_rt_hgemm, gg_rt_conv_nhwc_bf16:
+ * side 2 or 3, gg_rt_pack_weight): the name of the
  * packed copy in the run body, or NULL when it cannot be (not a weight as stored, a buffer the model
  * updates, training, --target cuda, sizes not known at compile time). */
 static const char *weight_pack(Em *e, const TV *t, int side, const Expr *rows, const Expr *cols, const Expr *srow, const Expr *scol) {
@@ -260,39 +260,6 @@ static int product_c(Em *e, const Product *p) {
 }
 
 
-/* Whether every value of v is a bfloat16 one: a conversion from bfloat16, a view or copy of such a
- * value, or a constant whose elements all are (a bfloat16 model's convolution, computed in float32
- * on the CPU between casts: precision.c) */
-static bool bf16_valued(const Value *v) {
-  for (int depth = 0; v && depth < 8; depth++) {
-    const Node *d = v->def;
-    if (v->weight) {
-      const Weight *W = v->weight;
-      int64_t n = 1, idx[GG_MAX_RANK] = {0};
-      for (int i = 0; i < W->rank; i++) n *= W->sizes[i];
-      size_t es = dtype_info(W->dtype)->size;
-      for (int64_t i = 0; i < n; i++) {
-        int64_t off = W->offset;
-        for (int a = 0; a < W->rank; a++) off += idx[a] * W->strides[a];
-        double x = dtype_load_f64(W->dtype, W->data + (size_t)off * es);
-        float f = (float)x;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if ((double)f != x || (u & 0xffff)) return false;
-        for (int a = W->rank - 1; a >= 0 && ++idx[a] == W->sizes[a]; a--) idx[a] = 0;
-      }
-      return true;
-    }
-    if (!d || !d->op || d->args[0].k != AK_TENSOR) return false;
-    const char *o = d->op->name;
-    if (!strcmp(o, "_to_copy")) return d->args[0].u.t->dtype == DT_BF16;
-    if (strcmp(o, "permute") && strcmp(o, "clone") && strcmp(o, "view") && strcmp(o, "reshape") && strcmp(o, "_unsafe_view") && strcmp(o, "contiguous"))
-      return false;
-    v = d->args[0].u.t;
-  }
-  return false;
-}
-
 /* A convolution on the CPU. */
 static int conv_c(Em *e, const Conv *cv) {
   Node *n = cv->n;
@@ -312,21 +279,20 @@ static int conv_c(Em *e, const Conv *cv) {
    * goes to BLAS). */
   int64_t g1, sh = 1, sw = 1, dims[5];
   bool one_group = !tr && expr_is_const(groups, &g1) && g1 == 1 && e->pack_ok;
-  if (cv->nhwc) {   /* channels-last (the layout stage's, float32, one group): one product over all positions */
+  if (cv->nhwc) {   /* channels-last (the layout stage's: float32, one group or depthwise; bfloat16, one group): one product over all positions */
     const Expr *kk = MUL(e, cin, ksp), *m = MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), os[1]), os[2]);
     const Expr *hp = ADD(e, in[1], MUL(e, C(e, 2), pd[1])), *wp = ADD(e, in[2], MUL(e, C(e, 2), pd[2]));
-    /* a bfloat16 model's (its operands bfloat16 values): the weight packed for AMX where the machine has it */
-    Conv c16 = *cv;
-    c16.bf16 = one_group && y->dtype == DT_F32 && bf16_valued(n->args[0].u.t) && bf16_valued(n->args[1].u.t);
-    const char *pk = one_group ? weight_pack(e, w, c16.bf16 ? 4 : 1, kk, cout, C(e, 1), kk) : NULL;
-    cv = &c16;
+    /* bfloat16 (one group): its weight packed for AMX where the machine has it, else float32 panels */
+    bool bf = y->dtype == DT_BF16;
+    const char *pk = one_group ? weight_pack(e, w, bf ? 2 : 1, kk, cout, C(e, 1), kk) : NULL;
     int64_t g2;
     bool dw = !(expr_is_const(groups, &g2) && g2 == 1);
     /* gg_rt_conv_nhwc_f32's col: the offset tables, the padded image (counted even without padding), an im2col block;
-     * a depthwise convolution's: its transposed weight (kk = C x R x S) */
+     * a depthwise convolution's: its transposed weight (kk = C x R x S); bfloat16's: the same floats, in 16-bit elements */
     const Expr *scratch = dw ? kk : ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, m, C(e, 16)))),
                                         ADD(e, MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), MUL(e, hp, wp)), cin), MUL(e, C(e, 256), kk)));
-    const char *body = arena_printf(e->a, "  gg_rt_conv_nhwc_f32(&c, x, w, %s, b, y, col, %s);\n}\n", pk ? "pk" : "NULL", epi_ref(&ep));
+    if (bf) scratch = MUL(e, C(e, 2), scratch);
+    const char *body = arena_printf(e->a, "  gg_rt_conv_nhwc_%s(&c, x, w, %s, b, y, col, %s);\n}\n", bf ? "bf16" : "f32", pk ? "pk" : "NULL", epi_ref(&ep));
     return conv_kernel(e, cv, dw ? "depthwise convolution, channels-last" : pk ? "convolution, channels-last (one product over all positions, packed weight)" :
                        "convolution, channels-last (one product over all positions)", scratch, pk, &ep, body);
   }

@@ -712,11 +712,11 @@ int emit_conv(Em *e, Node *n) {
   const Arg *ba = &n->args[2];
   Value *bv = ba->k == AK_TENSOR ? ba->u.t : NULL;
   bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;
-  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
-    return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   bool nhwc = !strcmp(n->op->name, "_conv_nhwc");   /* channels-last: input [N, H, W, C], weight [K, R, S, C/g] */
-  if (nhwc && !e->t->half_convs && y->dtype != DT_F32)
-    return efail(e, n, "%s", "channels-last convolutions run in float32 on the CPU (internal error: the stage makes no others)");
+  if (nhwc && !e->t->half_convs && y->dtype != DT_F32 && y->dtype != DT_BF16)
+    return efail(e, n, "%s", "channels-last convolutions run in float32 or bfloat16 on the CPU (internal error: the stage makes no others)");
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs) && !(nhwc && y->dtype == DT_BF16))
+    return efail(e, n, "convolution in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
   TV *x = contiguous_of(e, n, xv), *w = contiguous_of(e, n, wv), *b = bv ? contiguous_of(e, n, bv) : NULL;
   if (!x || !w || (bv && !b)) return -1;
   TV *out = alloc_value(e, y);
@@ -741,7 +741,7 @@ int emit_conv(Em *e, Node *n) {
   const Expr *cg = expr_bin(e->a, E_FLOORDIV, tr ? cout : cin, groups);
   const Expr *sp = tr ? MUL(e, MUL(e, in[0], in[1]), in[2]) : MUL(e, MUL(e, os[0], os[1]), os[2]);
   const Conv cv = {n, x, w, b, out, batched, tr, {in[0], in[1], in[2]}, {k[0], k[1], k[2]}, {os[0], os[1], os[2]}, {st[0], st[1], st[2]},
-                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp, nhwc, false};
+                   {pd[0], pd[1], pd[2]}, {dl[0], dl[1], dl[2]}, groups, cin, cout, ksp, cg, sp, nhwc};
   return e->t->conv(e, &cv);
 }
 
@@ -761,10 +761,10 @@ int conv_kernel(Em *e, const Conv *cv, const char *what, const Expr *scratch, co
   ksyms(e);
   epi_decl(e, ep);
   const Expr *const *in = cv->in, *const *k = cv->k, *const *os = cv->os, *const *st = cv->st, *const *pd = cv->pd, *const *dl = cv->dl;
-  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s, %s, %s};\n",
+  fprintf(f, "  const gg_conv c = {%s, %s, %s, %s, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, %s, %s};\n",
           cv->batched ? cx(e, cv->x->sizes[0]) : "1", cx(e, cv->cin), cx(e, cv->cout), cx(e, cv->groups), cx(e, in[0]), cx(e, in[1]), cx(e, in[2]), cx(e, k[0]),
           cx(e, k[1]), cx(e, k[2]), cx(e, os[0]), cx(e, os[1]), cx(e, os[2]), cx(e, st[0]), cx(e, st[1]), cx(e, st[2]), cx(e, pd[0]), cx(e, pd[1]),
-          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false", cv->nhwc ? "true" : "false", cv->bf16 ? "true" : "false");
+          cx(e, pd[2]), cx(e, dl[0]), cx(e, dl[1]), cx(e, dl[2]), cv->tr ? "true" : "false", cv->nhwc ? "true" : "false");
   fputs(body, f);
   kcall(e, id);
   fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, cv->out->stor), sname(e, cv->x->stor), sname(e, cv->w->stor), cv->b ? sname(e, cv->b->stor) : "NULL", sname(e, col));

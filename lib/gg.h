@@ -640,10 +640,11 @@ int precision_lower(Graph *g, int precision, bool fold);
 /* The CPU: float16 and bfloat16 convolutions and pooling computed in float32 (their operands widened,
  * exactly; the result rounded once, as PyTorch's CPU kernels accumulate in float32); needed: the graph
  * has one. */
-int precision_widen(Graph *g, bool fold);
-bool precision_widen_needed(const Graph *g);
+int precision_widen(Graph *g, bool fold, bool cl);
+bool precision_widen_needed(const Graph *g, bool cl);
 /* --target cuda: tensor-core convolutions and the nodes after them channels-last (layout.c) */
 int channels_last(Graph *g, bool fold);
+bool layout_cpu_bf16_conv(const Graph *g, const Node *n);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);

@@ -12,7 +12,7 @@ static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_
 static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g) ? -1 : 0; }
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
   bool fold = p->fold && !(p->tr && p->tr->on);
-  return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold)) || verify_graph(p->g) ? -1 : 0;
+  return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, !(p->tr && p->tr->on) && !p->nchw)) || verify_graph(p->g) ? -1 : 0;
 }
 static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0; }
 static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
@@ -47,7 +47,7 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   switch (s->when) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
-  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16 || (!p->cuda && p->g && precision_widen_needed(p->g));
+  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16 || (!p->cuda && p->g && precision_widen_needed(p->g, !train && !p->nchw));
   case STAGE_CHANNELS_LAST: return !train && !p->nchw;
   default: return true;
   }

@@ -9,8 +9,10 @@
  * under the node's own output name: everything downstream (norms, softmax, reductions, losses,
  * pointwise work) stays float32, which autocast keeps in float32 or in the lower type, so the error is
  * at most autocast's. The list of ops is autocast's "lower precision" list restricted to the ops this
- * table has. Transposed convolutions stay float32 (cuDNN has no half-type path here); on the CPU, which
- * has no half-type convolution kernel, every convolution does. --precision tf32 changes no node: the
+ * table has. Transposed convolutions stay float32 (cuDNN has no half-type path here); on the CPU every
+ * convolution does. A bfloat16 or float16 model's convolutions and pooling on the CPU are computed in
+ * float32 between casts (precision_widen), but for the bfloat16 convolutions the channels-last stage
+ * runs in bfloat16 (gg_rt_conv_nhwc_bf16). --precision tf32 changes no node: the
  * CUDA emitter gives float32 products and convolutions TF32 arithmetic (emit_cuda.c). */
 #include "gg.h"
 #include "rewrite.h"
@@ -171,14 +173,19 @@ static bool widened(const Graph *g, const Node *n, DType from) {
   return true;
 }
 
-bool precision_widen_needed(const Graph *g) {
+/* ... but for the bfloat16 convolutions the channels-last stage will take (it runs after this one):
+ * those stay bfloat16 (gg_rt_conv_nhwc_bf16) */
+static bool widened_cl(const Graph *g, const Node *n, DType from) { return widened(g, n, from) && !layout_cpu_bf16_conv(g, n); }
+
+bool precision_widen_needed(const Graph *g, bool cl) {
   for (int k = 0; k < g->nnodes; k++)
-    if (widened(g, g->nodes[k], DT_BF16) || widened(g, g->nodes[k], DT_F16)) return true;
+    if ((cl ? widened_cl : widened)(g, g->nodes[k], DT_BF16) || widened(g, g->nodes[k], DT_F16)) return true;
   return false;
 }
 
-int precision_widen(Graph *g, bool fold) {
-  return retype(g, DT_BF16, DT_F32, widened, fold, "the CPU's convolutions and pooling are float32 kernels") ||
+/* cl: the channels-last stage runs after this one */
+int precision_widen(Graph *g, bool fold, bool cl) {
+  return retype(g, DT_BF16, DT_F32, cl ? widened_cl : widened, fold, "the CPU's convolutions and pooling are float32 kernels") ||
                  retype(g, DT_F16, DT_F32, widened, fold, "the CPU's convolutions and pooling are float32 kernels")
              ? -1
              : 0;

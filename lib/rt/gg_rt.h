@@ -258,7 +258,6 @@ typedef struct gg_conv {
   int64_t N, Cin, Cout, groups;
   int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
   bool transposed, nhwc;
-  bool bf16;   /* input and weight hold bfloat16 values (a bfloat16 model's convolution, in float32): AMX may run it */
 } gg_conv;
 void gg_rt_conv_f32(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *scratch, const gg_epi *ep);
 void gg_rt_conv_f64(const gg_conv *c, const double *x, const double *w, const double *bias, double *y, double *scratch, const gg_epi *ep);
@@ -278,6 +277,13 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
  * Depthwise (groups == C == Cout, w [C, R, S, 1], wp NULL): col holds R*S*C floats. */
 void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
                          const gg_epi *ep);
+/* The same in bfloat16 (one group; bias bfloat16 or NULL): float32 sums, the bias added in float32 and
+ * the result rounded once, as PyTorch's. On AMX where it runs (wp: the weight packed as side 2, K x
+ * Cout), the image read in place; elsewhere image, weight and bias widened to float32 (exactly) and
+ * gg_rt_conv_nhwc_f32's path run on them (wp there: side 2's float32 panels, or NULL). col: what
+ * gg_rt_conv_nhwc_f32's holds, in floats. */
+void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w, const void *wp, const uint16_t *bias, uint16_t *y, void *col,
+                          const gg_epi *ep);
 /* The gradients of the weight (dw) and bias (db) of the plain convolution c, either may be NULL;
  * tmp holds (Cout/groups) * (Cin/groups) * kernel elements. */
 void gg_rt_conv_wgrad_f32(const gg_conv *c, const float *x, const float *dy, float *dw, float *db, float *col, float *tmp);

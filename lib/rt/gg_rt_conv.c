@@ -169,21 +169,21 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
  * (M + 16)), then the padded image when there is padding, then (without the packed kernel) an im2col
  * block of NHWC_ROWS rows. */
 #define NHWC_ROWS 256
-static int64_t nhwc_tables(const gg_conv *c, const float *x, float *col, const float **base) {
+static int64_t nhwc_tables(const gg_conv *c, const void *x, size_t es, void *colv, const void **base) {
   int64_t N = c->N, H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Ho = c->out[1], Wo = c->out[2];
   int64_t ph = c->pad[1], pw = c->pad[2], Hp = H + 2 * ph, Wp = W + 2 * pw, K = R * S * C, M = N * Ho * Wo;
-  int64_t *ro = (int64_t *)col, *po = ro + (K + 8), i;
-  float *xp = (float *)(po + (M + 16));
+  int64_t *ro = (int64_t *)colv, *po = ro + (K + 8), i;
+  char *xp = (char *)(po + (M + 16));
   *base = x;
-  if (ph || pw) {   /* the padded image: row (n, hp) of Wp * C floats, zeros outside the image */
+  if (ph || pw) {   /* the padded image: row (n, hp) of Wp * C elements, zeros outside the image */
     _Pragma("omp parallel for schedule(static) if(N * Hp * Wp * C > 32768)")
     for (int64_t t = 0; t < N * Hp; t++) {
       int64_t n = t / Hp, hp = t % Hp, h = hp - ph;
-      float *d = xp + t * Wp * C;
-      if (h < 0 || h >= H) { memset(d, 0, sizeof(float) * (size_t)(Wp * C)); continue; }
-      memset(d, 0, sizeof(float) * (size_t)(pw * C));
-      memcpy(d + pw * C, x + (n * H + h) * W * C, sizeof(float) * (size_t)(W * C));
-      memset(d + (pw + W) * C, 0, sizeof(float) * (size_t)(pw * C));
+      char *d = xp + (size_t)(t * Wp * C) * es;
+      if (h < 0 || h >= H) { memset(d, 0, es * (size_t)(Wp * C)); continue; }
+      memset(d, 0, es * (size_t)(pw * C));
+      memcpy(d + (size_t)(pw * C) * es, (const char *)x + (size_t)((n * H + h) * W * C) * es, es * (size_t)(W * C));
+      memset(d + (size_t)((pw + W) * C) * es, 0, es * (size_t)(pw * C));
     }
     *base = xp;
   }
@@ -240,14 +240,10 @@ static void dw_nhwc(const gg_conv *c, const float *x, const float *w, const floa
 void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
                          const gg_epi *ep) {
   if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep); return; }   /* depthwise (the only grouped one the layout stage makes) */
-  const float *base;
-  int64_t used = nhwc_tables(c, x, col, &base), K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
+  const void *bv;
+  int64_t used = nhwc_tables(c, x, sizeof(float), col, &bv), K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
   const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
-  /* a bfloat16 model's convolution: on AMX where it runs (the weight was packed for it, side 4) */
-  if (wp && c->bf16 && amx_ok()) {
-    if (amx_rows_gemm(M, Co, K, base, ro, po, (const uint16_t *)wp, y, bias, ep)) return;
-    wp = NULL;   /* no memory for a thread's panel: the path without the packed weight */
-  }
+  const float *base = bv;
   if (wp) {
     rows_src a = {base, ro, po};
     gemm_run(M, Co, K, NULL, &a, wp, NULL, y, Co, NULL, bias, ep, NULL, 0);
@@ -270,6 +266,54 @@ void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const
     }
     if (ep) gg_rt_epi_pass(ep, ym, sizeof(float), rows * Co);
   }
+}
+
+/* A bfloat16 channels-last convolution (gg_rt.h). Without AMX (or memory for its panels), in float32:
+ * the widened copies in the calling thread's scratch, the float32 result rounded once. */
+void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w, const void *wp, const uint16_t *bias, uint16_t *y, void *col,
+                          const gg_epi *ep) {
+  int64_t K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
+  bool amx = amx_ok();
+  if (wp && amx) {
+    const void *base;
+    nhwc_tables(c, x, sizeof(uint16_t), col, &base);
+    const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
+    if (amx_rows_gemm(M, Co, K, base, ro, po, wp, y, bias, ep)) return;
+  }
+  if (amx) wp = NULL;   /* AMX's panels: the float32 path reads the weight as it is */
+  int64_t nx = c->N * c->in[1] * c->in[2] * c->Cin, nw = wp ? 0 : Co * K, nb = bias ? Co : 0;
+  float *xf = half_scratch(sizeof(float) * (size_t)(nx + nw + nb + M * Co) + 1), *wf = xf + nx, *bf = wf + nw, *yf = bf + nb;
+  if (!xf) {   /* no memory for the float32 copies: one output at a time */
+    int64_t H = c->in[1], W = c->in[2], C = c->Cin, S = c->k[2], Ho = c->out[1], Wo = c->out[2];
+    _Pragma("omp parallel for schedule(static)")
+    for (int64_t o = 0; o < M; o++)
+      for (int64_t oc = 0; oc < Co; oc++) {
+        int64_t ow = o % Wo, oh = o / Wo % Ho, n = o / (Wo * Ho);
+        float acc = bias ? gg_bf2f(bias[oc]) : 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+          int64_t ic = k % C, s = k / C % S, r = k / (C * S);
+          int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1], iw = ow * c->stride[2] - c->pad[2] + s * c->dil[2];
+          if (ih >= 0 && ih < H && iw >= 0 && iw < W) acc += gg_bf2f(x[((n * H + ih) * W + iw) * C + ic]) * gg_bf2f(w[oc * K + k]);
+        }
+        y[o * Co + oc] = gg_f2bf(acc);
+      }
+    gg_rt_epi_pass(ep, y, sizeof(uint16_t), M * Co);
+    return;
+  }
+  bool par = !omp_in_parallel() && nx + nw + M * Co > 32768;
+  _Pragma("omp parallel if(par)")
+  {
+    _Pragma("omp for schedule(static) nowait")
+    for (int64_t i = 0; i < nx; i++) xf[i] = gg_bf2f(x[i]);
+    _Pragma("omp for schedule(static) nowait")
+    for (int64_t i = 0; i < nw; i++) wf[i] = gg_bf2f(w[i]);
+    _Pragma("omp for schedule(static)")
+    for (int64_t i = 0; i < nb; i++) bf[i] = gg_bf2f(bias[i]);
+  }
+  gg_rt_conv_nhwc_f32(c, xf, wp ? NULL : wf, wp, bias ? bf : NULL, yf, col, NULL);
+  _Pragma("omp parallel for schedule(static) if(par)")
+  for (int64_t i = 0; i < M * Co; i++) y[i] = gg_f2bf(yf[i]);
+  gg_rt_epi_pass(ep, y, sizeof(uint16_t), M * Co);
 }
 
 /* ---------------------------------------------------------------- pooling */

@@ -415,7 +415,7 @@ static void *half_scratch(size_t bytes) {
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#define GG_XAMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+#define GG_XAMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 
 static bool amx_on;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
@@ -550,13 +550,14 @@ static bool amx_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t
   }
   return true;
 }
-/* A product whose A is read in place from a float32 image of bfloat16 values (a channels-last
- * convolution's, gg_rt_conv_nhwc_f32 with c->bf16): row i at k is base[ro[k] + po[i]]. Each thread packs
- * its panels of A (the values' upper halves: exact), 32 rows at a time, once for all of its panels of
- * B (bp: packed at gg_open, side 4); the float32 result, with the column bias, goes to y (M x N) and
- * the epilogue runs on each finished block. */
-static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const float *base, const int64_t *ro, const int64_t *po, const uint16_t *bp,
-                                  uint16_t *ap, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float *y, const float *bias, const gg_epi *ep) {
+/* A bfloat16 channels-last convolution's product (gg_rt_conv_nhwc_bf16): A read in place from the
+ * bfloat16 image, row i at k the element base[ro[k] + po[i]]. Each thread packs its panels of A, 32
+ * rows at a time (each run of K that lies side by side in the image a copy: 32 channels of one tap,
+ * or a stem's taps along a row with their 3 channels), once for all of its panels of B (bp: the
+ * weight packed at gg_open, side 2); each finished block gets the column bias in float32 and is
+ * rounded once to bfloat16 into y (M x N), as PyTorch's convolution is, then the epilogue. */
+static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const uint16_t *base, const int64_t *ro, const int64_t *run, const int64_t *po,
+                                  const uint16_t *bp, uint16_t *ap, int64_t i0, int64_t i1, int64_t j0, int64_t j1, uint16_t *y, const uint16_t *bias, const gg_epi *ep) {
   int64_t nq = (K + 31) / 32;
   float c[1024] __attribute__((aligned(64)));
   amx_tiles_on();
@@ -567,42 +568,48 @@ static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const float *
         for (int64_t q = 0; q < nq; q++) memset(ap + q * 1024 + r * 32, 0, 64);
         continue;
       }
-      const float *xr = base + po[ip * 32 + r];
+      const uint16_t *xr = base + po[ip * 32 + r];
       for (int64_t q = 0; q < nq; q++) {
         uint16_t *d = ap + q * 1024 + r * 32;
-        int64_t k0 = q * 32;
-        if (k0 + 32 <= K && ro[k0 + 31] == ro[k0] + 31) {   /* 32 channels of one tap, side by side */
-          uint32_t x32[32];
-          memcpy(x32, xr + ro[k0], sizeof x32);
-          for (int j = 0; j < 32; j++) d[j] = (uint16_t)(x32[j] >> 16);
+        int64_t k0 = q * 32, kw = K - k0 < 32 ? K - k0 : 32;
+        if (run[k0] == 32) {   /* 32 channels of one tap, side by side */
+          memcpy(d, xr + ro[k0], 64);
           continue;
         }
-        for (int j = 0; j < 32; j++) {
-          float v = k0 + j < K ? xr[ro[k0 + j]] : 0;
-          uint32_t u;
-          memcpy(&u, &v, 4);
-          d[j] = (uint16_t)(u >> 16);
+        if (kw < 32) memset(d + kw, 0, sizeof(uint16_t) * (size_t)(32 - kw));
+        for (int64_t j = 0; j < kw; j += run[k0 + j]) {   /* a masked copy of the run (the bytes past it neither read nor written) */
+          __mmask32 m = (__mmask32)((1ull << run[k0 + j]) - 1);
+          _mm512_mask_storeu_epi16(d + j, m, _mm512_maskz_loadu_epi16(m, xr + ro[k0 + j]));
         }
       }
     }
     for (int64_t jp = j0; jp < j1; jp++) {
       amx_block(nq, ap, bp + jp * nq * 1024, c);
       int64_t cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
-      float *yb = y + ip * 32 * N + jp * 32;
-      for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) yb[i * N + j] = c[i * 32 + j] + (bias ? bias[jp * 32 + j] : 0.0f);
+      uint16_t *yb = y + ip * 32 * N + jp * 32;
+      if (bias) {
+        float bj[32];
+        for (int64_t j = 0; j < cols; j++) bj[j] = gg_bf2f(bias[jp * 32 + j]);
+        for (int64_t i = 0; i < rows; i++)
+          for (int64_t j = 0; j < cols; j++) yb[i * N + j] = gg_f2bf(c[i * 32 + j] + bj[j]);
+      } else
+        for (int64_t i = 0; i < rows; i++)
+          for (int64_t j = 0; j < cols; j++) yb[i * N + j] = gg_f2bf(c[i * 32 + j]);
       epi_run(ep, yb, N, rows, cols);
     }
   }
   _tile_release();
 }
 
-static bool amx_rows_gemm(int64_t M, int64_t N, int64_t K, const float *base, const int64_t *ro, const int64_t *po, const uint16_t *bp, float *y,
-                          const float *bias, const gg_epi *ep) {
+static bool amx_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *base, const int64_t *ro, const int64_t *po, const uint16_t *bp, uint16_t *y,
+                          const uint16_t *bias, const gg_epi *ep) {
   int64_t pm = (M + 31) / 32, pn = (N + 31) / 32, nq = (K + 31) / 32;
   int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
   if ((double)M * (double)N * (double)K < 4e6) nt = 1;
-  int64_t gm, gn;
+  int64_t gm, gn, *run = malloc(sizeof(int64_t) * (size_t)K + 1);
+  if (!run) return false;
+  for (int64_t k = K - 1; k >= 0; k--)   /* the run of K from k lying side by side in the image, within k's step of 32 */
+    run[k] = k + 1 < K && (k + 1) % 32 && ro[k + 1] == ro[k] + 1 ? run[k + 1] + 1 : 1;
   tile_grid(pm, pn, 4, pn, nt, false, &gm, &gn);   /* all of B for a tile's rows: each panel of A packed once */
   bool ok = true;
   _Pragma("omp parallel if(nt > 1)")
@@ -612,15 +619,16 @@ static bool amx_rows_gemm(int64_t M, int64_t N, int64_t K, const float *base, co
     _Pragma("omp for schedule(dynamic)")
     for (int64_t t = 0; t < gm * gn; t++) {
       int64_t r = t / gn, q = t % gn;
-      if (ap) amx_rows_tile(M, N, K, base, ro, po, bp, ap, r * pm / gm, (r + 1) * pm / gm, q * pn / gn, (q + 1) * pn / gn, y, bias, ep);
+      if (ap) amx_rows_tile(M, N, K, base, ro, run, po, bp, ap, r * pm / gm, (r + 1) * pm / gm, q * pn / gn, (q + 1) * pn / gn, y, bias, ep);
     }
   }
+  free(run);
   return ok;
 }
 #else
 static bool amx_ok(void) { return false; }
-static bool amx_rows_gemm(int64_t M, int64_t N, int64_t K, const float *base, const int64_t *ro, const int64_t *po, const uint16_t *bp, float *y,
-                          const float *bias, const gg_epi *ep) {
+static bool amx_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *base, const int64_t *ro, const int64_t *po, const uint16_t *bp, uint16_t *y,
+                          const uint16_t *bias, const gg_epi *ep) {
   (void)M; (void)N; (void)K; (void)base; (void)ro; (void)po; (void)bp; (void)y; (void)bias; (void)ep;
   return false;
 }
@@ -635,29 +643,16 @@ static bool amx_gemm(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t
 bool gg_rt_amx_ok(void) { return amx_ok(); }
 
 /* A weight packed at gg_open (gg_pack_desc): sides 0 and 1 the float32 panels of the packed kernel;
- * side 2 (bfloat16) and 3 (float16) the right operand of gg_rt_hgemm: AMX's panels for bfloat16 where
- * it runs, else widened to float32 in the packed kernel's panels; side 4 a float32 weight whose
- * values are bfloat16 ones (a convolution of a bfloat16 model, computed in float32 on the CPU): AMX's
- * panels where it runs, else side 1's. *out NULL where this machine runs neither; -1 when out of
- * memory. */
+ * side 2 (bfloat16) and 3 (float16) the right operand of gg_rt_hgemm or of a 16-bit channels-last
+ * convolution: AMX's panels for bfloat16 where it runs, else widened to float32 in the packed
+ * kernel's panels (side 1's). *out NULL where this machine runs neither; -1 when out of memory. */
 int gg_rt_pack_weight(int side, int64_t rows, int64_t cols, const void *src, int64_t srow, int64_t scol, void **out) {
   *out = NULL;
-  if ((side == 2 || side == 4) && amx_ok()) {
+  if (side == 2 && amx_ok()) {
     if (posix_memalign(out, GG_RT_ALIGN, sizeof(uint16_t) * 1024 * (size_t)(((rows + 31) / 32) * ((cols + 31) / 32)) + 1)) return *out = NULL, -1;
-    uint16_t *h = NULL;
-    if (side == 4) {   /* float32 values that are bfloat16 ones: their upper halves (rounding, which keeps them) */
-      if (!(h = malloc(sizeof(uint16_t) * (size_t)(rows * cols) + 2))) {
-        free(*out);
-        return *out = NULL, -1;
-      }
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) h[r * cols + c] = gg_f2bf(((const float *)src)[r * srow + c * scol]);
-    }
-    amx_pack_b(rows, cols, h ? h : src, h ? cols : srow, h ? 1 : scol, *out, !omp_in_parallel());
-    free(h);
+    amx_pack_b(rows, cols, src, srow, scol, *out, !omp_in_parallel());
     return 0;
   }
-  if (side == 4) side = 1;   /* without AMX: the packed kernel's float32 panels */
   if (!gg_rt_packed_ok()) return 0;
   if (posix_memalign(out, GG_RT_ALIGN, sizeof(float) * (size_t)gg_rt_pack_floats(side >= 2 ? 1 : side, rows, cols) + 1)) return *out = NULL, -1;
   if (side < 2) {
