@@ -334,7 +334,9 @@ static int conv_c(Em *e, const Conv *cv) {
   return conv_kernel(e, cv, what, scratch, pk, &ep, body);
 }
 
-static void pool_c(Em *e, DType dt) { fprintf(e->k, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", dt == DT_F32 ? "f32" : "f64"); }
+static void pool_c(Em *e, DType dt) {
+  fprintf(e->k, "  gg_rt_pool_%s(&p, x, y, idx);\n}\n", dt == DT_F32 ? "f32" : dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "f16" : "f64");
+}
 static void conv_wgrad_c(Em *e, DType dt) { fprintf(e->k, "  gg_rt_conv_wgrad_%s(&c, x, dy, dw, db, col, tmp);\n}\n", dt == DT_F32 ? "f32" : "f64"); }
 
 static void prelude_c(Graph *g, FILE *out) {

@@ -825,9 +825,8 @@ int emit_conv_backward(Em *e, Node *n) {
 
 static int pool_call(Em *e, Node *n, int kind, int nsp, const Expr *k[2], const Expr *st[2], const Expr *pd[2], const Expr *dl[2], bool cip, int64_t divisor) {
   Value *xv = n->args[0].u.t, *y = n->outs[0];
-  bool half = y->dtype == DT_F16 || y->dtype == DT_BF16;
-  if (y->dtype != DT_F32 && y->dtype != DT_F64 && !(half && e->t->half_convs))
-    return efail(e, n, "pooling in %s is not supported in compiled code%s", dtype_name(y->dtype), half ? " for the CPU (--target cuda runs it)" : "");
+  if (y->dtype != DT_F32 && y->dtype != DT_F64 && y->dtype != DT_F16 && y->dtype != DT_BF16)
+    return efail(e, n, "pooling in %s is not supported in compiled code", dtype_name(y->dtype));
   TV *x = contiguous_of(e, n, xv);
   if (!x) return -1;
   TV *out = alloc_value(e, y), *idx = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
@@ -877,8 +876,11 @@ int emit_pool(Em *e, Node *n) {
  * (NaN wins, as in PyTorch's max pooling) */
 int emit_pool_nhwc(Em *e, Node *n) {
   Value *y = n->outs[0];
-  if (e->cuda || y->dtype != DT_F32)
-    return efail(e, n, "%s", "channels-last max pooling runs in float32 on the CPU (internal error: the stage makes no others)");
+  if (e->cuda || (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16))
+    return efail(e, n, "%s", "channels-last max pooling runs in float32, bfloat16 or float16 on the CPU (internal error: the stage makes no others)");
+  /* 16-bit values compared as float32 (exact), the largest stored back unchanged */
+  const char *T = ctype(y->dtype), *ldf = y->dtype == DT_BF16 ? "gg_bf2f" : y->dtype == DT_F16 ? "gg_h2f" : "",
+             *stf = y->dtype == DT_BF16 ? "gg_f2bf" : y->dtype == DT_F16 ? "gg_f2h" : "";
   TV *x = contiguous_of(e, n, n->args[0].u.t);
   if (!x) return -1;
   TV *out = alloc_value(e, y);
@@ -895,13 +897,13 @@ int emit_pool_nhwc(Em *e, Node *n) {
   int id = e->nk++;
   kernel_begin(e, n, "max pooling, channels-last");
   kopen_vec(e, id);
-  fputs("float *restrict y, const float *restrict x", f);
+  fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
   ksyms(e);
   fprintf(f, "  const int64_t N = %s, H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
           cx(e, x->sizes[3]), cx(e, out->sizes[1]), cx(e, out->sizes[2]));
   fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
           cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
-  fputs("  #pragma omp parallel for collapse(2) schedule(static) if(N * OH * OW * C > 32768)\n"
+  fprintf(f, "  #pragma omp parallel for collapse(2) schedule(static) if(N * OH * OW * C > 32768)\n"
         "  for (int64_t nb = 0; nb < N; nb++)\n"
         "    for (int64_t oh = 0; oh < OH; oh++)\n"
         "      for (int64_t ow = 0; ow < OW; ow++)\n"
@@ -916,13 +918,13 @@ int emit_pool_nhwc(Em *e, Node *n) {
         "            for (int64_t b = 0; b < KW; b++) {\n"
         "              const int64_t iw = ow * SW - PW + b * DW;\n"
         "              if (iw < 0 || iw >= W) continue;\n"
-        "              const float *xp = x + ((nb * H + ih) * W + iw) * C + c0;\n"
-        "              for (int64_t j = 0; j < cn; j++) { const float v = xp[j]; nan[j] |= v != v; m[j] = v > m[j] ? v : m[j]; }\n"
+        "              const %s *xp = x + ((nb * H + ih) * W + iw) * C + c0;\n"
+        "              for (int64_t j = 0; j < cn; j++) { const float v = %s(xp[j]); nan[j] |= v != v; m[j] = v > m[j] ? v : m[j]; }\n"
         "            }\n"
         "          }\n"
-        "          float *yp = y + ((nb * OH + oh) * OW + ow) * C + c0;\n"
-        "          for (int64_t j = 0; j < cn; j++) yp[j] = nan[j] ? NAN : m[j];\n"
-        "        }\n}\n", f);
+        "          %s *yp = y + ((nb * OH + oh) * OW + ow) * C + c0;\n"
+        "          for (int64_t j = 0; j < cn; j++) yp[j] = %s(nan[j] ? NAN : m[j]);\n"
+        "        }\n}\n", T, ldf, T, stf);
   kcall(e, id);
   fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
   kcall_end(e);

@@ -105,12 +105,15 @@ static bool plain_conv(const Graph *g, const Node *c) {
   const char *o = c->op->name;
   bool conv = !strcmp(o, "conv1d") || !strcmp(o, "conv2d") || !strcmp(o, "conv3d") || (!strcmp(o, "convolution") && rw_arg(c, "transposed")->k == AK_BOOL && !rw_arg(c, "transposed")->u.b);
   Value *b = rw_targ(c, "bias"), *w = rw_targ(c, "weight");
-  /* float16/bfloat16 on the GPU only, as Inductor's freezing folds them: w * s rounded to 16 bits is
-   * a rounding PyTorch's convolution-then-batch-norm has not (0.4% on a bfloat16 CNN, error 4.0e-3
-   * against eager's 3.6e-3 on ResNet-50), but the kernel after the convolution then reads a 16-bit
-   * bias where it would read a float32 scale and shift: ResNet-50 bfloat16 2.06 against 2.33 ms on an
-   * H200 (docs/BENCHMARKS.md). The CPU has no half-type convolution; there the norm stays exact. */
-  return conv && w && (w->dtype == DT_F32 || w->dtype == DT_F64 || g->ctx->cuda) && const_weight(g, w) && (!b || const_weight(g, b)) && w->rank >= 3;
+  /* float16/bfloat16 on the GPU, bfloat16 on the CPU, as Inductor's freezing folds them: w * s
+   * rounded to 16 bits is a rounding PyTorch's convolution-then-batch-norm has not (0.4% on a bfloat16
+   * CNN, error 4.0e-3 against eager's 3.6e-3 on ResNet-50), but the kernel after the convolution then
+   * reads a 16-bit bias where it would read a float32 scale and shift: ResNet-50 bfloat16 2.06 against
+   * 2.33 ms on an H200 (docs/BENCHMARKS.md); on the CPU the ReLU and residual after it join the
+   * bfloat16 convolution's epilogue. The CPU's float16 convolutions (float32 between casts) keep the
+   * norm exact. */
+  return conv && w && (w->dtype == DT_F32 || w->dtype == DT_F64 || w->dtype == DT_BF16 || g->ctx->cuda) && const_weight(g, w) && (!b || const_weight(g, b)) &&
+         w->rank >= 3;
 }
 
 /* bn reads only a convolution's output, which nothing else reads: the convolution to fold into */

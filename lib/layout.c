@@ -168,12 +168,12 @@ static int pool(L *l, Node *n) {
   return track(l, n->outs[0], CALL(&l->r, NULL, "mean.dim", "self", T(cl_of(l, rw_targ(n, "self"))), "dim", INTS(&l->r, 2, dims), "keepdim", BO(true)));
 }
 
-/* max pooling of a channels-last float32 value on the CPU: _max_pool_nhwc (a stem's pooling reads the
- * stem's output, which stays NCHW) */
+/* max pooling of a channels-last float32 or 16-bit value on the CPU: _max_pool_nhwc (a float32 stem's
+ * pooling reads the stem's output, which stays NCHW) */
 static bool max_pool(L *l, const Node *n) {
   if (!n->op || strcmp(n->op->name, "max_pool2d") || n->nouts != 1 || l->r.g->ctx->cuda) return false;
   const Value *x = rw_targ(n, "self");
-  return x && x->rank == 4 && x->dtype == DT_F32 && cl_of(l, x);
+  return x && x->rank == 4 && (x->dtype == DT_F32 || x->dtype == DT_BF16 || x->dtype == DT_F16) && cl_of(l, x);
 }
 
 static int max_pool_cl(L *l, Node *n) {

@@ -10,9 +10,9 @@
  * pointwise work) stays float32, which autocast keeps in float32 or in the lower type, so the error is
  * at most autocast's. The list of ops is autocast's "lower precision" list restricted to the ops this
  * table has. Transposed convolutions stay float32 (cuDNN has no half-type path here); on the CPU every
- * convolution does. A bfloat16 or float16 model's convolutions and pooling on the CPU are computed in
- * float32 between casts (precision_widen), but for the bfloat16 convolutions the channels-last stage
- * runs in bfloat16 (gg_rt_conv_nhwc_bf16). --precision tf32 changes no node: the
+ * convolution does. A bfloat16 or float16 model's convolutions on the CPU are computed in float32
+ * between casts (precision_widen), but for the bfloat16 convolutions the channels-last stage runs in
+ * bfloat16 (gg_rt_conv_nhwc_bf16). --precision tf32 changes no node: the
  * CUDA emitter gives float32 products and convolutions TF32 arithmetic (emit_cuda.c). */
 #include "gg.h"
 #include "rewrite.h"
@@ -159,18 +159,12 @@ int precision_lower(Graph *g, int precision, bool fold) {
 }
 
 int emit_conv(struct Em *, struct Node *);
-int emit_pool(struct Em *, struct Node *);
-int emit_adaptive_pool(struct Em *, struct Node *);
 
-/* a convolution or pooling whose result is in `from`, a 16-bit type (and whose other results, max
- * pooling's indices, are not floating): the CPU computes it in float32 */
+/* a convolution whose result is in `from`, a 16-bit type: the CPU computes it in float32 (it pools
+ * in 16-bit types itself) */
 static bool widened(const Graph *g, const Node *n, DType from) {
   (void)g;
-  if (!n->op || n->nouts < 1 || n->outs[0]->dtype != from || !(n->op->emit == emit_conv || n->op->emit == emit_pool || n->op->emit == emit_adaptive_pool))
-    return false;
-  for (int i = 1; i < n->nouts; i++)
-    if (dtype_is_float(n->outs[i]->dtype)) return false;
-  return true;
+  return n->op && n->nouts == 1 && n->outs[0]->dtype == from && n->op->emit == emit_conv;
 }
 
 /* ... but for the bfloat16 convolutions the channels-last stage will take (it runs after this one):
@@ -185,8 +179,8 @@ bool precision_widen_needed(const Graph *g, bool cl) {
 
 /* cl: the channels-last stage runs after this one */
 int precision_widen(Graph *g, bool fold, bool cl) {
-  return retype(g, DT_BF16, DT_F32, cl ? widened_cl : widened, fold, "the CPU's convolutions and pooling are float32 kernels") ||
-                 retype(g, DT_F16, DT_F32, widened, fold, "the CPU's convolutions and pooling are float32 kernels")
+  return retype(g, DT_BF16, DT_F32, cl ? widened_cl : widened, fold, "the CPU's convolutions in this type are float32 kernels") ||
+                 retype(g, DT_F16, DT_F32, widened, fold, "the CPU's convolutions in this type are float32 kernels")
              ? -1
              : 0;
 }

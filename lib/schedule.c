@@ -46,6 +46,13 @@ static bool takes_epilogue(const Node *n) {
   return f == emit_matmul || f == emit_linear || f == emit_addmm || f == emit_conv;
 }
 
+/* ... of its output's dtype: float32 or float64; on the CPU a bfloat16 channels-last convolution's
+ * too (gg_rt_conv_nhwc_bf16 runs it on each block it has rounded to bfloat16) */
+static bool epilogue_dtype(const Graph *g, const Node *n) {
+  DType dt = n->outs[0]->dtype;
+  return dt == DT_F32 || dt == DT_F64 || (dt == DT_BF16 && !g->ctx->cuda && !strcmp(n->op->name, "_conv_nhwc"));
+}
+
 /* On the GPU a sum or mean of a float value over at least one dim, with static sizes, computes the
  * value it reduces inside its own loop when that value is pointwise and read by nothing else (batch
  * norm's squared deviations, the products its gradients sum): the reduction kernels read each
@@ -90,7 +97,7 @@ static const char *readers_why(Schedule *s, const Value *v) {
  * keep it out, so none is. */
 static bool epilogue_reader(const Schedule *s, const Node *u) {
   FOR_TENSOR_ARGS(u, a, {
-    if (a->def && takes_epilogue(a->def) && s->uses[a->id] == 1 && (a->dtype == DT_F32 || a->dtype == DT_F64)) return true;
+    if (a->def && takes_epilogue(a->def) && s->uses[a->id] == 1 && epilogue_dtype(s->g, a->def)) return true;
   })
   return false;
 }
@@ -230,13 +237,13 @@ static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int 
 }
 
 /* n's epilogue: the chain of pointwise nodes after it, each the only reader of the one before (n's
- * output first), over the same shape and dtype (float32 or float64), each other operand
+ * output first), over the same shape and dtype (epilogue_dtype), each other operand
  * a scalar, a single element, or a tensor of that shape, contiguous and already computed (a
  * residual). On the CPU the runtime applies them to each finished tile while it is in cache (gg_epi,
  * gg_rt.h); on the GPU a kernel applies them in place right after the product (emit_cuda.c). */
 static void epilogue(Schedule *s, Node *n) {
   Value *v = n->outs[0];
-  if (v->dtype != DT_F32 && v->dtype != DT_F64) return;
+  if (!epilogue_dtype(s->g, n)) return;
   Node *chain[SCHED_CHAIN_MAX];
   int nc = 0, roots[SCHED_EPI_MAX + 1], nroots = 0;
   while (nc < SCHED_CHAIN_MAX) {

@@ -298,6 +298,9 @@ typedef struct gg_pool {
 } gg_pool;
 void gg_rt_pool_f32(const gg_pool *p, const float *x, float *y, int64_t *idx);
 void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
+/* bfloat16 and float16: each output from its window in double, rounded once (as PyTorch's float sums) */
+void gg_rt_pool_bf16(const gg_pool *p, const uint16_t *x, uint16_t *y, int64_t *idx);
+void gg_rt_pool_f16(const gg_pool *p, const uint16_t *x, uint16_t *y, int64_t *idx);
 /* One output of pooling (plane pl, row oh, column ow): the CPU loops over these, a CUDA thread
  * computes one. */
 #define GG_POOL_ONE(NAME, T, LOAD, STORE)                                                   \
@@ -355,10 +358,8 @@ void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
 #define GG_POOL_STORE_F16(v) gg_f2h((float)(v))
 GG_POOL_ONE(float, float, GG_POOL_AS(double), GG_POOL_AS(float))
 GG_POOL_ONE(double, double, GG_POOL_AS(double), GG_POOL_AS(double))
-#ifdef __CUDACC__   /* half types pool on the GPU only */
 GG_POOL_ONE(bf16, uint16_t, GG_POOL_LOAD_BF16, GG_POOL_STORE_BF16)
 GG_POOL_ONE(f16, uint16_t, GG_POOL_LOAD_F16, GG_POOL_STORE_F16)
-#endif
 
 /* The optimizer's update of one float32 parameter element w with gradient g (PyTorch's torch.optim
  * formulas; one function for both runtimes): kind 1 SGD (L2 weight decay added to the gradient,

@@ -318,4 +318,15 @@ void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w
 
 /* ---------------------------------------------------------------- pooling */
 
+#define POOL_HALF(NAME)                                                                                  \
+  void gg_rt_pool_##NAME(const gg_pool *p, const uint16_t *x, uint16_t *y, int64_t *idx) {               \
+    _Pragma("omp parallel for collapse(2) schedule(static) if(p->planes * p->OH * p->OW > 4096)")        \
+    for (int64_t pl = 0; pl < p->planes; pl++)                                                           \
+      for (int64_t oh = 0; oh < p->OH; oh++)                                                             \
+        for (int64_t ow = 0; ow < p->OW; ow++) gg_pool_one_##NAME(p, x, y, idx, pl, oh, ow);             \
+  }
+POOL_HALF(bf16)
+POOL_HALF(f16)
+
+
 

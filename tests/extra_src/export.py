@@ -302,6 +302,21 @@ class LayoutCNN(nn.Module):   # every rule of the channels-last stage (layout.c)
         return s.head(z.amax((2, 3))), z.sum(1)
 pcase("precision_layout_cnn_tf32", "tf32", LayoutCNN(), r(4, 3, 32, 32))
 case("layout_cnn_bf16", LayoutCNN().to(torch.bfloat16), r(4, 3, 32, 32).to(torch.bfloat16))
+class ResBlocks(nn.Module):   # a bfloat16 ResNet's blocks on the CPU: each norm folded into its convolution, ReLU and residuals in its epilogue
+    def __init__(s, c=32):
+        super().__init__()
+        s.stem, s.bn = nn.Conv2d(3, c, 7, stride=2, padding=3, bias=False), _bn(c)
+        s.c1, s.b1, s.c2, s.b2 = nn.Conv2d(c, c, 3, padding=1, bias=False), _bn(c), nn.Conv2d(c, c, 3, padding=1, bias=False), _bn(c)
+        s.c3, s.b3 = nn.Conv2d(c, 2 * c, 1, stride=2, bias=False), _bn(2 * c)   # the downsampling shortcut
+        s.c4, s.b4 = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), _bn(2 * c)
+        s.c5 = nn.Conv2d(2 * c, 40, 1)   # 40 channels: a last panel of 8 columns
+        s.fc = nn.Linear(40, 10)
+    def forward(s, x):
+        x = F.max_pool2d(F.relu(s.bn(s.stem(x))), 3, 2, 1)
+        y = F.relu(s.b2(s.c2(F.relu(s.b1(s.c1(x))))) + x)
+        z = F.relu(s.b4(s.c4(y)) + s.b3(s.c3(y)))
+        return s.fc(F.silu(s.c5(z)).mean((2, 3))), z
+case("resblock_bf16", ResBlocks().to(torch.bfloat16), r(2, 3, 40, 40).to(torch.bfloat16))
 
 # training cases: the loss is output 0; io adds grad.<param>, ref64.grad.<param> and buffer_after.<buffer>
 TRAIN = []
