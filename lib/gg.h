@@ -620,7 +620,7 @@ struct Pipeline;
 struct Stage;
 int inference_graph(Graph *g, const struct Pipeline *how, void (*each)(void *arg, const struct Stage *s), void *arg);   /* each: as pipeline_run's */
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
-int fold_weights(Graph *g);
+int fold_weights(Graph *g, bool exact);
 /* Attention's masks and repeated key/value heads as the fused kernels read them best (a causal mask
  * computable now as is_causal, one that masks nothing dropped): weights not touched, so --train
  * runs it too (decompose); returns the count of rewrites */
@@ -675,6 +675,7 @@ typedef struct Pipeline {
   bool fold;                 /* fold weights into new ones (inference, weights inside the .so) */
   int precision;             /* --precision (PREC_*): bf16 and fp16 rewrite the graph */
   bool cuda, nchw;           /* --target cuda; --no-channels-last */
+  bool exact;                /* only rewrites that keep values: no norm folded into 16-bit weights (golden's rewrite check) */
   Graph *bwd;                /* training: the backward, after partition */
   PartitionStats ps;
   Schedule *sf, *sb;         /* the forward's (or the model's) schedule; the backward's */

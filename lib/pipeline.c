@@ -9,7 +9,7 @@
 
 static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_supported(p->g) ? -1 : 0; }
 static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
-static int st_fold(Pipeline *p) { return fold_weights(p->g) || verify_graph(p->g) ? -1 : 0; }
+static int st_fold(Pipeline *p) { return fold_weights(p->g, p->exact) || verify_graph(p->g) ? -1 : 0; }
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
   bool fold = p->fold && !(p->tr && p->tr->on);
   return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, !(p->tr && p->tr->on) && !p->nchw)) || verify_graph(p->g) ? -1 : 0;
@@ -78,6 +78,6 @@ int training_graph(Graph *g, const TrainOptions *t) {
 /* The graph explain shows the schedule of: the one compile builds for inference. */
 int inference_graph(Graph *g, const Pipeline *how, void (*each)(void *arg, const Stage *s), void *arg) {
   Pipeline p = {.g = g, .fold = true};
-  if (how) p.precision = how->precision, p.cuda = how->cuda, p.nchw = how->nchw;
+  if (how) p.precision = how->precision, p.cuda = how->cuda, p.nchw = how->nchw, p.exact = how->exact;
   return pipeline_run(&p, stage_index("functionalize"), stage_index("autograd"), each, arg);
 }

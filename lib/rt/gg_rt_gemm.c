@@ -595,8 +595,12 @@ static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const uint16_
       } else
         for (int64_t i = 0; i < rows; i++)
           for (int64_t j = 0; j < cols; j++) yb[i * N + j] = gg_f2bf(c[i * 32 + j]);
-      epi_run(ep, yb, N, rows, cols);
     }
+    /* the epilogue on the panel's rows of this tile's columns at once: whole rows in memory order (a
+     * block at a time, its operands' rows were 64-byte pieces 2N bytes apart: 9 of 12 ms of a
+     * 64 -> 256 channel 1x1 convolution with a residual, on one core) */
+    int64_t c0 = j0 * 32, c1 = j1 * 32 < N ? j1 * 32 : N;
+    epi_run(ep, y + ip * 32 * N + c0, N, rows, c1 - c0);
   }
   _tile_release();
 }
