@@ -207,6 +207,23 @@ static Tensor **inputs_for(Interp *I, Graph *g, const SafeTensors *st, int seed)
   return in;
 }
 
+/* A case whose case.json says "rewrite_inexact" (why; tests/extra_src/export.py): not held to the rule */
+static const char *rewrite_inexact(const char *dir) {
+  static char why[1000];
+  char path[4096], buf[8192];
+  snprintf(path, sizeof path, "%s/case.json", dir);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  const char *k = strstr(buf, "\"rewrite_inexact\": \"");
+  if (!k) return NULL;
+  snprintf(why, sizeof why, "%s", k + strlen("\"rewrite_inexact\": \""));
+  char *q = strchr(why, '"');
+  if (q) *q = 0;
+  return why;
+}
+
 static const char *check_rewrite(const char *dir) {
   static char why[5000];
   Ctx *c = ctx_new();
@@ -594,6 +611,8 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "--rewrite")) {
     int pass = 0, fail = 0;
     for (int i = 2; i < argc; i++) {
+      const char *skip = rewrite_inexact(argv[i]);
+      if (skip) { printf("skip %s: %s\n", argv[i], skip); continue; }
       const char *why = check_rewrite(argv[i]);
       if (why) { printf("FAIL %s: %s\n", argv[i], why); fail++; }
       else pass++;
