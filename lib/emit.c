@@ -552,6 +552,23 @@ static const char *load_operand(Em *e, Node *n, const TV *t, int rank, const Exp
 
 /* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
  * the C variable holding its value, already rounded to n's dtype as a stored tensor would be. */
+/* n's value is one of its inputs' values, or zero (or NaN), and every input has n's dtype: it needs
+ * no rounding to that dtype (a 16-bit ReLU after a residual add: a third of the epilogue's work) */
+static bool picks_input(const Node *n) {
+  static const char *const ops[] = {"relu", "neg", "abs", "maximum", "minimum", NULL};
+  int i = 0;
+  while (ops[i] && strcmp(ops[i], n->op->name)) i++;
+  if (!ops[i] || n->nouts != 1) return false;
+  int nt = 0;
+  for (int a = 0; a < n->op->nargs; a++) {
+    if (n->args[a].k == AK_TENSOR) {
+      if (n->args[a].u.t->dtype != n->outs[0]->dtype) return false;
+      nt++;
+    } else if (n->args[a].k != AK_NONE) return false;
+  }
+  return nt >= 1;
+}
+
 const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
   if (n->op && n->op->emit == emit_cat) return fused_cat(e, f, n, rank, sizes, P, as_float);
   PwPlan plan;
@@ -603,6 +620,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   else if (real_float && dt == DT_BF16) fprintf(f, "    const float r%d = gg_bf2f(gg_f2bf(%s));\n", id, val);
   else if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);
   else if (dt == DT_F64) fprintf(f, "    const double r%d = %s;\n", id, val);
+  else if ((dt == DT_F16 || dt == DT_BF16) && picks_input(n)) fprintf(f, "    const double r%d = %s;\n", id, val);   /* already of dt: no rounding */
   else if (dt == DT_F16) fprintf(f, "    const double r%d = (double)gg_h2f(gg_d2h(%s));\n", id, val);
   else if (dt == DT_BF16) fprintf(f, "    const double r%d = (double)gg_bf2f(gg_f2bf((float)%s));\n", id, val);
   else if (dt == DT_BOOL) fprintf(f, "    const int64_t r%d = %s != 0;\n", id, val);

@@ -478,6 +478,11 @@ for env in GCC_GRAPH_NO_AMX=0 GCC_GRAPH_NO_AMX=1 "GCC_GRAPH_NO_AMX=1 GCC_GRAPH_B
   expect 0 "" -- env $env "$GG" run "$TMP/cb.so" --inputs tests/extra/layout_cnn_bf16/io.safetensors -o "$TMP/cb.st"
   expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cb.st" tests/extra/layout_cnn_bf16/io.safetensors
 done
+# resblock_bf16's convolutions take their ReLU and residual add in the epilogue (batch norm folded into
+# them), and a ReLU of bfloat16 values is not rounded again (its value is one of its input's)
+if "$GG" compile tests/extra/resblock_bf16/model.pt2 -S -o "$TMP/rb_src" 2>"$TMP/err" && grep -q "epilogue of node batch_norm_2.fold0.cl0: add.cl0 relu_2.cl0" "$TMP/rb_src/model.c" &&
+   grep -q "const double r[0-9]* = f_relu(a[0-9]*);" "$TMP/rb_src/model.c" && ! grep -q "gg_f2bf((float)f_relu" "$TMP/rb_src/model.c"; then ok;
+else no "resblock_bf16: the residual and ReLU are not in a bfloat16 convolution's epilogue, or the ReLU is rounded ($(cat "$TMP/err"))"; fi
 # dropout in eval mode is the identity: its output is its input's storage, no kernel of its own
 # kernels that differ only in their sizes (squeezenet's fire modules) are one function given its sizes
 if "$GG" compile $M/squeezenet1_1/model.pt2 -S -o "$TMP/sq_src" 2>"$TMP/err" && grep -q "the same code, other sizes" "$TMP/sq_src/model.c" &&
