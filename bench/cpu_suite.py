@@ -47,6 +47,7 @@ MODELS = {
     # bfloat16 exports (AMX where the CPU has it), and float32 exports compiled with --precision bf16
     # against PyTorch under torch.autocast("cpu", bfloat16)
     "resnet50_b8_bf16": S.tv("resnet50", 8, BF16),
+    "mobilenet_v3_large_b8_bf16": S.tv("mobilenet_v3_large", 8, BF16),
     "vit_b_16_b8_bf16": S.tv("vit_b_16", 8, BF16),
     "bert_base_b4_s128_bf16": S.hf("bert", 4, 128, BF16, **S.BERT),
     "gpt2_b4_s256_bf16": S.hf("gpt2", 4, 256, BF16),
