@@ -288,8 +288,8 @@ static int conv_c(Em *e, const Conv *cv) {
     int64_t g2;
     bool dw = !(expr_is_const(groups, &g2) && g2 == 1);
     /* gg_rt_conv_nhwc_f32's col: the offset tables, the padded image (counted even without padding), an im2col block;
-     * a depthwise convolution's: its transposed weight (kk = C x R x S); bfloat16's: the same floats, in 16-bit elements */
-    const Expr *scratch = dw ? kk : ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, m, C(e, 16)))),
+     * a depthwise convolution's: its transposed weight (kk = C x R x S) and bias; bfloat16's: the same floats, in 16-bit elements */
+    const Expr *scratch = dw ? ADD(e, kk, cin) : ADD(e, ADD(e, MUL(e, C(e, 2), ADD(e, kk, C(e, 8))), MUL(e, C(e, 2), ADD(e, m, C(e, 16)))),
                                         ADD(e, MUL(e, MUL(e, cv->batched ? cv->x->sizes[0] : C(e, 1), MUL(e, hp, wp)), cin), MUL(e, C(e, 256), kk)));
     if (bf) scratch = MUL(e, C(e, 2), scratch);
     const char *body = arena_printf(e->a, "  gg_rt_conv_nhwc_%s(&c, x, w, %s, b, y, col, %s);\n}\n", bf ? "bf16" : "f32", pk ? "pk" : "NULL", epi_ref(&ep));

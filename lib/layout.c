@@ -59,7 +59,7 @@ static bool cpu_grouped_convs(const Graph *g) {
  * covers every image's positions at once (gg_rt_conv_nhwc_f32; per image, a 7x7 plane gave 16
  * threads 56-row products), or depthwise, but not a stem (a convolution of the graph's input keeps its
  * image-row product), and a bfloat16 one of one group, stem included (gg_rt_conv_nhwc_bf16: on AMX
- * where it runs; the CPU has no other bfloat16 convolution). */
+ * where it runs), or depthwise (its loop in float32 sums). */
 static bool nhwc_conv(const Graph *g, const Node *n) {
   if (!is_conv(n) || n->nouts != 1) return false;
   const Arg *t = rw_arg(n, "transposed");
@@ -68,7 +68,7 @@ static bool nhwc_conv(const Graph *g, const Node *n) {
   if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype) return false;
   if (g->ctx->cuda) return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
   int64_t groups = cpu_groups(n);
-  if (y->dtype == DT_BF16) return groups == 1;
+  if (y->dtype == DT_BF16) return groups == 1 || (groups > 1 && depthwise(n, groups));
   if (y->dtype != DT_F32 || groups < 1 || (groups > 1 && !depthwise(n, groups))) return false;
   for (int i = 0; i < g->ninputs; i++)
     if (g->inputs[i] == x) return false;   /* a stem: its image stays NCHW */

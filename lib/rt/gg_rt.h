@@ -277,8 +277,8 @@ void gg_rt_conv_packed_f32(const gg_conv *c, const float *x, const float *wp, co
  * Depthwise (groups == C == Cout, w [C, R, S, 1], wp NULL): col holds R*S*C floats. */
 void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
                          const gg_epi *ep);
-/* The same in bfloat16 (one group; bias bfloat16 or NULL): float32 sums, the bias added in float32 and
- * the result rounded once, as PyTorch's. On AMX where it runs (wp: the weight packed as side 2, K x
+/* The same in bfloat16 (bias bfloat16 or NULL): float32 sums, the bias added in float32 and the result
+ * rounded once, as PyTorch's; depthwise: col holds R*S*C + C floats. On AMX where it runs (wp: the weight packed as side 2, K x
  * Cout), the image read in place; elsewhere image, weight and bias widened to float32 (exactly) and
  * gg_rt_conv_nhwc_f32's path run on them (wp there: side 2's float32 panels, or NULL). col: what
  * gg_rt_conv_nhwc_f32's holds, in floats. */

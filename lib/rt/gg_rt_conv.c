@@ -200,46 +200,56 @@ static int64_t nhwc_tables(const gg_conv *c, const void *x, size_t es, void *col
 }
 
 /* A depthwise convolution in channels-last (groups == C, weight [C, R, S, 1]): each output pixel's
- * channels in vectors, 64 at a time accumulated over the taps inside the image; the weight first
- * transposed into col as [R, S, C] so that a tap's weights are contiguous too. One task per output
- * row, its epilogue run while the row is in cache. */
-static GG_VEC void dw_nhwc_row(const gg_conv *c, const float *x, const float *wt, const float *bias, float *yr, int64_t n, int64_t oh) {
-  int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];
-  for (int64_t ow = 0; ow < Wo; ow++)
-    for (int64_t c0 = 0; c0 < C; c0 += 64) {
-      int64_t cn = C - c0 < 64 ? C - c0 : 64;
-      float acc[64];
-      for (int64_t j = 0; j < cn; j++) acc[j] = bias ? bias[c0 + j] : 0;
-      for (int64_t r = 0; r < R; r++) {
-        int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t s = 0; s < S; s++) {
-          int64_t iw = ow * c->stride[2] - c->pad[2] + s * c->dil[2];
-          if (iw < 0 || iw >= W) continue;
-          const float *xi = x + ((n * H + ih) * W + iw) * C + c0, *wv = wt + (r * S + s) * C + c0;
-          for (int64_t j = 0; j < cn; j++) acc[j] += xi[j] * wv[j];
-        }
-      }
-      float *yo = yr + ow * C + c0;
-      for (int64_t j = 0; j < cn; j++) yo[j] = acc[j];
-    }
-}
+ * channels in vectors, 64 at a time accumulated in float32 over the taps inside the image; the weight
+ * first transposed into col as float32 [R, S, C] so that a tap's weights are contiguous too (then the
+ * bias in float32, for bfloat16). One task per output row, its epilogue run while the row is in cache.
+ * float32 and bfloat16 (LOAD and STORE convert; a bfloat16 result is rounded once, as PyTorch's). */
+#define DW_NHWC_ROW(NAME, T, LOAD, STORE)                                                                           \
+  static GG_VEC void NAME(const gg_conv *c, const T *x, const float *wt, const float *bias, T *yr, int64_t n, int64_t oh) { \
+    int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];                         \
+    for (int64_t ow = 0; ow < Wo; ow++)                                                                               \
+      for (int64_t c0 = 0; c0 < C; c0 += 64) {                                                                        \
+        int64_t cn = C - c0 < 64 ? C - c0 : 64;                                                                       \
+        float acc[64];                                                                                                \
+        for (int64_t j = 0; j < cn; j++) acc[j] = bias ? bias[c0 + j] : 0;                                           \
+        for (int64_t r = 0; r < R; r++) {                                                                             \
+          int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];                                                 \
+          if (ih < 0 || ih >= H) continue;                                                                            \
+          for (int64_t s = 0; s < S; s++) {                                                                           \
+            int64_t iw = ow * c->stride[2] - c->pad[2] + s * c->dil[2];                                               \
+            if (iw < 0 || iw >= W) continue;                                                                          \
+            const T *xi = x + ((n * H + ih) * W + iw) * C + c0;                                                       \
+            const float *wv = wt + (r * S + s) * C + c0;                                                              \
+            for (int64_t j = 0; j < cn; j++) acc[j] += LOAD(xi[j]) * wv[j];                                           \
+          }                                                                                                           \
+        }                                                                                                             \
+        T *yo = yr + ow * C + c0;                                                                                     \
+        for (int64_t j = 0; j < cn; j++) yo[j] = STORE(acc[j]);                                                       \
+      }                                                                                                               \
+  }
+DW_NHWC_ROW(dw_nhwc_row, float, , )
+DW_NHWC_ROW(dw_nhwc_row_bf16, uint16_t, gg_bf2f, gg_f2bf)
 
-static void dw_nhwc(const gg_conv *c, const float *x, const float *w, const float *bias, float *y, float *wt, const gg_epi *ep) {
+/* h: x, w, bias and y bfloat16 (col then holds R*S*C + C floats) */
+static void dw_nhwc(const gg_conv *c, const void *x, const void *w, const void *bias, void *y, float *wt, const gg_epi *ep, bool h) {
   int64_t C = c->Cin, RS = c->k[1] * c->k[2], Ho = c->out[1], Wo = c->out[2];
+  const float *bf = h && bias ? wt + RS * C : (const float *)bias;
   for (int64_t ch = 0; ch < C; ch++)
-    for (int64_t t = 0; t < RS; t++) wt[t * C + ch] = w[ch * RS + t];
+    for (int64_t t = 0; t < RS; t++) wt[t * C + ch] = h ? gg_bf2f(((const uint16_t *)w)[ch * RS + t]) : ((const float *)w)[ch * RS + t];
+  if (h && bias)
+    for (int64_t ch = 0; ch < C; ch++) wt[RS * C + ch] = gg_bf2f(((const uint16_t *)bias)[ch]);
   _Pragma("omp parallel for schedule(static) if(c->N * Ho * Wo * C * RS > 32768)")
   for (int64_t t = 0; t < c->N * Ho; t++) {
-    float *yr = y + t * Wo * C;
-    dw_nhwc_row(c, x, wt, bias, yr, t / Ho, t % Ho);
+    void *yr = (char *)y + (size_t)(t * Wo * C) * (h ? 2 : 4);
+    if (h) dw_nhwc_row_bf16(c, x, wt, bf, yr, t / Ho, t % Ho);
+    else dw_nhwc_row(c, x, wt, bf, yr, t / Ho, t % Ho);
     epi_run(ep, yr, C, Wo, C);
   }
 }
 
 void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const float *wp, const float *bias, float *y, float *col,
                          const gg_epi *ep) {
-  if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep); return; }   /* depthwise (the only grouped one the layout stage makes) */
+  if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep, false); return; }   /* depthwise (the only grouped one the layout stage makes) */
   const void *bv;
   int64_t used = nhwc_tables(c, x, sizeof(float), col, &bv), K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
   const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
@@ -272,6 +282,7 @@ void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const
  * the widened copies in the calling thread's scratch, the float32 result rounded once. */
 void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w, const void *wp, const uint16_t *bias, uint16_t *y, void *col,
                           const gg_epi *ep) {
+  if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep, true); return; }   /* depthwise */
   int64_t K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
   bool amx = amx_ok();
   if (wp && amx) {
