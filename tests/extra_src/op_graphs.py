@@ -481,6 +481,23 @@ def avg_pool_modes():   # average pooling whose derivative rule is avg_pool2d_ba
 
 
 @case
+def pool_f16():   # float16 pooling, which the CPU runs in float16 (the runtime's pooling template): max with indices, padding, dilation and
+    # ceil mode, average without the padding counted, adaptive average; PyTorch's answers from float32 rounded once (its CPU kernels' rule)
+    x = torch.randn(2, 3, 9, 8).half()
+    g = Graph("pool_f16", x=x)
+    X = Ref("x")
+    def wide(op):   # float16 computed in float32, rounded once; float64 (the reference) as it is
+        return lambda t, *a: (lambda r: tuple(v.to(t.dtype) if v.is_floating_point() else v for v in r) if isinstance(r, tuple) else r.to(t.dtype))(
+            op(t.float() if t.dtype == torch.float16 else t, *a))
+    g.multi("max_pool2d_with_indices.default", [("self", X), ("kernel_size", [3, 2]), ("stride", [2, 2]), ("padding", [1, 1]), ("dilation", [1, 2]),
+                                                ("ceil_mode", True)], wide(torch.ops.aten.max_pool2d_with_indices), 2, [0, 1])
+    g.node("avg_pool2d.default", [("self", X), ("kernel_size", [3, 3]), ("stride", [2, 2]), ("padding", [1, 1]), ("ceil_mode", True),
+                                  ("count_include_pad", False), ("divisor_override", None)], wide(torch.ops.aten.avg_pool2d))
+    g.node("_adaptive_avg_pool2d.default", [("self", X), ("output_size", [4, 3])], wide(torch.ops.aten._adaptive_avg_pool2d))
+    return g
+
+
+@case
 def as_strided_windows():   # as_strided: overlapping windows (unfold's way), a zero stride, an offset, of an input and of a computed tensor
     x = torch.randn(4, 6)
     y = torch.randn(20)
