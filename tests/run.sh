@@ -478,6 +478,13 @@ for env in GCC_GRAPH_NO_AMX=0 GCC_GRAPH_NO_AMX=1 "GCC_GRAPH_NO_AMX=1 GCC_GRAPH_B
   expect 0 "" -- env $env "$GG" run "$TMP/cb.so" --inputs tests/extra/layout_cnn_bf16/io.safetensors -o "$TMP/cb.st"
   expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cb.st" tests/extra/layout_cnn_bf16/io.safetensors
 done
+# ... and with its weights left in the .pt2 (--weights external: permuted at run time, none packed at
+# open; AMX's panels made per call), with AMX and without
+"$GG" compile tests/extra/layout_cnn_bf16/model.pt2 --weights external -o "$TMP/cbe.so" 2>"$TMP/err" || no "compile layout_cnn_bf16 --weights external: $(cat "$TMP/err")"
+for env in GCC_GRAPH_NO_AMX=0 GCC_GRAPH_NO_AMX=1; do
+  expect 0 "" -- env $env "$GG" run "$TMP/cbe.so" --weights tests/extra/layout_cnn_bf16/model.pt2 --inputs tests/extra/layout_cnn_bf16/io.safetensors -o "$TMP/cbe.st"
+  expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cbe.st" tests/extra/layout_cnn_bf16/io.safetensors
+done
 # resblock_bf16's convolutions take their ReLU and residual add in the epilogue (batch norm folded into
 # them), and a ReLU of bfloat16 values is not rounded again (its value is one of its input's)
 if "$GG" compile tests/extra/resblock_bf16/model.pt2 -S -o "$TMP/rb_src" 2>"$TMP/err" && grep -q "epilogue of node batch_norm_2.fold0.cl0: add.cl0 relu_2.cl0" "$TMP/rb_src/model.c" &&

@@ -279,7 +279,7 @@ void gg_rt_conv_nhwc_f32(const gg_conv *c, const float *x, const float *w, const
                          const gg_epi *ep);
 /* The same in bfloat16 (bias bfloat16 or NULL): float32 sums, the bias added in float32 and the result
  * rounded once, as PyTorch's; depthwise: col holds R*S*C + C floats. On AMX where it runs (wp: the weight packed as side 2, K x
- * Cout), the image read in place; elsewhere image, weight and bias widened to float32 (exactly) and
+ * Cout, or NULL: packed here), the image read in place; elsewhere image, weight and bias widened to float32 (exactly) and
  * gg_rt_conv_nhwc_f32's path run on them (wp there: side 2's float32 panels, or NULL). col: what
  * gg_rt_conv_nhwc_f32's holds, in floats. */
 void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w, const void *wp, const uint16_t *bias, uint16_t *y, void *col,

@@ -285,13 +285,17 @@ void gg_rt_conv_nhwc_bf16(const gg_conv *c, const uint16_t *x, const uint16_t *w
   if (c->groups != 1) { dw_nhwc(c, x, w, bias, y, col, ep, true); return; }   /* depthwise */
   int64_t K = c->k[1] * c->k[2] * c->Cin, M = c->N * c->out[1] * c->out[2], Co = c->Cout;
   bool amx = amx_ok();
-  if (wp && amx) {
+  if (amx) {
+    void *own = NULL;   /* a weight computed or mapped at run time (--weights external): packed for this call */
+    if (!wp && !gg_rt_pack_weight(2, K, Co, w, 1, K, &own)) wp = own;
     const void *base;
     nhwc_tables(c, x, sizeof(uint16_t), col, &base);
     const int64_t *ro = (const int64_t *)col, *po = ro + (K + 8);
-    if (amx_rows_gemm(M, Co, K, base, ro, po, wp, y, bias, ep)) return;
+    bool done = wp && amx_rows_gemm(M, Co, K, base, ro, po, wp, y, bias, ep);
+    free(own);
+    if (done) return;
+    wp = NULL;   /* AMX's panels: the float32 path reads the weight as it is */
   }
-  if (amx) wp = NULL;   /* AMX's panels: the float32 path reads the weight as it is */
   int64_t nx = c->N * c->in[1] * c->in[2] * c->Cin, nw = wp ? 0 : Co * K, nb = bias ? Co : 0;
   float *xf = half_scratch(sizeof(float) * (size_t)(nx + nw + nb + M * Co) + 1), *wf = xf + nx, *bf = wf + nw, *yf = bf + nb;
   if (!xf) {   /* no memory for the float32 copies: one output at a time */
