@@ -118,7 +118,7 @@ static const char usage_compile[] =
   "                       fp32 (docs/cuda.md)\n"
   "  --no-channels-last   keep convolutions and the nodes after them in NCHW; by default the GPU's\n"
   "                       tensor-core ones (float16, bfloat16, TF32) run channels-last (NHWC), as\n"
-  "                       cuDNN wants (docs/cuda.md), and so do the CPU's float32 ones but the stem\n"
+  "                       cuDNN wants (docs/cuda.md), and so do the CPU's float32 and bfloat16 ones\n"
   "                       (one product over all images' positions; depthwise: a loop over channels)\n"
   "With GCC_GRAPH_CACHE_DIR set, an unchanged model with unchanged options is copied from the cache.\n"
   "The compiled runtime is kept per compiler, flags and version in GCC_GRAPH_CACHE_DIR, else in\n"

@@ -55,11 +55,11 @@ static bool cpu_grouped_convs(const Graph *g) {
 }
 
 /* A convolution that runs faster channels-last: 2-d, batched, not transposed, operands of one type;
- * on the GPU one cuDNN runs on tensor cores; on the CPU a float32 one of one group, where the product
- * covers every image's positions at once (gg_rt_conv_nhwc_f32; per image, a 7x7 plane gave 16
- * threads 56-row products), or depthwise, but not a stem (a convolution of the graph's input keeps its
- * image-row product), and a bfloat16 one of one group, stem included (gg_rt_conv_nhwc_bf16: on AMX
- * where it runs), or depthwise (its loop in float32 sums). */
+ * on the GPU one cuDNN runs on tensor cores; on the CPU a float32 or bfloat16 one of one group, where
+ * the product covers every image's positions at once (gg_rt_conv_nhwc_f32 and _bf16; per image, a
+ * 7x7 plane gave 16 threads 56-row products; bfloat16 on AMX where it runs), or depthwise (a loop
+ * over the channels); the stem too (its input copied channels-last once; the max pooling after
+ * ResNet's stem has a channels-last kernel: resnet18's stem and pooling took half the time in NCHW). */
 static bool nhwc_conv(const Graph *g, const Node *n) {
   if (!is_conv(n) || n->nouts != 1) return false;
   const Arg *t = rw_arg(n, "transposed");
@@ -69,10 +69,7 @@ static bool nhwc_conv(const Graph *g, const Node *n) {
   if (g->ctx->cuda) return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
   int64_t groups = cpu_groups(n);
   if (y->dtype == DT_BF16) return groups == 1 || (groups > 1 && depthwise(n, groups));
-  if (y->dtype != DT_F32 || groups < 1 || (groups > 1 && !depthwise(n, groups))) return false;
-  for (int i = 0; i < g->ninputs; i++)
-    if (g->inputs[i] == x) return false;   /* a stem: its image stays NCHW */
-  return true;
+  return y->dtype == DT_F32 && groups >= 1 && (groups == 1 || depthwise(n, groups));
 }
 
 /* Whether the stage will make n a bfloat16 channels-last convolution on the CPU (the precision stage,
