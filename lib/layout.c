@@ -64,8 +64,8 @@ static bool nhwc_conv(const Graph *g, const Node *n) {
   if (!is_conv(n) || n->nouts != 1) return false;
   const Arg *t = rw_arg(n, "transposed");
   if (t && t->k == AK_BOOL && t->u.b) return false;
-  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *y = n->outs[0];
-  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype) return false;
+  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *y = n->outs[0];
+  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype || (b && b->dtype != y->dtype)) return false;
   if (g->ctx->cuda) return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
   int64_t groups = cpu_groups(n);
   if (y->dtype == DT_BF16) return groups == 1 || (groups > 1 && depthwise(n, groups));
