@@ -100,7 +100,7 @@ static void put(Value *v, int64_t i, double x) {
 
 /* ---------------------------------------------------------------- batch norm into convolution */
 
-static bool plain_conv(const Graph *g, const Node *c, bool exact) {
+static bool plain_conv(const Graph *g, const Node *c, bool exact, bool cl) {
   if (!c || !c->op) return false;
   const char *o = c->op->name;
   bool conv = !strcmp(o, "conv1d") || !strcmp(o, "conv2d") || !strcmp(o, "conv3d") || (!strcmp(o, "convolution") && rw_arg(c, "transposed")->k == AK_BOOL && !rw_arg(c, "transposed")->u.b);
@@ -110,14 +110,15 @@ static bool plain_conv(const Graph *g, const Node *c, bool exact) {
    * CNN, error 4.0e-3 against eager's 3.6e-3 on ResNet-50), but the kernel after the convolution then
    * reads a 16-bit bias where it would read a float32 scale and shift: ResNet-50 bfloat16 2.06 against
    * 2.33 ms on an H200 (docs/BENCHMARKS.md); on the CPU the ReLU and residual after it join the
-   * bfloat16 convolution's epilogue. The CPU's float16 convolutions (float32 between casts) keep the
+   * bfloat16 convolution's epilogue. The CPU's float16 convolutions, and its bfloat16 ones that run in
+   * float32 between casts (not channels-last: `cl` false, or a layout_cpu_bf16_conv refusal), keep the
    * norm exact, as does `exact` (golden's check that every rewrite keeps values). */
-  bool half_ok = !exact && (g->ctx->cuda || w->dtype == DT_BF16);
+  bool half_ok = !exact && (g->ctx->cuda || (w->dtype == DT_BF16 && cl && layout_cpu_bf16_conv(g, c)));
   return conv && w && (w->dtype == DT_F32 || w->dtype == DT_F64 || half_ok) && const_weight(g, w) && (!b || const_weight(g, b)) && w->rank >= 3;
 }
 
 /* bn reads only a convolution's output, which nothing else reads: the convolution to fold into */
-static Node *bn_conv(const Graph *g, const Node *bn, bool exact) {
+static Node *bn_conv(const Graph *g, const Node *bn, bool exact, bool cl) {
   const char *o = bn->op ? bn->op->name : "";
   bool eval = (!strcmp(o, "batch_norm") && rw_arg(bn, "training")->k == AK_BOOL && !rw_arg(bn, "training")->u.b) ||
               !strcmp(o, "_native_batch_norm_legit_no_training");
@@ -125,7 +126,7 @@ static Node *bn_conv(const Graph *g, const Node *bn, bool exact) {
   for (int i = 1; i < bn->nouts; i++) if (uses(g, bn->outs[i])) return NULL;
   Value *x = rw_targ(bn, "input"), *mean = rw_targ(bn, "running_mean"), *var = rw_targ(bn, "running_var");
   Value *gamma = rw_targ(bn, "weight"), *beta = rw_targ(bn, "bias");
-  if (!x || !plain_conv(g, x->def, exact) || uses(g, x) != 1 || !const_weight(g, mean) || !const_weight(g, var) || (gamma && !const_weight(g, gamma)) ||
+  if (!x || !plain_conv(g, x->def, exact, cl) || uses(g, x) != 1 || !const_weight(g, mean) || !const_weight(g, var) || (gamma && !const_weight(g, gamma)) ||
       (beta && !const_weight(g, beta)))
     return NULL;
   int64_t cout = rw_targ(x->def, "weight")->weight->sizes[0];
@@ -388,7 +389,7 @@ int fold_attention_inputs(Graph *g) {
   return changed;
 }
 
-int fold_weights(Graph *g, bool exact) {
+int fold_weights(Graph *g, bool exact, bool cl) {
   Ctx *c = g->ctx;
   fold_attention_inputs(g);
   int n = g->nnodes;
@@ -396,7 +397,7 @@ int fold_weights(Graph *g, bool exact) {
   bool *gone = arena_array(c->arena, (size_t)n + 1, sizeof *gone);
   Node **grp = arena_array(c->arena, (size_t)n + 1, sizeof *grp);
   for (int k = 0; k < n; k++)
-    if ((conv_of[k] = bn_conv(g, g->nodes[k], exact))) gone[conv_of[k]->id] = true;
+    if ((conv_of[k] = bn_conv(g, g->nodes[k], exact, cl))) gone[conv_of[k]->id] = true;
   Value **before = g->inputs;
   int nbefore = g->ninputs, changed = 0;
   Rw r = {.g = g};

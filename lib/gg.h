@@ -620,7 +620,7 @@ struct Pipeline;
 struct Stage;
 int inference_graph(Graph *g, const struct Pipeline *how, void (*each)(void *arg, const struct Stage *s), void *arg);   /* each: as pipeline_run's */
 /* Batch norm folded into convolutions, sibling linears stacked, into new weights: fold.c */
-int fold_weights(Graph *g, bool exact);
+int fold_weights(Graph *g, bool exact, bool cl);   /* cl: the channels-last stage runs after */
 /* Attention's masks and repeated key/value heads as the fused kernels read them best (a causal mask
  * computable now as is_causal, one that masks nothing dropped): weights not touched, so --train
  * runs it too (decompose); returns the count of rewrites */

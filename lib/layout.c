@@ -75,7 +75,7 @@ static bool nhwc_conv(const Graph *g, const Node *n) {
 /* Whether the stage will make n a bfloat16 channels-last convolution on the CPU (the precision stage,
  * before it, leaves those in bfloat16 and computes the CPU's other 16-bit ones in float32). */
 bool layout_cpu_bf16_conv(const Graph *g, const Node *n) {
-  return !g->ctx->cuda && n->nouts == 1 && n->outs[0]->dtype == DT_BF16 && nhwc_conv(g, n) && !cpu_grouped_convs(g);
+  return !g->ctx->cuda && n->nouts == 1 && n->outs[0]->dtype == DT_BF16 && nhwc_conv(g, n);
 }
 
 typedef struct L {
@@ -264,14 +264,17 @@ static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view
 
 int channels_last(Graph *g, bool fold) {
   Ctx *c = g->ctx;
-  if (cpu_grouped_convs(g)) return 0;
+  /* a graph with other grouped convolutions (decompose makes unfold one) keeps its float32 ones NCHW;
+   * its bfloat16 ones go channels-last regardless: the CPU has no other bfloat16 convolution, and the
+   * precision stage (before decompose) left them bfloat16 on that promise (layout_cpu_bf16_conv) */
+  bool grouped = cpu_grouped_convs(g);
   L l = {.r = {.g = g, .tag = "cl"}, .nv = g->nvalues, .fold = fold};
   l.cl = arena_array(c->arena, (size_t)l.nv + 1, sizeof *l.cl);
   Value **before = g->inputs;
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = nhwc_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : max_pool(&l, n) ? max_pool_cl : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
+    int (*rule)(L *, Node *) = nhwc_conv(g, n) && (!grouped || n->outs[0]->dtype == DT_BF16) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : max_pool(&l, n) ? max_pool_cl : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

@@ -9,7 +9,7 @@
 
 static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_supported(p->g) ? -1 : 0; }
 static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
-static int st_fold(Pipeline *p) { return fold_weights(p->g, p->exact) || verify_graph(p->g) ? -1 : 0; }
+static int st_fold(Pipeline *p) { return fold_weights(p->g, p->exact, !p->nchw) || verify_graph(p->g) ? -1 : 0; }
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
   bool fold = p->fold && !(p->tr && p->tr->on);
   return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, !(p->tr && p->tr->on) && !p->nchw)) || verify_graph(p->g) ? -1 : 0;

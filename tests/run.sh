@@ -493,6 +493,11 @@ for env in GCC_GRAPH_NO_AMX=0 GCC_GRAPH_NO_AMX=1; do
   expect 0 "" -- env $env "$GG" run "$TMP/cbe.so" --weights tests/extra/layout_cnn_bf16/model.pt2 --inputs tests/extra/layout_cnn_bf16/io.safetensors -o "$TMP/cbe.st"
   expect 0 "" -- "$BUILD/test-golden" --compare "$TMP/cbe.st" tests/extra/layout_cnn_bf16/io.safetensors
 done
+# a bfloat16 convolution's batch norm is folded into it where it runs in bfloat16 (channels-last), not
+# where it runs in float32 between casts (--no-channels-last): there the norm stays exact
+expect 0 "batch norm 'batch_norm' folded into convolution 'conv2d'" -- env GCC_GRAPH_LOGS=fusion "$GG" compile tests/extra/layout_cnn_bf16/model.pt2 -o "$TMP/cbf.so"
+env GCC_GRAPH_LOGS=fusion "$GG" compile tests/extra/layout_cnn_bf16/model.pt2 --no-channels-last -o "$TMP/cbf.so" 2>"$TMP/err" || no "compile layout_cnn_bf16 --no-channels-last: $(cat "$TMP/err")"
+if grep -q "folded into" "$TMP/err"; then no "a bfloat16 norm folded under --no-channels-last"; else ok; fi
 # resblock_bf16's convolutions take their ReLU and residual add in the epilogue (batch norm folded into
 # them), and a ReLU of bfloat16 values is not rounded again (its value is one of its input's)
 if "$GG" compile tests/extra/resblock_bf16/model.pt2 -S -o "$TMP/rb_src" 2>"$TMP/err" && grep -q "epilogue of node batch_norm_2.fold0.cl0: add.cl0 relu_2.cl0" "$TMP/rb_src/model.c" &&

@@ -298,7 +298,8 @@ typedef struct gg_pool {
 } gg_pool;
 void gg_rt_pool_f32(const gg_pool *p, const float *x, float *y, int64_t *idx);
 void gg_rt_pool_f64(const gg_pool *p, const double *x, double *y, int64_t *idx);
-/* bfloat16 and float16: each output from its window in double, rounded once (as PyTorch's float sums) */
+/* bfloat16 and float16: each output from its window in double, rounded to float32 and then to the
+ * 16-bit type (PyTorch sums and divides in float32, then rounds) */
 void gg_rt_pool_bf16(const gg_pool *p, const uint16_t *x, uint16_t *y, int64_t *idx);
 void gg_rt_pool_f16(const gg_pool *p, const uint16_t *x, uint16_t *y, int64_t *idx);
 /* One output of pooling (plane pl, row oh, column ow): the CPU loops over these, a CUDA thread

@@ -498,6 +498,19 @@ def pool_f16():   # float16 pooling, which the CPU runs in float16 (the runtime'
 
 
 @case
+def conv_bf16_unfold():   # a bfloat16 convolution beside an unfold of a float32 tensor: decompose makes the unfold a grouped convolution
+    # (after the precision stage ran), which keeps the graph's float32 convolutions NCHW but not its bfloat16 one (the CPU has no other)
+    g = Graph("conv_bf16_unfold", x=torch.randn(2, 4, 8, 8).to(torch.bfloat16), w=torch.randn(6, 4, 3, 3).to(torch.bfloat16),
+              z=torch.randn(2, 3, 6, 6))
+    X, Wt, Z = Ref("x"), Ref("w"), Ref("z")
+    g.node("conv2d.default", [("input", X), ("weight", Wt), ("bias", None), ("stride", [1, 1]), ("padding", [1, 1]), ("dilation", [1, 1]), ("groups", 1)],
+           lambda t, w, b, st, p, d, gr: torch.ops.aten.conv2d(t, w, b, st, p, d, gr))
+    g.node("im2col.default", [("self", Z), ("kernel_size", [3, 3]), ("dilation", [1, 1]), ("padding", [1, 1]), ("stride", [2, 2])],
+           torch.ops.aten.im2col)
+    return g
+
+
+@case
 def as_strided_windows():   # as_strided: overlapping windows (unfold's way), a zero stride, an offset, of an input and of a computed tensor
     x = torch.randn(4, 6)
     y = torch.randn(20)
