@@ -871,7 +871,7 @@ int emit_pool(Em *e, Node *n) {
   return pool_call(e, n, is_max ? 0 : 1, nsp, k, st, pd, dl, ci < 0 || n->args[ci].u.b, divisor);
 }
 
-/* _max_pool_nhwc (the CPU's channels-last stage, float32): one task per output row, each output
+/* _max_pool_nhwc (the CPU's channels-last stage; float32 and 16-bit types): one task per output row, each output
  * pixel's channels 64 at a time in vectors, the maximum over the window's pixels inside the image
  * (NaN wins, as in PyTorch's max pooling) */
 int emit_pool_nhwc(Em *e, Node *n) {

@@ -165,8 +165,8 @@ static int pool(L *l, Node *n) {
   return track(l, n->outs[0], CALL(&l->r, NULL, "mean.dim", "self", T(cl_of(l, rw_targ(n, "self"))), "dim", INTS(&l->r, 2, dims), "keepdim", BO(true)));
 }
 
-/* max pooling of a channels-last float32 or 16-bit value on the CPU: _max_pool_nhwc (a float32 stem's
- * pooling reads the stem's output, which stays NCHW) */
+/* max pooling of a channels-last float32 or 16-bit value on the CPU: _max_pool_nhwc (ResNet's after
+ * its stem) */
 static bool max_pool(L *l, const Node *n) {
   if (!n->op || strcmp(n->op->name, "max_pool2d") || n->nouts != 1 || l->r.g->ctx->cuda) return false;
   const Value *x = rw_targ(n, "self");
