@@ -1586,8 +1586,9 @@ int emit_conv(struct Em *, struct Node *);
  * under --precision tf32, where batch norm folded into every convolution gives it a bias). The same
  * roundings: cuDNN rounds the convolution, then the sum. float16/bfloat16 in training too; float32
  * and float64 for inference (training's weight gradient pass computes the bias's gradient with it). */
-static bool conv_bias_apart(const Graph *g, const Node *n, bool training) {
+static bool conv_bias_apart(const Graph *g, const Node *n, bool training, bool cl) {
   if (!g->ctx->cuda || !n->op || n->op->emit != emit_conv || !rw_targ(n, "bias")) return false;
+  if (!training && cl && layout_gpu_depthwise(g, n)) return false;   /* the runtime's depthwise kernel adds it before rounding, in no pass of its own */
   DType dt = n->outs[0]->dtype;
   if (!is_half(n->outs[0]) && (training || (dt != DT_F32 && dt != DT_F64))) return false;
   const Arg *t = rw_arg(n, "transposed");
@@ -1614,22 +1615,22 @@ static bool kept_for_autograd(const OpDef *op) { return op->decomp == decomp_bn_
 
 enum { D_INFERENCE, D_TRAINING, D_AFTER_AUTOGRAD };
 
-static DecompFn rule_for(Graph *g, Node *n, int mode) {
+static DecompFn rule_for(Graph *g, Node *n, int mode, bool cl) {
   if (!n->op) return NULL;
   if (mode == D_AFTER_AUTOGRAD) return decompose_has_rule(n->op) && !target_keeps(g, n, false) ? n->op->decomp : NULL;   /* kept ones, and the backward ops of derivative rules */
   bool training = mode == D_TRAINING;
   if (training && kept_for_autograd(n->op)) return NULL;
   if ((decompose_has_rule(n->op) || (training && decompose_has_training_rule(n->op))) && !target_keeps(g, n, training)) return n->op->decomp;
-  return conv_bias_apart(g, n, training) ? bias_apart : NULL;
+  return conv_bias_apart(g, n, training, cl) ? bias_apart : NULL;
 }
 
-static int run_rules(Graph *g, int mode, bool fold) {
+static int run_rules(Graph *g, int mode, bool fold, bool cl) {
   Rw r = {.g = g, .fold = fold, .training = mode == D_TRAINING};
   Value **before = g->inputs;
   int nbefore = g->ninputs;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    DecompFn rule = rule_for(g, n, mode);
+    DecompFn rule = rule_for(g, n, mode, cl);
     if (!rule) { rw_push(&r, n); continue; }
     r.orig = n;
     r.k = 0;
@@ -1648,8 +1649,8 @@ static int run_rules(Graph *g, int mode, bool fold) {
   return 0;
 }
 
-int decompose(Graph *g, bool training, bool fold) {
+int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
-  return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold);
+  return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl);
 }
-int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false); }
+int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }

@@ -871,13 +871,24 @@ int emit_pool(Em *e, Node *n) {
   return pool_call(e, n, is_max ? 0 : 1, nsp, k, st, pd, dl, ci < 0 || n->args[ci].u.b, divisor);
 }
 
-/* _max_pool_nhwc (the CPU's channels-last stage; float32 and 16-bit types): one task per output row, each output
- * pixel's channels 64 at a time in vectors, the maximum over the window's pixels inside the image
- * (NaN wins, as in PyTorch's max pooling) */
+/* 16 bytes of channels a GPU thread of channels-last max pooling takes (8 16-bit or 4 float32 values),
+ * where both tensors' storage is aligned (scratch, or an output the runtime aligns) and the channels
+ * fill whole vectors; else 1 */
+static int64_t pool_nhwc_width(Em *e, const TV *x, const TV *out) {
+  int64_t V = 16 / dtype_info(x->dt)->size, c;
+  bool aligned = (e->st[x->stor].kind == S_SCRATCH || e->st[x->stor].aligned) && (e->st[out->stor].kind == S_SCRATCH || e->st[out->stor].aligned);
+  return aligned && expr_is_const(x->sizes[3], &c) && c % V == 0 ? V : 1;
+}
+
+/* _max_pool_nhwc (the channels-last stage; float32 and 16-bit types), the maximum over the window's
+ * pixels inside the image (NaN wins, as in PyTorch's max pooling). On the CPU one task per output
+ * row, each output pixel's channels 64 at a time in vectors; on the GPU a thread per output pixel and
+ * 16 bytes of its channels (pool_nhwc_width), one 16-byte load per window pixel, channels fastest
+ * across the threads so that a warp's loads are coalesced. */
 int emit_pool_nhwc(Em *e, Node *n) {
   Value *y = n->outs[0];
-  if (e->cuda || (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16))
-    return efail(e, n, "%s", "channels-last max pooling runs in float32, bfloat16 or float16 on the CPU (internal error: the stage makes no others)");
+  if (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16)
+    return efail(e, n, "%s", "channels-last max pooling runs in float32, bfloat16 or float16 (internal error: the stage makes no others)");
   /* 16-bit values compared as float32 (exact), the largest stored back unchanged */
   const char *T = ctype(y->dtype), *ldf = y->dtype == DT_BF16 ? "gg_bf2f" : y->dtype == DT_F16 ? "gg_h2f" : "",
              *stf = y->dtype == DT_BF16 ? "gg_f2bf" : y->dtype == DT_F16 ? "gg_f2h" : "";
@@ -896,6 +907,43 @@ int emit_pool_nhwc(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "max pooling, channels-last");
+  if (e->cuda) {
+    int64_t V = pool_nhwc_width(e, x, out), cc = 0;
+    if (V > 1) expr_is_const(x->sizes[3], &cc);
+    const Expr *sz[4] = {out->sizes[0], out->sizes[1], out->sizes[2], V > 1 ? C(e, cc / V) : out->sizes[3]};
+    kopen(e, id, false, false);
+    fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
+    ksyms(e);
+    fprintf(f, "  const int64_t H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[1]), cx(e, x->sizes[2]), cx(e, x->sizes[3]),
+            cx(e, out->sizes[1]), cx(e, out->sizes[2]));
+    fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
+            cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
+    int cl = open_loops(e, 4, sz, true);
+    fprintf(f, "    const int64_t c0 = i3 * %" PRId64 ";\n"
+               "    float m[%" PRId64 "];\n    int nan[%" PRId64 "];\n"
+               "    _Pragma(\"unroll\") for (int j = 0; j < %" PRId64 "; j++) m[j] = -INFINITY, nan[j] = 0;\n"
+               "    for (int64_t a = 0; a < KH; a++) {\n"
+               "      const int64_t ih = i1 * SH - PH + a * DH;\n"
+               "      if (ih < 0 || ih >= H) continue;\n"
+               "      for (int64_t b = 0; b < KW; b++) {\n"
+               "        const int64_t iw = i2 * SW - PW + b * DW;\n"
+               "        if (iw < 0 || iw >= W) continue;\n"
+               "        __align__(16) %s v[%" PRId64 "];\n", V, V, V, V, T, V);
+    if (V > 1) fprintf(f, "        *(uint4 *)v = *(const uint4 *)(x + ((i0 * H + ih) * W + iw) * C + c0);\n");
+    else fprintf(f, "        v[0] = x[((i0 * H + ih) * W + iw) * C + c0];\n");
+    fprintf(f, "        _Pragma(\"unroll\") for (int j = 0; j < %" PRId64 "; j++) { const float t = %s(v[j]); nan[j] |= t != t; m[j] = t > m[j] ? t : m[j]; }\n"
+               "      }\n    }\n"
+               "    __align__(16) %s o[%" PRId64 "];\n"
+               "    _Pragma(\"unroll\") for (int j = 0; j < %" PRId64 "; j++) o[j] = %s(nan[j] ? NAN : m[j]);\n", V, ldf, T, V, V, stf);
+    if (V > 1) fprintf(f, "    *(uint4 *)(y + ((i0 * OH + i1) * OW + i2) * C + c0) = *(const uint4 *)o;\n");
+    else fprintf(f, "    y[((i0 * OH + i1) * OW + i2) * C + c0] = o[0];\n");
+    close_loops(e, cl);
+    fputs("}\n", f);
+    kcall(e, id);
+    fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
+    kcall_end(e);
+    return 0;
+  }
   kopen_vec(e, id);
   fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
   ksyms(e);

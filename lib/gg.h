@@ -645,10 +645,11 @@ bool precision_widen_needed(const Graph *g, bool cl);
 /* --target cuda: tensor-core convolutions and the nodes after them channels-last (layout.c) */
 int channels_last(Graph *g, bool fold);
 bool layout_cpu_bf16_conv(const Graph *g, const Node *n);
+bool layout_gpu_depthwise(const Graph *g, const Node *n);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);
-int decompose(Graph *g, bool training, bool fold);   /* fold: constant weights may become new ones (fold.c) */
+int decompose(Graph *g, bool training, bool fold, bool cl);   /* fold: constant weights may become new ones (fold.c); cl: the channels-last stage runs after */
 int decompose_after_autograd(Graph *g);   /* --train: the ops decompose kept whole for their derivative rules */
 bool decompose_has_rule(const OpDef *op);   /* rewritten into the core set before code generation */
 bool decompose_has_training_rule(const OpDef *op); /* rewritten further with --train (into differentiable ops) */

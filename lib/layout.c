@@ -78,6 +78,13 @@ bool layout_cpu_bf16_conv(const Graph *g, const Node *n) {
   return !g->ctx->cuda && n->nouts == 1 && n->outs[0]->dtype == DT_BF16 && nhwc_conv(g, n);
 }
 
+/* Whether the stage will make n a channels-last depthwise convolution on the GPU (the runtime's own
+ * kernel, which adds the bias itself: decompose leaves it the bias it takes from others) */
+bool layout_gpu_depthwise(const Graph *g, const Node *n) {
+  int64_t groups = cpu_groups(n);
+  return g->ctx->cuda && nhwc_conv(g, n) && groups > 1 && depthwise(n, groups);
+}
+
 typedef struct L {
   Rw r;
   Value **cl;    /* by value id (of the graph before the pass): its channels-last version, or NULL */
@@ -165,10 +172,10 @@ static int pool(L *l, Node *n) {
   return track(l, n->outs[0], CALL(&l->r, NULL, "mean.dim", "self", T(cl_of(l, rw_targ(n, "self"))), "dim", INTS(&l->r, 2, dims), "keepdim", BO(true)));
 }
 
-/* max pooling of a channels-last float32 or 16-bit value on the CPU: _max_pool_nhwc (ResNet's after
+/* max pooling of a channels-last float32 or 16-bit value: _max_pool_nhwc (ResNet's after
  * its stem) */
 static bool max_pool(L *l, const Node *n) {
-  if (!n->op || strcmp(n->op->name, "max_pool2d") || n->nouts != 1 || l->r.g->ctx->cuda) return false;
+  if (!n->op || strcmp(n->op->name, "max_pool2d") || n->nouts != 1) return false;
   const Value *x = rw_targ(n, "self");
   return x && x->rank == 4 && (x->dtype == DT_F32 || x->dtype == DT_BF16 || x->dtype == DT_F16) && cl_of(l, x);
 }

@@ -14,7 +14,10 @@ static int st_precision(Pipeline *p) {   /* weights rounded at compile time only
   bool fold = p->fold && !(p->tr && p->tr->on);
   return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, !(p->tr && p->tr->on) && !p->nchw)) || verify_graph(p->g) ? -1 : 0;
 }
-static int st_decompose(Pipeline *p) { return decompose(p->g, p->tr && p->tr->on, p->fold && !(p->tr && p->tr->on)) || verify_graph(p->g) ? -1 : 0; }
+static int st_decompose(Pipeline *p) {   /* cl: the channels-last stage will run */
+  bool train = p->tr && p->tr->on;
+  return decompose(p->g, train, p->fold && !train, !train && !p->nchw) || verify_graph(p->g) ? -1 : 0;
+}
 static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
 static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || decompose_after_autograd(p->g) || verify_graph(p->g) ? -1 : 0; }
 
