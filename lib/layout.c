@@ -180,9 +180,71 @@ static bool max_pool(L *l, const Node *n) {
   return x && x->rank == 4 && (x->dtype == DT_F32 || x->dtype == DT_BF16 || x->dtype == DT_F16) && cl_of(l, x);
 }
 
+/* readers of v in g (graph outputs count) */
+static int uses_of(const Graph *g, const Value *v) {
+  int u = 0;
+  for (int i = 0; i < g->noutputs; i++) u += g->outputs[i].v == v;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], t, { u += t == v; })
+  return u;
+}
+
+/* the node of the graph being rewritten that writes v (v->def is its replacement once rewritten) */
+static const Node *old_def(const Graph *g, const Value *v) {
+  for (int k = 0; k < g->nnodes; k++)
+    for (int i = 0; i < g->nodes[k]->nouts; i++)
+      if (g->nodes[k]->outs[i] == v) return g->nodes[k];
+  return NULL;
+}
+
+/* A step of the chain max pooling can run after (pool_chain): a ReLU, or an addition of a value that
+ * is one per channel (a convolution's bias: its NCHW sizes 1 along H and W) to the chain's value, of
+ * the pooled dtype; the chain's value, which it returns, read by nothing else. */
+static Value *pool_chain_step(const Graph *g, const Node *d, int *link) {
+  if (!d || !d->op || d->nouts != 1 || (strcmp(d->op->name, "relu") && strcmp(d->op->name, "add.Tensor")) || d->args[0].k != AK_TENSOR ||
+      d->outs[0]->dtype != d->args[0].u.t->dtype || uses_of(g, d->outs[0]) != 1)
+    return NULL;
+  if (!strcmp(d->op->name, "relu")) return *link = 0, d->args[0].u.t;
+  Value *full = NULL;
+  for (int a = 0; a < d->op->nargs; a++) {
+    if (d->args[a].k != AK_TENSOR) continue;
+    Value *t = d->args[a].u.t;
+    int64_t one;
+    bool per_channel = true;
+    for (int k = t->rank - 1; k >= 0 && k >= t->rank - 2; k--) per_channel &= expr_is_const(t->sizes[k], &one) && one == 1;
+    if (per_channel) continue;
+    if (full || t->rank != 4 || t->dtype != d->outs[0]->dtype) return NULL;
+    full = t, *link = a;
+  }
+  const Arg *al = rw_arg(d, "alpha");   /* self + alpha * other: non-decreasing in other only for alpha >= 0 */
+  int64_t ai;
+  if (full && *link != 0 && al && !(al->k == AK_FLOAT ? al->u.f >= 0 : al->k == AK_INT && expr_is_const(al->u.i, &ai) && ai >= 0)) return NULL;
+  return full;
+}
+
+/* On the GPU, max pooling of relu(z + b), b one value per channel, is relu(max(z) + b): each step is
+ * non-decreasing in z and the same across a window (bfloat16's rounding too; NaN wins either way), so
+ * the pooling reads z and the steps run on its output, a quarter of the size (ResNet's stem: its
+ * convolution's bias and ReLU, a pass over 100 MB at batch 32 in bfloat16). The steps the pooling
+ * skips are left without readers. (On the CPU they are the convolution's epilogue: no pass.) */
 static int max_pool_cl(L *l, Node *n) {
-  return track(l, n->outs[0], CALL(&l->r, NULL, "_max_pool_nhwc", "self", T(cl_of(l, rw_targ(n, "self"))), "kernel_size", *rw_arg(n, "kernel_size"), "stride",
-                                   *rw_arg(n, "stride"), "padding", *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "ceil_mode", *rw_arg(n, "ceil_mode")));
+  Graph *g = l->r.g;
+  Value *x = rw_targ(n, "self"), *z = x;
+  const Node *steps[8];
+  int links[8], ns = 0;
+  if (g->ctx->cuda)
+    for (Value *v; ns < 8 && cl_of(l, z) && (steps[ns] = old_def(g, z)) && (v = pool_chain_step(g, steps[ns], &links[ns])) && cl_of(l, v); z = v) ns++;
+  Value *y = CALL(&l->r, NULL, "_max_pool_nhwc", "self", T(cl_of(l, z)), "kernel_size", *rw_arg(n, "kernel_size"), "stride", *rw_arg(n, "stride"),
+                  "padding", *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "ceil_mode", *rw_arg(n, "ceil_mode"));
+  for (int i = ns - 1; i >= 0 && y; i--) {   /* the steps again, innermost first, on the pooled value */
+    const Node *d = steps[i];
+    Arg *args = arena_array(g->ctx->arena, (size_t)d->op->nargs + 1, sizeof *args);
+    memcpy(args, d->args, sizeof *args * (size_t)d->op->nargs);
+    for (int a = 0; a < d->op->nargs; a++)
+      if (a == links[i]) args[a] = T(y);
+      else if (args[a].k == AK_TENSOR && args[a].u.t->rank > 0 && !(args[a] = T(to_cl(l, args[a].u.t))).u.t) return -1;
+    y = rw_node(&l->r, NULL, d->op, args);
+  }
+  return track(l, n->outs[0], y);
 }
 
 /* a reduction with keepdim over given dims, a concatenation or a permute of a channels-last value */
@@ -267,7 +329,7 @@ static bool strict_view(L *l, const Node *n) {
 
 static int view(L *l, Node *n) { return CALL(&l->r, n->outs[0], "reshape", "self", T(n->args[0].u.t), "shape", n->args[1]) ? 0 : -1; }
 
-static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view || !strcmp(n->op->name, "_to_copy")); }
+static bool droppable(const Node *n) { return n->op && (n->op->emit == emit_view || n->op->emit == emit_pointwise || !strcmp(n->op->name, "_to_copy")); }
 
 int channels_last(Graph *g, bool fold) {
   Ctx *c = g->ctx;

@@ -513,17 +513,22 @@ def conv_bf16_unfold():   # a bfloat16 convolution beside an unfold of a float32
 @case
 def conv_pool_nhwc():   # 16-bit convolutions and the max pooling after them, which the channels-last stage makes _max_pool_nhwc (on the GPU
     # a thread takes 16 bytes of channels where they fill vectors, else one): 16 float16 channels, 12 bfloat16 ones (no whole vectors), padding,
-    # dilation and ceil mode, a NaN in the image that must win its windows. PyTorch's answers: float32 rounded once (its kernels' rule)
+    # dilation and ceil mode, a NaN in the image that must win its windows; the bfloat16 one with a bias and a ReLU, which the GPU runs after
+    # the pooling (max(relu(z + b)) = relu(max(z) + b)). PyTorch's answers: float32 rounded once per op (its kernels' rule)
     x = torch.randn(2, 4, 11, 10)
     x[1, 2, 5, 4] = float("nan")
-    g = Graph("conv_pool_nhwc", xh=x.half(), wh=(0.3 * torch.randn(16, 4, 3, 3)).half(), xb=x.bfloat16(), wb=(0.3 * torch.randn(12, 4, 3, 3)).bfloat16())
-    def conv(t, w, b, st, p, d, gr):
-        r = torch.ops.aten.conv2d(t.float() if t.dtype != torch.float64 else t, w.float() if w.dtype != torch.float64 else w, b, st, p, d, gr)
-        return r.to(t.dtype)
-    pool = lambda t, *a: torch.ops.aten.max_pool2d(t.float() if t.dtype != torch.float64 else t, *a).to(t.dtype)
-    for xn, wn, pad in (("xh", "wh", [1, 1]), ("xb", "wb", [0, 1])):
-        c = g.node("conv2d.default", [("input", Ref(xn)), ("weight", Ref(wn)), ("bias", None), ("stride", [1, 1]), ("padding", [1, 1]), ("dilation", [1, 1]),
-                                      ("groups", 1)], conv, out=False)
+    g = Graph("conv_pool_nhwc", xh=x.half(), wh=(0.3 * torch.randn(16, 4, 3, 3)).half(), xb=x.bfloat16(), wb=(0.3 * torch.randn(12, 4, 3, 3)).bfloat16(),
+              bb=torch.randn(12).bfloat16())
+    f32 = lambda t: t.float() if t is not None and t.dtype != torch.float64 else t
+    def conv(t, w, b, st, p, d, gr):   # PyTorch's CUDA rule: the convolution rounded, then its bias added and rounded
+        r = torch.ops.aten.conv2d(f32(t), f32(w), None, st, p, d, gr).to(t.dtype)
+        return r if b is None else (f32(r) + f32(b).reshape(-1, 1, 1)).to(t.dtype)
+    pool = lambda t, *a: torch.ops.aten.max_pool2d(f32(t), *a).to(t.dtype)
+    for xn, wn, bn, pad in (("xh", "wh", None, [1, 1]), ("xb", "wb", "bb", [0, 1])):
+        c = g.node("conv2d.default", [("input", Ref(xn)), ("weight", Ref(wn)), ("bias", Ref(bn) if bn else None), ("stride", [1, 1]), ("padding", [1, 1]),
+                                      ("dilation", [1, 1]), ("groups", 1)], conv, out=False)
+        if bn:
+            c = g.node("relu.default", [("self", c)], torch.relu, out=False)
         g.node("max_pool2d.default", [("self", c), ("kernel_size", [3, 2]), ("stride", [2, 2]), ("padding", pad), ("dilation", [1, 2]),
                                       ("ceil_mode", True)], pool)
     return g
