@@ -196,13 +196,16 @@ static const Node *old_def(const Graph *g, const Value *v) {
   return NULL;
 }
 
-/* A step of the chain max pooling can run after (pool_chain): a ReLU, or an addition of a value that
- * is one per channel (a convolution's bias: its NCHW sizes 1 along H and W) to the chain's value, of
- * the pooled dtype; the chain's value, which it returns, read by nothing else. */
+/* A step of the chain max pooling can run after (max_pool_cl): a ReLU, a cast between float types,
+ * or an addition of a value that is one per channel (a convolution's bias: its NCHW sizes 1 along H
+ * and W) to the chain's value, in its dtype; its output read by nothing else. Returns the step's
+ * input on the chain. */
 static Value *pool_chain_step(const Graph *g, const Node *d, int *link) {
-  if (!d || !d->op || d->nouts != 1 || (strcmp(d->op->name, "relu") && strcmp(d->op->name, "add.Tensor")) || d->args[0].k != AK_TENSOR ||
-      d->outs[0]->dtype != d->args[0].u.t->dtype || uses_of(g, d->outs[0]) != 1)
-    return NULL;
+  if (!d || !d->op || d->nouts != 1 || d->args[0].k != AK_TENSOR || uses_of(g, d->outs[0]) != 1) return NULL;
+  DType in = d->args[0].u.t->dtype, out = d->outs[0]->dtype;
+  if (!strcmp(d->op->name, "_to_copy"))   /* a cast between float types (--precision's): rounding is monotone */
+    return dtype_is_float(in) && dtype_is_float(out) ? (*link = 0, d->args[0].u.t) : NULL;
+  if ((strcmp(d->op->name, "relu") && strcmp(d->op->name, "add.Tensor")) || in != out) return NULL;
   if (!strcmp(d->op->name, "relu")) return *link = 0, d->args[0].u.t;
   Value *full = NULL;
   for (int a = 0; a < d->op->nargs; a++) {
@@ -222,7 +225,7 @@ static Value *pool_chain_step(const Graph *g, const Node *d, int *link) {
 }
 
 /* On the GPU, max pooling of relu(z + b), b one value per channel, is relu(max(z) + b): each step is
- * non-decreasing in z and the same across a window (bfloat16's rounding too; NaN wins either way), so
+ * non-decreasing in z and the same across a window (rounding and casts too; NaN wins either way), so
  * the pooling reads z and the steps run on its output, a quarter of the size (ResNet's stem: its
  * convolution's bias and ReLU, a pass over 100 MB at batch 32 in bfloat16). The steps the pooling
  * skips are left without readers. (On the CPU they are the convolution's epilogue: no pass.) */

@@ -535,6 +535,18 @@ grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy ch
   [ ! -e "$TMP"/cl/*-channels.txt ] && ! cat "$TMP/cl.cu/model.c" "$TMP"/cl.cu/model*.cu | grep -q _conv_nhwc || echo "FAIL channels-last $c: --no-channels-last still converts"
 done >"$TMP/cl.log"
 if [ -s "$TMP/cl.log" ]; then no "$(cat "$TMP/cl.log")"; else ok; fi
+# on the GPU the stem's bias and ReLU (and --precision's cast) run after its max pooling, on the pooled
+# values: the pooling reads the convolution's bfloat16 output and a pointwise kernel of the pooling's
+# steps follows it (a bfloat16 export; a float32 one under --precision bf16, whose cast to float32 the
+# chain crosses too)
+for c in "tests/extra/resblock_bf16|" "tests/corpus/models/cnn_small|--precision bf16"; do
+  rm -rf "$TMP/pc"
+  "$GG" compile ${c%|*}/model.pt2 ${c#*|} --target cuda -S -o "$TMP/pc.cu" --debug-dir "$TMP/pc" >"$TMP/err" 2>&1
+  if grep -A2 "max pooling, channels-last" "$TMP/pc/schedule.txt" | grep -Eq "^  k[0-9]+ +pointwise .*max_pool2d\.cl[0-9]" &&
+     ! grep -q "^  k[0-9]* *pointwise *'relu[^']*'  + batch_norm\.fold0" "$TMP/pc/schedule.txt" &&
+     grep -q "bfloat16\[[0-9, ]*\] = _max_pool_nhwc(" "$TMP"/pc/*-channels.txt; then ok
+  else no "the GPU's pooling chain (${c%|*} ${c#*|}): $(grep -A3 'max pooling' "$TMP/pc/schedule.txt" | head -4)$(head -c 300 "$TMP/err")"; fi
+done
 # --train --target cuda: batch norm's variance and its two gradient sums compute their pointwise inputs
 # in their own loops (3 split reductions with fused nodes), and the values the forward saves (the
 # convolution's output, the batch mean and variance) are computed in their slots, not copied there
