@@ -518,7 +518,7 @@ def conv_pool_nhwc():   # 16-bit convolutions and the max pooling after them, wh
     x = torch.randn(2, 4, 11, 10)
     x[1, 2, 5, 4] = float("nan")
     g = Graph("conv_pool_nhwc", xh=x.half(), wh=(0.3 * torch.randn(16, 4, 3, 3)).half(), xb=x.bfloat16(), wb=(0.3 * torch.randn(12, 4, 3, 3)).bfloat16(),
-              bb=torch.randn(12).bfloat16())
+              bb=torch.randn(12).bfloat16(), xs=torch.randn(2, 4, 2, 5).bfloat16())
     f32 = lambda t: t.float() if t is not None and t.dtype != torch.float64 else t
     def conv(t, w, b, st, p, d, gr):   # PyTorch's CUDA rule: the convolution rounded, then its bias added and rounded
         r = torch.ops.aten.conv2d(f32(t), f32(w), None, st, p, d, gr).to(t.dtype)
@@ -531,6 +531,13 @@ def conv_pool_nhwc():   # 16-bit convolutions and the max pooling after them, wh
             c = g.node("relu.default", [("self", c)], torch.relu, out=False)
         g.node("max_pool2d.default", [("self", c), ("kernel_size", [3, 2]), ("stride", [2, 2]), ("padding", pad), ("dilation", [1, 2]),
                                       ("ceil_mode", True)], pool)
+    # a dilated window that falls wholly in the padding (rows -1 and 2 of 2): -inf, which relu(max(z) + b) would make 0, so the GPU's
+    # chain stays before this pooling
+    c = g.node("conv2d.default", [("input", Ref("xs")), ("weight", Ref("wb")), ("bias", Ref("bb")), ("stride", [1, 1]), ("padding", [1, 1]),
+                                  ("dilation", [1, 1]), ("groups", 1)], conv, out=False)
+    c = g.node("relu.default", [("self", c)], torch.relu, out=False)
+    g.node("max_pool2d.default", [("self", c), ("kernel_size", [2, 1]), ("stride", [1, 1]), ("padding", [1, 0]), ("dilation", [3, 1]),
+                                  ("ceil_mode", False)], pool)
     return g
 
 
