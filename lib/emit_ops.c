@@ -907,17 +907,19 @@ int emit_pool_nhwc(Em *e, Node *n) {
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, "max pooling, channels-last");
+  if (e->cuda) kopen(e, id, false, false);
+  else kopen_vec(e, id);
+  fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
+  ksyms(e);
+  fprintf(f, "  const int64_t N = %s, H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
+          cx(e, x->sizes[3]), cx(e, out->sizes[1]), cx(e, out->sizes[2]));
+  fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
+          cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
   if (e->cuda) {
     int64_t V = pool_nhwc_width(e, x, out), cc = 0;
     if (V > 1) expr_is_const(x->sizes[3], &cc);
     const Expr *sz[4] = {out->sizes[0], out->sizes[1], out->sizes[2], V > 1 ? C(e, cc / V) : out->sizes[3]};
-    kopen(e, id, false, false);
-    fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
-    ksyms(e);
-    fprintf(f, "  const int64_t H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[1]), cx(e, x->sizes[2]), cx(e, x->sizes[3]),
-            cx(e, out->sizes[1]), cx(e, out->sizes[2]));
-    fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
-            cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
+    fputs("  (void)N;\n", f);
     int cl = open_loops(e, 4, sz, true);
     fprintf(f, "    const int64_t c0 = i3 * %" PRId64 ";\n"
                "    float m[%" PRId64 "];\n    int nan[%" PRId64 "];\n"
@@ -938,41 +940,30 @@ int emit_pool_nhwc(Em *e, Node *n) {
     if (V > 1) fprintf(f, "    *(uint4 *)(y + ((i0 * OH + i1) * OW + i2) * C + c0) = *(const uint4 *)o;\n");
     else fprintf(f, "    y[((i0 * OH + i1) * OW + i2) * C + c0] = o[0];\n");
     close_loops(e, cl);
-    fputs("}\n", f);
-    kcall(e, id);
-    fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
-    kcall_end(e);
-    return 0;
-  }
-  kopen_vec(e, id);
-  fprintf(f, "%s *restrict y, const %s *restrict x", T, T);
-  ksyms(e);
-  fprintf(f, "  const int64_t N = %s, H = %s, W = %s, C = %s, OH = %s, OW = %s;\n", cx(e, x->sizes[0]), cx(e, x->sizes[1]), cx(e, x->sizes[2]),
-          cx(e, x->sizes[3]), cx(e, out->sizes[1]), cx(e, out->sizes[2]));
-  fprintf(f, "  const int64_t KH = %s, KW = %s, SH = %s, SW = %s, PH = %s, PW = %s, DH = %s, DW = %s;\n", cx(e, k[0]), cx(e, k[1]), cx(e, st[0]),
-          cx(e, st[1]), cx(e, pd[0]), cx(e, pd[1]), cx(e, dl[0]), cx(e, dl[1]));
-  fprintf(f, "  #pragma omp parallel for collapse(2) schedule(static) if(N * OH * OW * C > 32768)\n"
-        "  for (int64_t nb = 0; nb < N; nb++)\n"
-        "    for (int64_t oh = 0; oh < OH; oh++)\n"
-        "      for (int64_t ow = 0; ow < OW; ow++)\n"
-        "        for (int64_t c0 = 0; c0 < C; c0 += 64) {\n"
-        "          const int64_t cn = C - c0 < 64 ? C - c0 : 64;\n"
-        "          float m[64];\n"
-        "          int nan[64];\n"
-        "          for (int64_t j = 0; j < cn; j++) m[j] = -INFINITY, nan[j] = 0;\n"
-        "          for (int64_t a = 0; a < KH; a++) {\n"
-        "            const int64_t ih = oh * SH - PH + a * DH;\n"
-        "            if (ih < 0 || ih >= H) continue;\n"
-        "            for (int64_t b = 0; b < KW; b++) {\n"
-        "              const int64_t iw = ow * SW - PW + b * DW;\n"
-        "              if (iw < 0 || iw >= W) continue;\n"
-        "              const %s *xp = x + ((nb * H + ih) * W + iw) * C + c0;\n"
-        "              for (int64_t j = 0; j < cn; j++) { const float v = %s(xp[j]); nan[j] |= v != v; m[j] = v > m[j] ? v : m[j]; }\n"
-        "            }\n"
-        "          }\n"
-        "          %s *yp = y + ((nb * OH + oh) * OW + ow) * C + c0;\n"
-        "          for (int64_t j = 0; j < cn; j++) yp[j] = %s(nan[j] ? NAN : m[j]);\n"
-        "        }\n}\n", T, ldf, T, stf);
+  } else
+    fprintf(f, "  #pragma omp parallel for collapse(2) schedule(static) if(N * OH * OW * C > 32768)\n"
+          "  for (int64_t nb = 0; nb < N; nb++)\n"
+          "    for (int64_t oh = 0; oh < OH; oh++)\n"
+          "      for (int64_t ow = 0; ow < OW; ow++)\n"
+          "        for (int64_t c0 = 0; c0 < C; c0 += 64) {\n"
+          "          const int64_t cn = C - c0 < 64 ? C - c0 : 64;\n"
+          "          float m[64];\n"
+          "          int nan[64];\n"
+          "          for (int64_t j = 0; j < cn; j++) m[j] = -INFINITY, nan[j] = 0;\n"
+          "          for (int64_t a = 0; a < KH; a++) {\n"
+          "            const int64_t ih = oh * SH - PH + a * DH;\n"
+          "            if (ih < 0 || ih >= H) continue;\n"
+          "            for (int64_t b = 0; b < KW; b++) {\n"
+          "              const int64_t iw = ow * SW - PW + b * DW;\n"
+          "              if (iw < 0 || iw >= W) continue;\n"
+          "              const %s *xp = x + ((nb * H + ih) * W + iw) * C + c0;\n"
+          "              for (int64_t j = 0; j < cn; j++) { const float v = %s(xp[j]); nan[j] |= v != v; m[j] = v > m[j] ? v : m[j]; }\n"
+          "            }\n"
+          "          }\n"
+          "          %s *yp = y + ((nb * OH + oh) * OW + ow) * C + c0;\n"
+          "          for (int64_t j = 0; j < cn; j++) yp[j] = %s(nan[j] ? NAN : m[j]);\n"
+          "        }\n", T, ldf, T, stf);
+  fputs("}\n", f);
   kcall(e, id);
   fprintf(e->r, "%s, %s", sname(e, out->stor), sname(e, x->stor));
   kcall_end(e);
