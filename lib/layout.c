@@ -235,12 +235,14 @@ static int max_pool_cl(L *l, Node *n) {
   const Node *steps[8];
   int links[8], ns = 0;
   const Arg *dil = rw_arg(n, "dilation");
-  bool taps = true;   /* every window holds a pixel of the image (not all padding, whose maximum is -inf): with dilation 1, PyTorch's bound on the padding (half the window) and its ceil mode's last window see to it */
-  for (int i = 0; dil && dil->k == AK_INTS && i < dil->n; i++) {
+  /* every window holds a pixel of the image (not all padding, whose maximum is -inf): with dilation 1,
+   * PyTorch's bound on the padding (half the window) and its ceil mode's last window see to it */
+  bool taps = dil && dil->k == AK_INTS;
+  for (int i = 0; taps && i < dil->n; i++) {
     int64_t d;
-    taps &= expr_is_const(dil->u.is[i], &d) && d == 1;
+    taps = expr_is_const(dil->u.is[i], &d) && d == 1;
   }
-  if (g->ctx->cuda && taps && dil && dil->k == AK_INTS)
+  if (g->ctx->cuda && taps)
     for (Value *v; ns < 8 && cl_of(l, z) && (steps[ns] = old_def(g, z)) && (v = pool_chain_step(g, steps[ns], &links[ns])) && cl_of(l, v); z = v) ns++;
   Value *y = CALL(&l->r, NULL, "_max_pool_nhwc", "self", T(cl_of(l, z)), "kernel_size", *rw_arg(n, "kernel_size"), "stride", *rw_arg(n, "stride"),
                   "padding", *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "ceil_mode", *rw_arg(n, "ceil_mode"));

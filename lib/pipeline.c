@@ -9,14 +9,17 @@
 
 static int st_verify(Pipeline *p) { return verify_graph(p->g) || graph_check_supported(p->g) ? -1 : 0; }
 static int st_functionalize(Pipeline *p) { return functionalize(p->g) || verify_graph(p->g) ? -1 : 0; }
-static int st_fold(Pipeline *p) { return fold_weights(p->g, p->exact, !p->nchw) || verify_graph(p->g) ? -1 : 0; }
+/* the channels-last stage runs (inference, not --no-channels-last): the stages before it shape their work for it */
+static bool cl_runs(const Pipeline *p) { return !(p->tr && p->tr->on) && !p->nchw; }
+
+static int st_fold(Pipeline *p) { return fold_weights(p->g, p->exact, cl_runs(p)) || verify_graph(p->g) ? -1 : 0; }
 static int st_precision(Pipeline *p) {   /* weights rounded at compile time only where fold runs (not --train: its weights change) */
   bool fold = p->fold && !(p->tr && p->tr->on);
-  return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, !(p->tr && p->tr->on) && !p->nchw)) || verify_graph(p->g) ? -1 : 0;
+  return precision_lower(p->g, p->precision, fold) || (!p->cuda && precision_widen(p->g, fold, cl_runs(p))) || verify_graph(p->g) ? -1 : 0;
 }
-static int st_decompose(Pipeline *p) {   /* cl: the channels-last stage will run */
+static int st_decompose(Pipeline *p) {
   bool train = p->tr && p->tr->on;
-  return decompose(p->g, train, p->fold && !train, !train && !p->nchw) || verify_graph(p->g) ? -1 : 0;
+  return decompose(p->g, train, p->fold && !train, cl_runs(p)) || verify_graph(p->g) ? -1 : 0;
 }
 static int st_channels_last(Pipeline *p) { return channels_last(p->g, p->fold) || verify_graph(p->g) ? -1 : 0; }
 static int st_autograd(Pipeline *p) { return autograd(p->g, p->tr->loss, false) || decompose_after_autograd(p->g) || verify_graph(p->g) ? -1 : 0; }
@@ -50,8 +53,8 @@ bool stage_applies(const Stage *s, const Pipeline *p) {
   switch (s->when) {
   case STAGE_TRAINING: return train;
   case STAGE_FOLD: return !train && p->fold;
-  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16 || (!p->cuda && p->g && precision_widen_needed(p->g, !train && !p->nchw));
-  case STAGE_CHANNELS_LAST: return !train && !p->nchw;
+  case STAGE_PRECISION: return p->precision == PREC_BF16 || p->precision == PREC_FP16 || (!p->cuda && p->g && precision_widen_needed(p->g, cl_runs(p)));
+  case STAGE_CHANNELS_LAST: return cl_runs(p);
   default: return true;
   }
 }
