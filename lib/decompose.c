@@ -1588,7 +1588,7 @@ int emit_conv(struct Em *, struct Node *);
  * and float64 for inference (training's weight gradient pass computes the bias's gradient with it). */
 static bool conv_bias_apart(const Graph *g, const Node *n, bool training, bool cl) {
   if (!g->ctx->cuda || !n->op || n->op->emit != emit_conv || !rw_targ(n, "bias")) return false;
-  if (!training && cl && layout_gpu_depthwise(g, n)) return false;   /* the runtime's depthwise kernel adds it before rounding, in no pass of its own */
+  if (!training && cl && layout_gpu_keeps_bias(g, n)) return false;   /* the runtime's depthwise kernel or cuBLASLt adds it before rounding, in no pass of its own */
   DType dt = n->outs[0]->dtype;
   if (!is_half(n->outs[0]) && (training || (dt != DT_F32 && dt != DT_F64))) return false;
   const Arg *t = rw_arg(n, "transposed");

@@ -209,12 +209,23 @@ static int product_cuda(Em *e, const Product *p) {
     TV bb = broadcast_tv(e, bt, out->rank, out->sizes);
     copy_kernel(e, n, out, &bb);
   }
+  /* the schedule's epilogue, when it is an addition of a tensor of the output's layout and a ReLU, in
+   * cuBLASLt's (the runtime's pass after the product where cuBLASLt does not run it) */
+  Value *res = NULL;
+  bool relu = false, lt = e->s->nchain[n->id] && !(bt && !epi) &&
+                         sched_lt_epilogue(e->g, n->outs[0], e->s->chain[n->id], e->s->nchain[n->id], &res, &relu);
+  const TV *rt = res ? &e->tv[res->id] : NULL;
   FILE *f = e->k;
   int id = e->nk++;
-  kernel_begin(e, n, "matrix product (cuBLAS)");
+  kernel_begin(e, n, lt ? "matrix product and its epilogue (cuBLASLt)" : "matrix product (cuBLAS)");
+  if (lt) {
+    fputs("/* applies:", f);
+    for (int k = 0; k < e->s->nchain[n->id]; k++) { fputc(' ', f); comment(f, e->s->chain[n->id][k]->name); }
+    fputs(" */\n", f);
+  }
   const char *T = ctype(dt);
   kopen(e, id, false, true);
-  fprintf(f, "%s *y, const %s *a, const %s *b, const %s *bias", T, T, T, T);
+  fprintf(f, "%s *y, const %s *a, const %s *b, const %s *bias, const %s *res", T, T, T, T, T);
   ksyms(e);
   const Expr *M = Ab->sizes[nb], *K = Ab->sizes[nb + 1], *N = Bb->sizes[nb + 1];
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));
@@ -226,16 +237,19 @@ static int product_cuda(Em *e, const Product *p) {
     ai = arena_printf(e->a, "%s + i%d * %s", ai, d, cx(e, Ab->strides[d]));
     bi = arena_printf(e->a, "%s + i%d * %s", bi, d, cx(e, Bb->strides[d]));
   }
-  fprintf(f, "    gg_cu_gemm(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + (%s) * %s * M * N, %s, %s);\n", code, alpha, ai,
+  const char *yo = arena_printf(e->a, "(%s) * %s * M * N", linear_index(e, y->sizes, outer, 0), cnt);
+  fprintf(f, "    gg_cu_gemm_ep(%d, M, N, K, %.17g, a + %s, %s, %s, %s, b + %s, %s, %s, %s, %.17g, y + %s, %s, %s, %s, %d);\n", code, alpha, ai,
           cx(e, Ab->strides[nb]), cx(e, Ab->strides[nb + 1]), nb > 0 ? cx(e, Ab->strides[nb - 1]) : "0", bi, cx(e, Bb->strides[nb]),
-          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bt && !epi ? beta : 0.0, linear_index(e, y->sizes, outer, 0), cnt,
-          cnt, epi ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL");
+          cx(e, Bb->strides[nb + 1]), nb > 0 ? cx(e, Bb->strides[nb - 1]) : "0", bt && !epi ? beta : 0.0, yo, cnt,
+          epi ? arena_printf(e->a, "bias + %s", cx(e, bt->offset)) : "NULL", rt ? arena_printf(e->a, "res + %s + %s", cx(e, rt->offset), yo) : "NULL",
+          relu);
   close_loops(e, cl);
   fputs("}\n", f);
   kcall(e, id);
-  fprintf(e->r, "%s, %s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor), epi ? sname(e, bt->stor) : "NULL");
+  fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, Ab->stor), sname(e, Bb->stor), epi ? sname(e, bt->stor) : "NULL",
+          rt ? sname(e, rt->stor) : "NULL");
   kcall_end(e);
-  return epilogue_kernel(e, n, out);
+  return lt ? 0 : epilogue_kernel(e, n, out);
 }
 
 

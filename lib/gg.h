@@ -355,6 +355,7 @@ Schedule *schedule_graph(struct Graph *g);   /* NULL with a message */
 bool sched_takes_prologue(const struct Graph *g, const struct Node *u, const struct Value *v);
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
+bool sched_lt_epilogue(const struct Graph *g, const struct Value *y, struct Node *const *chain, int n, struct Value **res, bool *relu);
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
 bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */
 bool sched_attention_bshd(const Schedule *s, const struct Node *n);   /* a fused attention's output laid out [B, L, H, D] */
@@ -645,7 +646,7 @@ bool precision_widen_needed(const Graph *g, bool cl);
 /* --target cuda: tensor-core convolutions and the nodes after them channels-last (layout.c) */
 int channels_last(Graph *g, bool fold);
 bool layout_cpu_bf16_conv(const Graph *g, const Node *n);
-bool layout_gpu_depthwise(const Graph *g, const Node *n);
+bool layout_gpu_keeps_bias(const Graph *g, const Node *n);
 /* The schedule of a functional, decomposed graph: generate its code (no cc) with c->record set. */
 int compile_schedule(Ctx *c, Graph *g);
 int functionalize(Graph *g);

@@ -80,9 +80,35 @@ bool layout_cpu_bf16_conv(const Graph *g, const Node *n) {
 
 /* Whether the stage will make n a channels-last depthwise convolution on the GPU (the runtime's own
  * kernel, which adds the bias itself: decompose leaves it the bias it takes from others) */
-bool layout_gpu_depthwise(const Graph *g, const Node *n) {
+/* every element of int-list argument `name` of n is v */
+static bool ints_all(const Node *n, const char *name, int64_t v) {
+  const Arg *a = rw_arg(n, name);
+  int64_t k;
+  if (!a || a->k != AK_INTS) return false;
+  for (int i = 0; i < a->n; i++)
+    if (!expr_is_const(a->u.is[i], &k) || k != v) return false;
+  return true;
+}
+
+/* On the GPU a channels-last 1x1 convolution of stride 1, no padding and one group is a product: its
+ * input [N, H, W, C] is the matrix [N * H * W, C] and its weight [K, C]. It becomes `linear`, on
+ * cuBLASLt, whose epilogue adds the bias and can add a residual and apply a ReLU after it (ResNet's
+ * bottlenecks: two convolutions of three, and their bias, residual and ReLU passes). */
+static bool gpu_product_conv(const Graph *g, const Node *n) {
+  if (!g->ctx->cuda || !nhwc_conv(g, n) || cpu_groups(n) != 1) return false;
+  const Value *w = rw_targ(n, "weight");
+  int64_t k;
+  for (int d = 2; d < 4; d++)
+    if (!expr_is_const(w->sizes[d], &k) || k != 1) return false;
+  return ints_all(n, "stride", 1) && ints_all(n, "padding", 0);
+}
+
+/* The GPU's channels-last convolutions that add their bias themselves (decompose leaves it to them):
+ * depthwise ones (the runtime's kernel adds it before rounding) and those made products (cuBLASLt's
+ * epilogue) */
+bool layout_gpu_keeps_bias(const Graph *g, const Node *n) {
   int64_t groups = cpu_groups(n);
-  return g->ctx->cuda && nhwc_conv(g, n) && groups > 1 && depthwise(n, groups);
+  return g->ctx->cuda && nhwc_conv(g, n) && ((groups > 1 && depthwise(n, groups)) || gpu_product_conv(g, n));
 }
 
 typedef struct L {
@@ -122,12 +148,19 @@ static int track(L *l, Value *y, Value *c) {
 
 static int conv(L *l, Node *n) {
   Graph *g = l->r.g;
+  bool view = !cl_of(l, rw_targ(n, "input"));   /* its input not channels-last yet: a permute view of it */
   Value *x = to_cl(l, rw_targ(n, "input")), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
   Value *wp = cl_of(l, w);   /* a weight two convolutions share is permuted once */
   if (!wp && l->fold && (wp = fold_weight_permute(g, w, 4, CL_PERM)) && w->id < l->nv) l->cl[w->id] = wp;
   if (!wp && g->ctx->has_err) return -1;
   if (!wp) wp = CALL(&l->r, NULL, "permute", "self", T(w), "dims", INTS(&l->r, 4, TO_CL));
   if (!x || !wp) return -1;
+  if (gpu_product_conv(g, n)) {   /* a view copied once, so that the product's rows are one matrix */
+    if (view && !(x = CALL(&l->r, NULL, "clone", "self", T(x)))) return -1;
+    const Expr *ws[2] = {wp->sizes[0], wp->sizes[3]};
+    Value *w2 = CALL(&l->r, NULL, "reshape", "self", T(wp), "shape", EXPRS(&l->r, 2, ws));
+    return track(l, n->outs[0], w2 ? CALL(&l->r, NULL, "linear", "input", T(x), "weight", T(w2), "bias", T(b)) : NULL);
+  }
   Value *y = CALL(&l->r, NULL, "_conv_nhwc", "input", T(x), "weight", T(wp), "bias", T(b), "stride", *rw_arg(n, "stride"), "padding",
                   *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "groups", *rw_arg(n, "groups"));
   return track(l, n->outs[0], y);

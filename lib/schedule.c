@@ -7,6 +7,7 @@
  * value whose storage it lives in. The emitters (emit.h) write what it says and decide nothing of
  * it; explain and the tests read it. The decisions are made in graph order, the order the code runs. */
 #include "gg.h"
+#include "rewrite.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,11 +47,43 @@ static bool takes_epilogue(const Node *n) {
   return f == emit_matmul || f == emit_linear || f == emit_addmm || f == emit_conv;
 }
 
+/* A 16-bit product on the GPU, whose epilogue is only what cuBLASLt's applies (sched_lt_epilogue) */
+static bool lt_only(const Graph *g, const Node *n) {
+  DType dt = n->outs[0]->dtype;
+  return g->ctx->cuda && (dt == DT_BF16 || dt == DT_F16) && n->op->emit != emit_conv;
+}
+
 /* ... of its output's dtype: float32 or float64; on the CPU a bfloat16 channels-last convolution's
- * too (gg_rt_conv_nhwc_bf16 runs it on each block it has rounded to bfloat16) */
+ * too (gg_rt_conv_nhwc_bf16 runs it on each block it has rounded to bfloat16); on the GPU a 16-bit
+ * product's (lt_only) */
 static bool epilogue_dtype(const Graph *g, const Node *n) {
   DType dt = n->outs[0]->dtype;
-  return dt == DT_F32 || dt == DT_F64 || (dt == DT_BF16 && !g->ctx->cuda && !strcmp(n->op->name, "_conv_nhwc"));
+  return dt == DT_F32 || dt == DT_F64 || (dt == DT_BF16 && !g->ctx->cuda && !strcmp(n->op->name, "_conv_nhwc")) || lt_only(g, n);
+}
+
+/* u adds to value y a tensor of y's shape and dtype, alpha 1: that tensor (cuBLASLt's C), else NULL */
+static Value *lt_addend(const Graph *g, const Node *u, const Value *y) {
+  if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1 || u->outs[0]->dtype != y->dtype) return NULL;
+  const Arg *al = rw_arg(u, "alpha");
+  int64_t i;
+  if (al && al->k != AK_NONE && !(al->k == AK_FLOAT ? al->u.f == 1 : al->k == AK_INT && expr_is_const(al->u.i, &i) && i == 1)) return NULL;
+  Value *a = rw_targ(u, "self"), *b = rw_targ(u, "other"), *r = a == y ? b : b == y ? a : NULL;
+  return r && r != y && r->dtype == y->dtype && value_same_shape(g, r, y) ? r : NULL;
+}
+
+static bool lt_relu(const Node *u, const Value *y) {
+  return u->op && !strcmp(u->op->name, "relu") && u->nouts == 1 && u->args[0].k == AK_TENSOR && u->args[0].u.t == y;
+}
+
+/* Whether the chain after product output y (n nodes) is what cuBLASLt's epilogue applies on the GPU
+ * (gg_cu_gemm_ep): an addition of a tensor of y's shape, layout and dtype (its C, beta 1), then a
+ * ReLU, either or both; *res: the added tensor or NULL, *relu. (Its layout: epilogue_why's rule.) */
+bool sched_lt_epilogue(const Graph *g, const Value *y, Node *const *chain, int n, Value **res, bool *relu) {
+  int k = 0;
+  *res = NULL, *relu = false;
+  if (k < n && (*res = lt_addend(g, chain[k], y))) y = chain[k++]->outs[0];
+  if (k < n && lt_relu(chain[k], y)) *relu = true, k++;
+  return n > 0 && k == n;
 }
 
 /* On the GPU a sum or mean of a float value over at least one dim, with static sizes, computes the
@@ -97,7 +130,9 @@ static const char *readers_why(Schedule *s, const Value *v) {
  * keep it out, so none is. */
 static bool epilogue_reader(const Schedule *s, const Node *u) {
   FOR_TENSOR_ARGS(u, a, {
-    if (a->def && takes_epilogue(a->def) && s->uses[a->id] == 1 && epilogue_dtype(s->g, a->def)) return true;
+    if (a->def && takes_epilogue(a->def) && s->uses[a->id] == 1 && epilogue_dtype(s->g, a->def) &&
+        (!lt_only(s->g, a->def) || lt_addend(s->g, u, a) || lt_relu(u, a)))
+      return true;
   })
   return false;
 }
@@ -257,6 +292,10 @@ static void epilogue(Schedule *s, Node *n) {
     chain[nc++] = u;
     v = u->outs[0];
   }
+  Value *res;
+  bool relu;
+  if (lt_only(s->g, n))   /* the longest start of the chain cuBLASLt applies */
+    while (nc > 0 && !sched_lt_epilogue(s->g, n->outs[0], chain, nc, &res, &relu)) nc--;
   if (!nc) return;
   Ctx *c = s->g->ctx;
   s->chain[n->id] = arena_array(c->arena, (size_t)nc, sizeof *chain);

@@ -523,7 +523,7 @@ grep -v '^#' tests/channels_last.txt | while IFS='|' read -r c fl nconv ncopy ch
   tgt=${tgt:-cuda}
   rm -rf "$TMP/cl"
   if ! "$GG" compile $c/model.pt2 --target $tgt $fl -S -o "$TMP/cl.cu" --debug-dir "$TMP/cl" >"$TMP/err" 2>&1; then echo "FAIL channels-last $c: $(head -c 300 "$TMP/err")"; continue; fi
-  got="$(grep -c '= _conv_nhwc(' "$TMP"/cl/*-channels.txt)|$(grep -c '^  k[0-9]* *copy ' "$TMP/cl/schedule.txt")"
+  got="$(grep -cE "(= _conv_nhwc\(|\.cl[0-9]+\.0': [a-z0-9]+\[[0-9, ]*\] = linear\()" "$TMP"/cl/*-channels.txt)|$(grep -c '^  k[0-9]* *copy ' "$TMP/cl/schedule.txt")"
   [ "$got" = "$nconv|$ncopy" ] || echo "FAIL channels-last $c ($tgt): $got convolutions|copies, expected $nconv|$ncopy"
   if [ "$chk" = check ]; then
     "$GG" check $c/model.pt2 --target $tgt $fl --tol 3e-2 >"$TMP/out" 2>&1
@@ -547,6 +547,15 @@ for c in "tests/extra/resblock_bf16|" "tests/corpus/models/cnn_small|--precision
      grep -q "bfloat16\[[0-9, ]*\] = _max_pool_nhwc(" "$TMP"/pc/*-channels.txt; then ok
   else no "the GPU's pooling chain (${c%|*} ${c#*|}): $(grep -A3 'max pooling' "$TMP/pc/schedule.txt" | head -4)$(head -c 300 "$TMP/err")"; fi
 done
+# on the GPU, cuBLASLt's epilogue applies a product's bias, residual and ReLU (gg_cu_gemm_ep): 1x1 convolutions of stride 1
+# made products (the bias and ReLU; a residual first in its add), linear and bmm with a residual and a ReLU; not where the
+# residual is a view (the bottleneck's input, NCHW) or the 1x1 convolution has stride 2
+rm -rf "$TMP/pe"
+"$GG" compile tests/extra/product_epilogues/model.pt2 --target cuda -S -o "$TMP/pe.cu" --debug-dir "$TMP/pe" >"$TMP/err" 2>&1
+got="$(sed -n "s/^  k[0-9]*  *matrix product and its epilogue (cuBLASLt)  *'\([a-z0-9_]*\)[.a-z0-9]*'  + \(.*\)/\1:\2/p" "$TMP/pe/schedule.txt" | tr -d ' ' | tr '\n' ' ')"
+if [ "$got" = "conv2d_0:relu_1.cl0 conv2d_9:add_10.cl0 linear_13:add_14,relu_15 linear_16:add_17,relu_18 bmm_19:add_20,relu_21 " ] &&
+   grep -q "gg_cu_gemm_ep(2, .*, NULL, res + " "$TMP/pe.cu/model.c"; then ok
+else no "cuBLASLt's epilogues on the GPU: $got $(head -c 300 "$TMP/err")"; fi
 # --train --target cuda: batch norm's variance and its two gradient sums compute their pointwise inputs
 # in their own loops (3 split reductions with fused nodes), and the values the forward saves (the
 # convolution's output, the batch mean and variance) are computed in their slots, not copied there

@@ -420,6 +420,10 @@ static __device__ __forceinline__ void dt_st(int dt, void *p, int64_t i, float v
 void gg_cu_launch(int id, unsigned grid, unsigned block, void **args);
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias);
+/* ... and then C = relu?(C + res): `res` (or NULL; with beta 0) a tensor of C's layout, `relu` 0 or 1,
+ * in cuBLASLt's epilogue where it runs the product (rounded once), else a pass after it */
+void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
+                   int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias, const void *res, int relu);
 void gg_cu_conv(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y, void *col);
 /* a depthwise convolution in channels-last (gg_rt_cuda_dw.cu; gg_cu_conv's, for dtype codes 0, 2, 3) */
 void gg_cu_dw_nhwc(int dt, const gg_conv *c, const void *x, const void *w, const void *bias, void *y);

@@ -890,11 +890,24 @@ template <typename T> __global__ void bias_rows(int64_t n, int64_t N, const T *b
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = bias[i % N];
 }
 
+/* y = relu?(y + res) in float (double for float64), where cuBLASLt did not run the product */
+__global__ void res_relu(int dt, int64_t n, const void *res, int relu, void *y) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (dt == 1) {
+      double v = ((double *)y)[i] + (res ? ((const double *)res)[i] : 0.0);
+      ((double *)y)[i] = relu && v < 0 ? 0.0 : v;
+    } else {
+      float v = dt_ld(dt, y, i) + (res ? dt_ld(dt, res, i) : 0.0f);
+      dt_st(dt, y, i, relu && v < 0 ? 0.0f : v);
+    }
+  }
+}
+
 /* cuBLASLt, for single products in float32/16/bfloat16: its heuristic picks among more kernels than
  * the classic API (given the workspace and the operands' alignment), and adds a bias in the epilogue
  * instead of a pass of its own. Descriptors and the chosen algorithm are kept per shape. */
 typedef struct lt_key {
-  int dt, ta, tb, bias, align;
+  int dt, ta, tb, bias, align, relu, res;
   int64_t M, N, K, lda, ldb;
 } lt_key;
 struct lt_plan {
@@ -979,7 +992,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   p->k = *k;
   cudaDataType t = k->dt == 0 || k->dt == 4 ? CUDA_R_32F : k->dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
   cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  cublasLtEpilogue_t epi = k->bias ? (k->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : k->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
   cublasLtMatmulPreference_t pref = NULL;
   size_t ws = GG_BLAS_WS;
   uint32_t al = (uint32_t)k->align;
@@ -1014,7 +1027,19 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
  * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32): dt_size. */
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias) {
+  gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
+}
+
+/* With `res` (beta 0) cuBLASLt reads it as its C (beta 1) and writes our C as its D; its epilogue
+ * applies the bias, then the ReLU: relu(A @ B + bias + res), rounded once. */
+void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
+                   int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias, const void *res, int relu) {
   if (M == 0 || N == 0 || batch == 0) return;
+  if (res && beta != 0) {   /* C already holds a term: the product first, then the pass */
+    gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
+    res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, gg_cur->stream>>>(dt, M * N * batch, res, relu, C);
+    return;
+  }
   cudaStream_t st = gg_cur->stream;
   size_t es = dt_size(dt);
   bool ta = sak != 1 || (sam == 1 && K == 1 && M > 1), tb = sbn != 1 || (sbk == 1 && N == 1 && K > 1);
@@ -1025,19 +1050,21 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
   if (tb && ldb < K) ldb = K;
   if (lda < 1) lda = 1;
   if (ldb < 1) ldb = 1;
-  if (K == 0 && beta == 0 && !bias) { cudaMemsetAsync(C, 0, (size_t)(M * N * batch) * es, st); return; }
+  if (K == 0 && beta == 0 && !bias && !res) { cudaMemsetAsync(C, 0, (size_t)(M * N * batch) * es, st); return; }
   if (K > 0 && batch == 1 && dt != 1) {
-    int al = align_of(A), ab = align_of(B), ac = align_of(C), ad = bias ? align_of(bias) : 16;
+    int al = align_of(A), ab = align_of(B), ac = align_of(C), ad = bias ? align_of(bias) : 16, ar = res ? align_of(res) : 16;
     lt_key k;
     memset(&k, 0, sizeof k);
-    k.dt = dt, k.ta = ta, k.tb = tb, k.bias = bias != NULL, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb;
+    k.dt = dt, k.ta = ta, k.tb = tb, k.bias = bias != NULL, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.relu = relu != 0, k.res = res != NULL;
     k.align = al < ab ? al : ab;
     if (ac < k.align) k.align = ac;
     if (ad < k.align) k.align = ad;
+    if (ar < k.align) k.align = ar;
     struct lt_plan *p = lt_plan_for(&k, A, B, bias);
     if (p && p->ok && (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
-      float al32 = (float)alpha, be32 = (float)beta;
-      if (cublasLtMatmul(gg_cur->lt, p->op, &al32, B, p->a, A, p->b, &be32, C, p->c, C, p->c, &p->algo, gg_cur->blas_ws, GG_BLAS_WS, st) ==
+      float al32 = (float)alpha, be32 = res ? 1.0f : (float)beta;
+      const void *c = res ? res : C;
+      if (cublasLtMatmul(gg_cur->lt, p->op, &al32, B, p->a, A, p->b, &be32, c, p->c, C, p->c, &p->algo, gg_cur->blas_ws, GG_BLAS_WS, st) ==
           CUBLAS_STATUS_SUCCESS)
         return;
     }
@@ -1067,6 +1094,7 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
     cublasSgemmStridedBatched(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, (const float *)B, (int)ldb, sbb, (const float *)A, (int)lda, sba,
                               &be, (float *)C, (int)N, M * N, (int)batch);
   }
+  if (res || relu) res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(dt, M * N * batch, res, relu, C);
 }
 
 /* ---------------------------------------------------------------- convolution */

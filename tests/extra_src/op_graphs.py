@@ -542,6 +542,50 @@ def conv_pool_nhwc():   # 16-bit convolutions and the max pooling after them, wh
 
 
 @case
+def product_epilogues():   # on the GPU, the products whose bias, residual and ReLU cuBLASLt's epilogue applies (gg_cu_gemm_ep): 1x1
+    # convolutions of stride 1 in channels-last made products (a bottleneck: 1x1 with bias and ReLU, 3x3, 1x1 with bias, the block's input
+    # added and a ReLU; a float16 one whose residual is the first operand of the add), a 1x1 of stride 2 (stays a convolution), a bfloat16
+    # linear with residual and ReLU, a float32 one, and a batched product (cuBLAS's strided-batched call: the runtime's pass after it).
+    # PyTorch's answers: float32 rounded once per op (its kernels' rule); cuBLASLt rounds once at the end
+    g = Graph("product_epilogues", xb=torch.randn(2, 16, 6, 5).bfloat16(), w1=(0.3 * torch.randn(8, 16, 1, 1)).bfloat16(), b1=torch.randn(8).bfloat16(),
+              w2=(0.3 * torch.randn(8, 8, 3, 3)).bfloat16(), w3=(0.3 * torch.randn(16, 8, 1, 1)).bfloat16(), b3=torch.randn(16).bfloat16(),
+              xh=torch.randn(2, 8, 4, 4).half(), wh=(0.3 * torch.randn(8, 8, 3, 3)).half(), wh1=(0.3 * torch.randn(8, 8, 1, 1)).half(),
+              a=torch.randn(3, 5, 16).bfloat16(), wl=(0.3 * torch.randn(8, 16)).bfloat16(), bl=torch.randn(8).bfloat16(), c=torch.randn(3, 5, 8).bfloat16(),
+              af=torch.randn(7, 12), wf=torch.randn(9, 12), bf=torch.randn(9), cf=torch.randn(7, 9),
+              p=torch.randn(4, 6, 5).bfloat16(), q=torch.randn(4, 5, 3).bfloat16(), r=torch.randn(4, 6, 3).bfloat16())
+    f32 = lambda t: t.float() if t is not None and t.dtype != torch.float64 else t
+    def conv(t, w, b, st, pd, d, gr):
+        r = torch.ops.aten.conv2d(f32(t), f32(w), None, st, pd, d, gr).to(t.dtype)
+        return r if b is None else (f32(r) + f32(b).reshape(-1, 1, 1)).to(t.dtype)
+    add = lambda x, y: (f32(x) + f32(y)).to(x.dtype)
+    relu = lambda x: torch.relu(f32(x)).to(x.dtype)
+    def cv(x, w, b, pad=0, st=1):
+        return g.node("conv2d.default", [("input", x), ("weight", Ref(w)), ("bias", Ref(b) if b else None), ("stride", [st, st]), ("padding", [pad, pad]),
+                                         ("dilation", [1, 1]), ("groups", 1)], conv, out=False)
+    y = g.node("relu.default", [("self", cv(Ref("xb"), "w1", "b1"))], relu, out=False)
+    y = g.node("relu.default", [("self", cv(y, "w2", None, 1))], relu, out=False)
+    y = g.node("add.Tensor", [("self", cv(y, "w3", "b3")), ("other", Ref("xb"))], add, out=False)
+    g.node("relu.default", [("self", y)], relu)
+    h = g.node("relu.default", [("self", cv(Ref("xh"), "wh", None, 1))], relu, out=False)
+    g.node("add.Tensor", [("self", h), ("other", cv(h, "wh1", None))], add)
+    s2 = g.node("conv2d.default", [("input", Ref("xb")), ("weight", Ref("w1")), ("bias", Ref("b1")), ("stride", [2, 2]), ("padding", [0, 0]),
+                                   ("dilation", [1, 1]), ("groups", 1)], conv, out=False)
+    g.node("relu.default", [("self", s2)], relu)
+    lin = lambda x, w, b: (f32(x) @ f32(w).t() + f32(b)).to(x.dtype) if x.dtype != torch.float64 else x @ w.t() + b
+    t = g.node("linear.default", [("input", Ref("a")), ("weight", Ref("wl")), ("bias", Ref("bl"))], lin, out=False)
+    t = g.node("add.Tensor", [("self", t), ("other", Ref("c"))], add, out=False)
+    g.node("relu.default", [("self", t)], relu)
+    t = g.node("linear.default", [("input", Ref("af")), ("weight", Ref("wf")), ("bias", Ref("bf"))], lin, out=False)
+    t = g.node("add.Tensor", [("self", Ref("cf")), ("other", t)], add, out=False)
+    g.node("relu.default", [("self", t)], relu)
+    bmm = lambda x, y: (f32(x) @ f32(y)).to(x.dtype)
+    t = g.node("bmm.default", [("self", Ref("p")), ("mat2", Ref("q"))], bmm, out=False)
+    t = g.node("add.Tensor", [("self", t), ("other", Ref("r"))], add, out=False)
+    g.node("relu.default", [("self", t)], relu)
+    return g
+
+
+@case
 def as_strided_windows():   # as_strided: overlapping windows (unfold's way), a zero stride, an offset, of an input and of a computed tensor
     x = torch.randn(4, 6)
     y = torch.randn(20)
