@@ -1649,8 +1649,36 @@ static int run_rules(Graph *g, int mode, bool fold, bool cl) {
   return 0;
 }
 
+/* dropout in evaluation (or p = 0): the identity */
+static bool identity_dropout(const Node *n) {
+  const Arg *tr = rw_arg(n, "train");
+  return n->op && !strcmp(n->op->name, "dropout") && n->nouts == 1 && n->args[0].k == AK_TENSOR && !(tr && tr->k == AK_BOOL && tr->u.b && rw_farg(n, "p", 0) > 0);
+}
+
+/* The identities' readers read their input instead (a graph output stays), and the identities go: no
+ * view stands between a product and the residual added to it (BERT's and GPT-2's, whose addition then
+ * joins the product's epilogue on the GPU). */
+static void skip_identities(Graph *g) {
+  Value **to = arena_array(g->ctx->arena, (size_t)g->nvalues + 1, sizeof *to);
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    for (int i = 0; n->op && i < n->op->nargs; i++) {
+      Arg *a = &n->args[i];
+      if (a->k == AK_TENSOR && a->u.t && to[a->u.t->id]) a->u.t = to[a->u.t->id];
+      for (int j = 0; a->k == AK_TENSORS && j < a->n; j++)
+        if (a->u.ts[j] && to[a->u.ts[j]->id]) a->u.ts[j] = to[a->u.ts[j]->id];
+    }
+    bool out = false;
+    for (int i = 0; i < g->noutputs; i++) out |= g->outputs[i].v == n->outs[0];
+    if (identity_dropout(n) && !out) to[n->outs[0]->id] = n->args[0].u.t;
+  }
+  graph_drop_dead(g, identity_dropout);
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
-  return run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl);
+  if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
+  if (!training) skip_identities(g);
+  return 0;
 }
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }
