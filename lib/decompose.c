@@ -1675,10 +1675,85 @@ static void skip_identities(Graph *g) {
   graph_drop_dead(g, identity_dropout);
 }
 
+int emit_matmul(struct Em *, struct Node *);
+int emit_linear(struct Em *, struct Node *);
+int emit_addmm(struct Em *, struct Node *);
+
+static bool is_view_node(const Node *n) { return n->op && view_is_reshape(n->op); }
+
+static bool is_product(const Node *n) { return n && n->op && (n->op->emit == emit_matmul || n->op->emit == emit_linear || n->op->emit == emit_addmm); }
+
+/* u adds to a reshape view of a product's output, each read by nothing else, a tensor of the view's
+ * shape: that view's node, else NULL */
+static const Node *viewed_product_add(const Graph *g, const Node *u, const int *uses) {
+  if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1) return NULL;
+  for (int i = 0; i < 2; i++) {
+    const Value *w = u->args[i].k == AK_TENSOR ? u->args[i].u.t : NULL, *r = u->args[1 - i].k == AK_TENSOR ? u->args[1 - i].u.t : NULL;
+    const Node *v = w ? w->def : NULL;
+    if (!r || !v || !v->op || !view_is_reshape(v->op) || v->nouts != 1 || v->args[0].k != AK_TENSOR || uses[w->id] != 1) continue;
+    const Value *p = v->args[0].u.t;
+    if (is_product(p->def) && uses[p->id] == 1 && r != w && r->rank == w->rank && r->dtype == p->dtype && w->dtype == p->dtype && u->outs[0]->dtype == p->dtype &&
+        value_same_shape(g, r, w) && value_same_shape(g, u->outs[0], w))
+      return v;
+  }
+  return NULL;
+}
+
+/* On the GPU, add(reshape(product), r) is reshape(add(product, reshape(r))): the addition then has
+ * the product's shape and joins its epilogue (cuBLASLt's C). GPT-2's Conv1D is addmm on [B * L, E]
+ * viewed [B, L, E] before its residual; r, a contiguous tensor there, is viewed, not copied, right
+ * before the product (an epilogue reads what is computed before it). */
+static int sink_product_views(Graph *g) {
+  Arena *a = g->ctx->arena;
+  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
+  const Node **view = arena_array(a, (size_t)g->nnodes + 1, sizeof *view);   /* by the addition's index: the view it reads */
+  Node **adds = arena_array(a, (size_t)g->nnodes + 1, sizeof *adds);         /* by the product's index: the addition */
+  Value **res = arena_array(a, (size_t)g->nnodes + 1, sizeof *res);          /* by the addition's index: r viewed */
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *u = g->nodes[k];
+    const Node *v = viewed_product_add(g, u, uses);
+    if (!v) continue;
+    const Value *w = v->outs[0], *r = u->args[0].u.t == w ? u->args[1].u.t : u->args[0].u.t;
+    const Node *p = v->args[0].u.t->def;
+    if (r->def && r->def->id > p->id) continue;
+    view[k] = v;
+    adds[p->id] = u;
+  }
+  Rw r = {.g = g};
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    Node *u = adds[k];
+    if (u) {   /* the addend viewed in the product's shape, before the product */
+      const Value *w = view[u->id]->outs[0], *p = n->outs[0];
+      r.orig = u;
+      r.k = 0;
+      if (!(res[u->id] = CALL(&r, NULL, "reshape", "self", T(u->args[0].u.t == w ? u->args[1].u.t : u->args[0].u.t), "shape", EXPRS(&r, p->rank, p->sizes))))
+        return -1;
+    }
+    if (!view[k]) { rw_push(&r, n); continue; }
+    r.orig = n;
+    Value *w = view[k]->outs[0], *p = view[k]->args[0].u.t;
+    Arg *args = arena_array(a, (size_t)n->op->nargs + 1, sizeof *args);
+    memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+    for (int i = 0; i < 2; i++) args[i] = T(args[i].u.t == w ? p : res[k]);
+    Value *y = rw_node(&r, NULL, n->op, args);
+    if (!y || !CALL(&r, n->outs[0], "reshape", "self", T(y), "shape", EXPRS(&r, w->rank, w->sizes))) return -1;
+    gg_log(g->ctx, LOG_DECOMP, "node %s: the addition moved before the view of product %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, p->name));
+  }
+  g->nodes = r.nodes;
+  g->nnodes = r.n;
+  g->cap_nodes = r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  graph_drop_dead(g, is_view_node);
+  return 0;
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
   if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
   if (!training) skip_identities(g);
-  return 0;
+  return !training && g->ctx->cuda ? sink_product_views(g) : 0;
 }
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }

@@ -83,7 +83,9 @@ bool sched_lt_epilogue(const Graph *g, const Value *y, Node *const *chain, int n
   *res = NULL, *relu = false;
   if (k < n && (*res = lt_addend(g, chain[k], y))) y = chain[k++]->outs[0];
   if (k < n && lt_relu(chain[k], y)) *relu = true, k++;
-  return n > 0 && k == n;
+  if (n > 0 && k == n) return true;
+  *res = NULL, *relu = false;
+  return false;
 }
 
 /* On the GPU a sum or mean of a float value over at least one dim, with static sizes, computes the

@@ -554,8 +554,12 @@ rm -rf "$TMP/pe"
 "$GG" compile tests/extra/product_epilogues/model.pt2 --target cuda -S -o "$TMP/pe.cu" --debug-dir "$TMP/pe" >"$TMP/err" 2>&1
 got="$(sed -n "s/^  k[0-9]*  *matrix product and its epilogue (cuBLASLt)  *'\([a-z0-9_]*\)[.a-z0-9]*'  + \(.*\)/\1:\2/p" "$TMP/pe/schedule.txt" | tr -d ' ' | tr '\n' ' ')"
 if [ "$got" = "conv2d_0:relu_1.cl0 conv2d_9:add_10.cl0 linear_13:add_14,relu_15 linear_16:add_17,relu_18 bmm_19:add_20,relu_21 " ] &&
-   grep -q "gg_cu_gemm_ep(2, .*, NULL, res + " "$TMP/pe.cu/model.c"; then ok
+   grep -q "gg_cu_gemm_ep(2, .*, NULL, res + " "$TMP/pe.cu/model.c" && [ "$(grep -c 'res + ' "$TMP/pe.cu/model.c")" = 4 ]; then ok
 else no "cuBLASLt's epilogues on the GPU: $got $(head -c 300 "$TMP/err")"; fi
+# ... and a chain cuBLASLt cannot apply whole (add, then tanh) stays the kernel after the product, its addend not given to cuBLASLt
+"$GG" compile tests/extra/same_code/model.pt2 --target cuda -S -o "$TMP/sc.cu" >"$TMP/err" 2>&1
+if grep -q "gg_cu_gemm_ep(.*, NULL, 1);" "$TMP/sc.cu/model.c" && ! grep -q "res + " "$TMP/sc.cu/model.c"; then ok
+else no "same_code on the GPU: an addend given to cuBLASLt outside its epilogue: $(grep 'res + ' "$TMP/sc.cu/model.c" | head -c 300)$(head -c 300 "$TMP/err")"; fi
 # --train --target cuda: batch norm's variance and its two gradient sums compute their pointwise inputs
 # in their own loops (3 split reductions with fused nodes), and the values the forward saves (the
 # convolution's output, the batch mean and variance) are computed in their slots, not copied there
