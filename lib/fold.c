@@ -5,6 +5,8 @@
  *  - a batch norm in inference mode that alone reads a convolution's output (float32 or float64; on
  *    the GPU float16 and bfloat16 too) folded into that convolution: w' = w * s, b' = (b - mean) * s + beta, s = gamma / sqrt(var + eps) per channel,
  *    so the normalization costs no pass over the activations;
+ *  - a constant scale of a linear layer's output features (ConvNeXt's layer scale, through the permute
+ *    between them) folded into its weight and bias: w' = s * w by rows, b' = s * b;
  *  - sibling linear layers (one input, constant weights, all with or all without bias) computed as
  *    one product with their weights stacked, each output a slice of its result (horizontal fusion:
  *    attention's q, k, v projections read their input once, in one larger, faster product);
@@ -216,6 +218,63 @@ static int fuse_linears(Rw *r, Node **grp, int n) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- a scale after a linear layer */
+
+/* m multiplies a linear layer's output (through at most one permute, each read by nothing else) by a
+ * constant s that scales its output features: s's sizes, right-aligned, 1 but along the dim the
+ * linear's last maps to (ConvNeXt's layer scale, [C, 1, 1] on the NCHW permute of its second linear's
+ * output; timm's LayerScale, [C]). Returns the linear (*perm: the permute or NULL, *scale: s). */
+static Node *scaled_linear(const Graph *g, const Node *m, bool exact, Node **perm, Value **scale) {
+  if (exact || !m->op || strcmp(m->op->name, "mul.Tensor") || m->nouts != 1 || m->args[0].k != AK_TENSOR || m->args[1].k != AK_TENSOR) return NULL;
+  for (int i = 0; i < 2; i++) {
+    Value *v = m->args[i].u.t, *sc = m->args[1 - i].u.t, *y = v;
+    if (!const_weight(g, sc) || sc->dtype != v->dtype || sc->rank > v->rank || m->outs[0]->dtype != v->dtype || !v->def || uses(g, v) != 1) continue;
+    Node *p = NULL;
+    int ch = v->rank - 1;   /* v's dim that is the linear's last */
+    if (v->def->op && !strcmp(v->def->op->name, "permute")) {
+      const Arg *dims = rw_arg(v->def, "dims");
+      int64_t dv;
+      p = v->def, y = rw_targ(p, "self"), ch = -1;
+      for (int d = 0; y && dims && dims->k == AK_INTS && d < dims->n; d++)
+        if (expr_is_const(dims->u.is[d], &dv) && (dv == y->rank - 1 || dv == -1)) ch = d;
+      if (!y || ch < 0 || uses(g, y) != 1) continue;
+    }
+    Node *l = y->def;
+    if (!l || !fusable_linear(g, l) || y->dtype != v->dtype) continue;
+    int64_t N = rw_targ(l, "weight")->weight->sizes[0];
+    bool ok = true;
+    for (int d = 0; d < v->rank && ok; d++) {
+      int sd = d - (v->rank - sc->rank);
+      int64_t sz = sd < 0 ? 1 : sc->weight->sizes[sd];
+      ok = sz == 1 || (d == ch && sz == N);
+    }
+    if (ok) return *perm = p, *scale = sc, l;
+  }
+  return NULL;
+}
+
+/* the linear with its rows (and bias) scaled, then the permute, into m's output */
+static int fold_scale(Rw *r, Node *l, Node *p, Value *sc, Node *m) {
+  Graph *g = r->g;
+  Arena *a = g->ctx->arena;
+  Value *w = rw_targ(l, "weight"), *b = rw_targ(l, "bias");
+  int64_t N = w->weight->sizes[0], K = w->weight->sizes[1], ns = numel(sc->weight);
+  Value *nw = new_weight(g, arena_printf(a, "%s.scaled_weight", l->name), w->dtype, 2, w->weight->sizes);
+  Value *nb = nw && b ? new_weight(g, arena_printf(a, "%s.scaled_bias", l->name), b->dtype, 1, &N) : NULL;
+  if (!nw || (b && !nb)) return -1;
+  for (int64_t n = 0; n < N; n++) {
+    double s = at(sc->weight, ns == 1 ? 0 : n);
+    for (int64_t k = 0; k < K; k++) put(nw, n * K + k, at(w->weight, n * K + k) * s);
+    if (b) put(nb, n, at(b->weight, n) * s);
+  }
+  r->orig = m;
+  r->k = 0;
+  Value *y = CALL(r, p ? NULL : m->outs[0], "linear", "input", T(rw_targ(l, "input")), "weight", T(nw), "bias", T(nb));
+  if (!y || (p && !CALL(r, m->outs[0], "permute", "self", T(y), "dims", *rw_arg(p, "dims")))) return -1;
+  gg_log(g->ctx, LOG_FUSION, "the scale %s folded into linear %s", gg_quote(g->ctx, sc->name), gg_quote(g->ctx, l->name));
+  return 0;
+}
+
 /* ---------------------------------------------------------------- the pass */
 
 Value *fold_weight_cast(Graph *g, Value *v, DType dt) {
@@ -396,8 +455,14 @@ int fold_weights(Graph *g, bool exact, bool cl) {
   Node **conv_of = arena_array(c->arena, (size_t)n + 1, sizeof *conv_of);   /* bn node -> its convolution */
   bool *gone = arena_array(c->arena, (size_t)n + 1, sizeof *gone);
   Node **grp = arena_array(c->arena, (size_t)n + 1, sizeof *grp);
+  Node **lin_of = arena_array(c->arena, (size_t)n + 1, sizeof *lin_of), **perm_of = arena_array(c->arena, (size_t)n + 1, sizeof *perm_of);   /* mul node -> */
+  Value **scale_of = arena_array(c->arena, (size_t)n + 1, sizeof *scale_of);
   for (int k = 0; k < n; k++)
     if ((conv_of[k] = bn_conv(g, g->nodes[k], exact, cl))) gone[conv_of[k]->id] = true;
+    else if ((lin_of[k] = scaled_linear(g, g->nodes[k], exact, &perm_of[k], &scale_of[k]))) {
+      gone[lin_of[k]->id] = true;
+      if (perm_of[k]) gone[perm_of[k]->id] = true;
+    }
   Value **before = g->inputs;
   int nbefore = g->ninputs, changed = 0;
   Rw r = {.g = g};
@@ -406,6 +471,11 @@ int fold_weights(Graph *g, bool exact, bool cl) {
     if (gone[k]) continue;
     if (conv_of[k]) {
       if (fold_bn(&r, conv_of[k], nd)) return -1;
+      changed++;
+      continue;
+    }
+    if (lin_of[k]) {
+      if (fold_scale(&r, lin_of[k], perm_of[k], scale_of[k], nd)) return -1;
       changed++;
       continue;
     }

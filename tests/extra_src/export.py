@@ -317,6 +317,23 @@ class ResBlocks(nn.Module):   # a bfloat16 ResNet's blocks on the CPU: each norm
         z = F.relu(s.b4(s.c4(y)) + s.b3(s.c3(y)))
         return s.fc(F.silu(s.c5(z)).mean((2, 3))), z
 case("resblock_bf16", ResBlocks().to(torch.bfloat16), r(2, 3, 40, 40).to(torch.bfloat16))
+class LayerScale(nn.Module):   # ConvNeXt's block (torchvision's CNBlock: its layer scale [C, 1, 1] on the NCHW permute of its second linear's
+    # output) and timm's LayerScale ([C] on a linear's output): weight folding scales the linear's rows and bias, and the residual then joins
+    # the product's epilogue on the GPU; a scale of another shape ([1, C, 1] on a [B, C, L] output: not the features) stays a multiplication
+    def __init__(s, c=32):
+        super().__init__()
+        s.dw, s.ln, s.pw1, s.pw2 = nn.Conv2d(c, c, 7, padding=3, groups=c), nn.LayerNorm(c), nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        s.gamma = nn.Parameter(torch.rand(c, 1, 1) + 0.5)
+        s.fc, s.g2 = nn.Linear(c, c), nn.Parameter(torch.rand(c) + 0.5)
+        s.fc3, s.g3 = nn.Linear(c, 6), nn.Parameter(torch.rand(1, 5, 1) + 0.5)
+    def forward(s, x):
+        y = s.pw2(F.gelu(s.pw1(s.ln(s.dw(x).permute(0, 2, 3, 1))))).permute(0, 3, 1, 2)
+        x = x + s.gamma * y
+        t = x.flatten(2).transpose(1, 2)
+        t = t + s.fc(t) * s.g2
+        return x, t, s.fc3(t[:, :5]) * s.g3
+case("layer_scale", LayerScale(), r(2, 32, 8, 8))
+case("layer_scale_bf16", LayerScale().to(torch.bfloat16), r(2, 32, 8, 8).to(torch.bfloat16))
 # cases whose rewritten graph may depart from the loaded one by more than golden's rewrite rule allows
 # (a sixteenth of a unit): case.json says why, and test-golden --rewrite skips them
 INEXACT = {"resblock_bf16": "five bfloat16 convolutions deep: one float32-against-float64 rounding in a decomposed "
