@@ -68,13 +68,20 @@ static bool dtype_free_view(const Node *n) {
  * widened from, or the same view of such a value (attention reads the heads of a product's output
  * through split/view/transpose; the next product reads attention's output through transpose and
  * reshape): the view is taken of the 16-bit value, and the float32 round trip goes */
-static Value *exact_low(Rw *r, Value **low, int nv, Value *v, DType dt) {
+static Value *exact_low(Rw *r, Value **low, int nv, const int *uses, Value *v, DType dt) {
   if (v->id < nv && low[v->id]) return low[v->id];
   Node *d = v->def;
   if (!d || !d->op) return NULL;
   if (!strcmp(d->op->name, "_to_copy") && d->args[0].k == AK_TENSOR && d->args[0].u.t->dtype == dt) return d->args[0].u.t;
+  /* a ReLU of such a value, read by nothing else: the ReLU in dt (max(x, 0) of a value dt holds is one
+   * it holds: the same bits), so a CNN's convolution reads the one before it through its ReLU in dt
+   * (cuBLASLt's epilogue applies it to a 1x1 convolution made a product on the GPU) */
+  if (!strcmp(d->op->name, "relu") && d->nouts == 1 && d->args[0].k == AK_TENSOR && v->id < nv && uses[v->id] == 1) {
+    Value *x = exact_low(r, low, nv, uses, d->args[0].u.t, dt), *y = x ? CALL(r, NULL, "relu", "self", T(x)) : NULL;
+    return y ? (low[v->id] = y) : NULL;
+  }
   if (!dtype_free_view(d)) return NULL;
-  Value *x = exact_low(r, low, nv, d->args[0].u.t, dt);
+  Value *x = exact_low(r, low, nv, uses, d->args[0].u.t, dt);
   if (!x) return NULL;
   Arg *args = arena_array(r->g->ctx->arena, (size_t)d->op->nargs + 1, sizeof *args);
   memcpy(args, d->args, sizeof *args * (size_t)d->op->nargs);
@@ -89,8 +96,8 @@ static Value *exact_low(Rw *r, Value **low, int nv, Value *v, DType dt) {
   return v->id < nv ? low[v->id] : NULL;
 }
 
-/* Casts and views that nothing reads any more (the float32 side of a round trip) are dropped. */
-static bool droppable(const Node *n) { return n->op && (dtype_free_view(n) || !strcmp(n->op->name, "_to_copy")); }
+/* Casts, views and ReLUs that nothing reads any more (the float32 side of a round trip) are dropped. */
+static bool droppable(const Node *n) { return n->op && (dtype_free_view(n) || !strcmp(n->op->name, "_to_copy") || !strcmp(n->op->name, "relu")); }
 
 /* Each node `pick` accepts computes in dt: its floating tensor operands of type `from` are read
  * converted to dt (a constant weight once, now, into a new weight where fold allows; anything else by a
@@ -103,6 +110,9 @@ static int retype(Graph *g, DType from, DType dt, bool (*pick)(const Graph *, co
   bool narrow = from == DT_F32;
   int nv = g->nvalues, changed = 0;
   Value **low = arena_array(c->arena, (size_t)nv + 1, sizeof *low);   /* by value id: its copy in dt, made once */
+  int *uses = arena_array(c->arena, (size_t)nv + 1, sizeof *uses);
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
   Value **before = g->inputs;
   int nbefore = g->ninputs;
   Rw r = {.g = g, .tag = narrow ? "lowp" : "wide"};
@@ -117,7 +127,7 @@ static int retype(Graph *g, DType from, DType dt, bool (*pick)(const Graph *, co
       Value *v = args[a].k == AK_TENSOR ? args[a].u.t : NULL;
       if (!v || v->dtype != from || v->id >= nv) continue;
       if (!low[v->id] && narrow) {
-        Value *x = exact_low(&r, low, nv, v, dt);
+        Value *x = exact_low(&r, low, nv, uses, v, dt);
         if (!x && c->has_err) return -1;
         low[v->id] = x;
       }

@@ -562,6 +562,14 @@ got="$(sed -n "s/^  k[0-9]*  *matrix product and its epilogue (cuBLASLt)  *'\([a
 if [ "$got" = "conv2d_0:relu_1.cl0 conv2d_9:add_10.cl0 linear_13:add_14,relu_15 linear_16:add_17,relu_18 bmm_19:add_20,relu_21 " ] &&
    grep -q "gg_cu_gemm_ep(2, .*, NULL, res + " "$TMP/pe.cu/model.c" && [ "$(grep -c 'res + ' "$TMP/pe.cu/model.c")" = 4 ]; then ok
 else no "cuBLASLt's epilogues on the GPU: $got $(head -c 300 "$TMP/err")"; fi
+# under --precision bf16 a ReLU between a lowered result and the next lowered node runs in bfloat16 (the same bits), its
+# float32 side dropped (the stem's, before max pooling, stays); on the GPU the SE block's 1x1 convolution then takes it in
+# cuBLASLt's epilogue
+rm -rf "$TMP/pr"
+"$GG" compile tests/extra/precision_layout_cnn_tf32/model.pt2 --precision bf16 --target cuda -S -o "$TMP/pr.cu" --debug-dir "$TMP/pr" >"$TMP/err" 2>&1
+got="$(grep -c "bfloat16\[[0-9, ]*\] = relu(" "$TMP"/pr/*-precision.txt)|$(grep -c "float32\[[0-9, ]*\] = relu(" "$TMP"/pr/*-precision.txt)"
+if [ "$got" = "2|1" ] && grep -q "matrix product and its epilogue (cuBLASLt) *'conv2d_3[.a-z0-9]*'  + conv2d_4" "$TMP/pr/schedule.txt"; then ok
+else no "--precision bf16's ReLUs in bfloat16: $got bfloat16|float32 ReLUs, expected 2|1; $(grep cuBLASLt "$TMP/pr/schedule.txt") $(head -c 300 "$TMP/err")"; fi
 # ... and a chain cuBLASLt cannot apply whole (add, then tanh) stays the kernel after the product, its addend not given to cuBLASLt
 "$GG" compile tests/extra/same_code/model.pt2 --target cuda -S -o "$TMP/sc.cu" >"$TMP/err" 2>&1
 if grep -q "gg_cu_gemm_ep(.*, NULL, 1);" "$TMP/sc.cu/model.c" && ! grep -q "res + " "$TMP/sc.cu/model.c"; then ok
