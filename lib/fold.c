@@ -269,6 +269,7 @@ static int fold_scale(Rw *r, Node *l, Node *p, Value *sc, Node *m) {
   }
   r->orig = m;
   r->k = 0;
+  r->tag = "scaled";
   Value *y = CALL(r, p ? NULL : m->outs[0], "linear", "input", T(rw_targ(l, "input")), "weight", T(nw), "bias", T(nb));
   if (!y || (p && !CALL(r, m->outs[0], "permute", "self", T(y), "dims", *rw_arg(p, "dims")))) return -1;
   gg_log(g->ctx, LOG_FUSION, "the scale %s folded into linear %s", gg_quote(g->ctx, sc->name), gg_quote(g->ctx, l->name));

@@ -156,7 +156,11 @@ static int conv(L *l, Node *n) {
   if (!wp) wp = CALL(&l->r, NULL, "permute", "self", T(w), "dims", INTS(&l->r, 4, TO_CL));
   if (!x || !wp) return -1;
   if (gpu_product_conv(g, n)) {   /* a view copied once, so that the product's rows are one matrix */
-    if (view && !(x = CALL(&l->r, NULL, "clone", "self", T(x)))) return -1;
+    if (view) {   /* kept as the input's channels-last version: another reader takes the copy too */
+      Value *in = rw_targ(n, "input");
+      if (!(x = CALL(&l->r, NULL, "clone", "self", T(x)))) return -1;
+      if (in->id < l->nv) l->cl[in->id] = x;
+    }
     const Expr *ws[2] = {wp->sizes[0], wp->sizes[3]};
     Value *w2 = CALL(&l->r, NULL, "reshape", "self", T(wp), "shape", EXPRS(&l->r, 2, ws));
     return track(l, n->outs[0], w2 ? CALL(&l->r, NULL, "linear", "input", T(x), "weight", T(w2), "bias", T(b)) : NULL);

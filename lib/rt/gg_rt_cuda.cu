@@ -942,13 +942,13 @@ static size_t dt_size(int dt) { return dt == 0 || dt == 4 ? 4 : dt == 1 ? 8 : 2;
 
 /* Time cuBLASLt's candidate algorithms on the product's operands (the output goes to a buffer of
  * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible. */
-static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *r, int n, const void *A, const void *B, const void *bias) {
+static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *r, int n, const void *A, const void *B, const void *bias, const void *res) {
   gg_model *m = gg_cur;
   size_t es = dt_size(p->k.dt);
   void *tmp = NULL;
   cudaEvent_t e0 = NULL, e1 = NULL;
   int best = 0;
-  float best_ms = 1e30f, al = 1, be = 0;
+  float best_ms = 1e30f, al = 1, be = res ? 1.0f : 0.0f;   /* a residual read as C, as the product will */
   if (n > 1 && cudaMalloc(&tmp, (size_t)(p->k.M * p->k.N) * es) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
       cudaEventCreate(&e1) == cudaSuccess &&
       (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
@@ -956,7 +956,7 @@ static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *
       bool ok = true;
       for (int rep = 0; rep < 4 && ok; rep++) {   /* one untimed, three timed */
         if (rep == 1) cudaEventRecord(e0, m->stream);
-        ok = cublasLtMatmul(m->lt, p->op, &al, B, p->a, A, p->b, &be, tmp, p->c, tmp, p->c, &r[i].algo, m->blas_ws, GG_BLAS_WS, m->stream) ==
+        ok = cublasLtMatmul(m->lt, p->op, &al, B, p->a, A, p->b, &be, res ? res : tmp, p->c, tmp, p->c, &r[i].algo, m->blas_ws, GG_BLAS_WS, m->stream) ==
              CUBLAS_STATUS_SUCCESS;
       }
       float ms = 0;
@@ -976,7 +976,7 @@ static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *
 
 /* The plan for a product, made on first use. In the column-major view cuBLASLt's A is our B. Outside
  * a graph capture (the run before a capture) the heuristic's first candidates are timed. */
-static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B, const void *bias) {
+static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B, const void *bias, const void *res) {
   gg_model *m = gg_cur;
   for (int i = 0; i < m->nplans; i++)
     if (!memcmp(&m->plans[i].k, k, sizeof *k)) return &m->plans[i];
@@ -1016,7 +1016,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
             cublasLtMatmulAlgoGetHeuristic(m->lt, p->op, p->a, p->b, p->c, p->c, pref, tune ? 8 : 1, r, &found) == CUBLAS_STATUS_SUCCESS &&
             found > 0;
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ok) p->algo = r[tune ? lt_fastest(p, r, found, A, B, bias) : 0].algo;
+  if (ok) p->algo = r[tune ? lt_fastest(p, r, found, A, B, bias, res) : 0].algo;
   p->ok = ok;
   return p;
 }
@@ -1060,7 +1060,7 @@ void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const 
     if (ac < k.align) k.align = ac;
     if (ad < k.align) k.align = ad;
     if (ar < k.align) k.align = ar;
-    struct lt_plan *p = lt_plan_for(&k, A, B, bias);
+    struct lt_plan *p = lt_plan_for(&k, A, B, bias, res);
     if (p && p->ok && (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
       float al32 = (float)alpha, be32 = res ? 1.0f : (float)beta;
       const void *c = res ? res : C;
