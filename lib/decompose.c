@@ -1265,10 +1265,14 @@ int decomp_embedding_bag(Rw *r, Node *n) {
 
 /* dropout in training: each element kept where a uniform draw is >= p, scaled by 1 / (1 - p);
  * native_dropout's mask is that comparison. In evaluation (or p = 0) the node stays: the identity. */
-int decomp_dropout(Rw *r, Node *n) {
+static bool dropout_draws(const Node *n) {   /* training with p > 0: not the identity */
   const Arg *tr = rw_arg(n, "train");
+  return tr && tr->k == AK_BOOL && tr->u.b && rw_farg(n, "p", 0) > 0;
+}
+
+int decomp_dropout(Rw *r, Node *n) {
   double p = rw_farg(n, "p", 0);
-  if (!(tr && tr->k == AK_BOOL && tr->u.b && p > 0)) { rw_push(r, n); return 0; }
+  if (!dropout_draws(n)) { rw_push(r, n); return 0; }
   Value *x = rw_targ(n, "input") ? rw_targ(n, "input") : rw_targ(n, "self");
   Value *u = CALL(r, NULL, "rand_like", "self", T(x));
   Value *keep = u ? CALL(r, n->nouts == 2 ? n->outs[1] : NULL, "ge.Scalar", "self", T(u), "other", FL(p)) : NULL;
@@ -1651,8 +1655,7 @@ static int run_rules(Graph *g, int mode, bool fold, bool cl) {
 
 /* dropout in evaluation (or p = 0): the identity */
 static bool identity_dropout(const Node *n) {
-  const Arg *tr = rw_arg(n, "train");
-  return n->op && !strcmp(n->op->name, "dropout") && n->nouts == 1 && n->args[0].k == AK_TENSOR && !(tr && tr->k == AK_BOOL && tr->u.b && rw_farg(n, "p", 0) > 0);
+  return n->op && !strcmp(n->op->name, "dropout") && n->nouts == 1 && n->args[0].k == AK_TENSOR && !dropout_draws(n);
 }
 
 /* The identities' readers read their input instead (a graph output stays), and the identities go: no

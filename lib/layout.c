@@ -78,8 +78,6 @@ bool layout_cpu_bf16_conv(const Graph *g, const Node *n) {
   return !g->ctx->cuda && n->nouts == 1 && n->outs[0]->dtype == DT_BF16 && nhwc_conv(g, n);
 }
 
-/* Whether the stage will make n a channels-last depthwise convolution on the GPU (the runtime's own
- * kernel, which adds the bias itself: decompose leaves it the bias it takes from others) */
 /* every element of int-list argument `name` of n is v */
 static bool ints_all(const Node *n, const char *name, int64_t v) {
   const Arg *a = rw_arg(n, name);
@@ -271,15 +269,9 @@ static int max_pool_cl(L *l, Node *n) {
   Value *x = rw_targ(n, "self"), *z = x;
   const Node *steps[8];
   int links[8], ns = 0;
-  const Arg *dil = rw_arg(n, "dilation");
   /* every window holds a pixel of the image (not all padding, whose maximum is -inf): with dilation 1,
    * PyTorch's bound on the padding (half the window) and its ceil mode's last window see to it */
-  bool taps = dil && dil->k == AK_INTS;
-  for (int i = 0; taps && i < dil->n; i++) {
-    int64_t d;
-    taps = expr_is_const(dil->u.is[i], &d) && d == 1;
-  }
-  if (g->ctx->cuda && taps)
+  if (g->ctx->cuda && ints_all(n, "dilation", 1))
     for (Value *v; ns < 8 && cl_of(l, z) && (steps[ns] = old_def(g, z)) && (v = pool_chain_step(g, steps[ns], &links[ns])) && cl_of(l, v); z = v) ns++;
   Value *y = CALL(&l->r, NULL, "_max_pool_nhwc", "self", T(cl_of(l, z)), "kernel_size", *rw_arg(n, "kernel_size"), "stride", *rw_arg(n, "stride"),
                   "padding", *rw_arg(n, "padding"), "dilation", *rw_arg(n, "dilation"), "ceil_mode", *rw_arg(n, "ceil_mode"));
