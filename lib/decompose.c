@@ -1753,10 +1753,86 @@ static int sink_product_views(Graph *g) {
   return 0;
 }
 
+int emit_norm(struct Em *, struct Node *);
+
+/* a view that keeps every element once, in another shape or order */
+static bool reshape_of_one(const Node *n) {
+  static const char *const perms[] = {"permute", "transpose.int", "t", "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze"};
+  if (!n || !n->op || n->nouts != 1 || n->args[0].k != AK_TENSOR) return false;
+  if (view_is_reshape(n->op)) return true;
+  for (size_t i = 0; i < sizeof perms / sizeof *perms; i++)
+    if (!strcmp(n->op->name, perms[i])) return true;
+  return false;
+}
+
+/* view n taken of x instead (into: its output), a reshape for the reshapes (x's strides may not fit) */
+static Value *view_again(Rw *r, Value *into, const Node *n, Value *x, const Value *shape) {
+  if (view_is_reshape(n->op)) return CALL(r, into, "reshape", "self", T(x), "shape", EXPRS(r, shape->rank, shape->sizes));
+  Arg *args = arena_array(r->g->ctx->arena, (size_t)n->op->nargs + 1, sizeof *args);
+  memcpy(args, n->args, sizeof *args * (size_t)n->op->nargs);
+  args[0] = T(x);
+  return rw_node(r, into, n->op, args);
+}
+
+/* computed by a kernel a cast after it joins: a pointwise node's, or a norm's (its store) */
+static bool cast_joins(const Node *d) { return d && d->op && d->nouts == 1 && (sched_is_pointwise(d) || d->op->emit == emit_norm); }
+
+/* On the GPU, a float cast next to the arithmetic whose result it rounds or reads. A cast is
+ * pointwise and fuses with a pointwise producer or reader, but not through a reshape between them
+ * (--precision bf16 puts casts around every product: GPT-2's Conv1D is addmm, then a view):
+ * - a cast of a view of x (a reshape or a permutation: reshape_of_one), x computed by a pointwise node
+ *   or a norm, becomes that view of x's cast, which x's kernel then writes (the GELU before a
+ *   product writes bfloat16 directly; a norm stores it, schedule.c's norm_stores_cast);
+ * - a cast read only by such a view, of a value computed otherwise (a product), becomes the cast of
+ *   x's view, which its readers then compute (the residual addition reads the product's bfloat16).
+ * The same values: a cast commutes with a view that keeps each element once. Repeated, for views of views. */
+static int casts_by_their_arithmetic(Graph *g) {
+  Arena *a = g->ctx->arena;
+  for (int pass = 0; pass < 4; pass++) {
+    int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+    Node **reader = arena_array(a, (size_t)g->nvalues + 1, sizeof *reader);
+    bool *gone = arena_array(a, (size_t)g->nnodes + 1, sizeof *gone);
+    for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
+    for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; reader[v->id] = g->nodes[k]; })
+    Rw r = {.g = g, .tag = "cast"};
+    int moved = 0;
+    for (int k = 0; k < g->nnodes; k++) {
+      Node *n = g->nodes[k];
+      if (gone[k]) continue;
+      if (!sched_is_float_cast(n)) { rw_push(&r, n); continue; }
+      Value *x = n->args[0].u.t, *y = n->outs[0];
+      Node *v = x->def, *u = uses[y->id] == 1 ? reader[y->id] : NULL;
+      r.orig = n;
+      r.k = 0;
+      if (reshape_of_one(v) && uses[x->id] == 1 && cast_joins(v->args[0].u.t->def)) {
+        Value *c = CALL(&r, NULL, "_to_copy", "self", T(v->args[0].u.t), "dtype", DT(y->dtype));
+        if (!c || !view_again(&r, y, v, c, y)) return -1;
+        gg_log(g->ctx, LOG_DECOMP, "node %s: the cast moved before the reshape %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, v->name));
+      } else if (reshape_of_one(u) && !cast_joins(x->def)) {
+        Value *w = u->outs[0], *xv = view_again(&r, NULL, u, x, w);
+        if (!xv || !CALL(&r, w, "_to_copy", "self", T(xv), "dtype", DT(y->dtype))) return -1;
+        gone[u->id] = true;
+        gg_log(g->ctx, LOG_DECOMP, "node %s: the cast moved after the reshape %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, u->name));
+      } else {
+        rw_push(&r, n);
+        continue;
+      }
+      moved++;
+    }
+    g->nodes = r.nodes;
+    g->nnodes = r.n;
+    g->cap_nodes = r.cap;
+    for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+    graph_drop_dead(g, reshape_of_one);
+    if (!moved) break;
+  }
+  return 0;
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
   if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
   if (!training) skip_identities(g);
-  return !training && g->ctx->cuda ? sink_product_views(g) : 0;
+  return !training && g->ctx->cuda ? sink_product_views(g) || casts_by_their_arithmetic(g) : 0;
 }
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }

@@ -646,7 +646,9 @@ int emit_norm(Em *e, Node *n) {
   const Expr *len = C(e, 1), *rows = C(e, 1);
   for (int i = 0; i < ns->n; i++) len = MUL(e, len, ns->u.is[i]);
   for (int d = 0; d < x->rank - ns->n; d++) rows = MUL(e, rows, x->sizes[d]);
-  TV *out = alloc_value(e, n->outs[0]);
+  /* the schedule's epilogue of a norm is a cast it stores (norm_stores_cast): the output in its type */
+  TV *out = alloc_value(e, e->s->nchain[n->id] ? e->s->chain[n->id][0]->outs[0] : n->outs[0]);
+  e->tv[n->outs[0]->id] = *out;
   TV *mo = n->nouts == 3 ? alloc_value(e, n->outs[1]) : NULL, *ro = n->nouts == 3 ? alloc_value(e, n->outs[2]) : NULL;
   FILE *f = e->k;
   int id = e->nk++;

@@ -369,6 +369,20 @@ bool sched_rows_permuted(const Node *n, const Layout *a, const Value *w, const V
   return true;
 }
 
+int emit_norm(struct Em *, struct Node *);
+
+/* On the GPU a norm whose only reader narrows its float result (a cast to bfloat16 before a product,
+ * under --precision bf16) stores the narrow type itself: its epilogue is that cast (emit_norm). The
+ * same bits: the row kernel computes the float32 (float64) value the cast would have read, and rounds
+ * it once either way. On the CPU it computes float32 rows in double, where rounding twice (to float32,
+ * then to the narrow type) can differ from rounding once. */
+static bool norm_stores_cast(const Schedule *s, const Node *n) {
+  if (!s->g->ctx->cuda || !n->op || n->op->emit != emit_norm || n->nouts != 1) return false;
+  const Value *y = n->outs[0];
+  const Node *u = s->reader[y->id];
+  return s->uses[y->id] == 1 && sched_is_float_cast(u) && dtype_info(u->outs[0]->dtype)->size < dtype_info(y->dtype)->size;
+}
+
 /* A fresh tensor for value v: contiguous, its own storage. */
 static void fresh(Schedule *s, Value *v) {
   layout_contiguous(s->g->ctx->arena, &s->layout[v->id], v->rank, v->sizes);
@@ -476,6 +490,15 @@ Schedule *schedule_graph(Graph *g) {
       Node *u = s->reader[n->outs[0]->id];
       if (s->pw_read[n->outs[0]->id]) refuse(s, n, s->uses[n->outs[0]->id] == 1 ? u : NULL, "the product's output is laid out in its input's row order (no epilogue)");
     } else if (takes_epilogue(n)) epilogue(s, n);
+    else if (norm_stores_cast(s, n)) {
+      Node *u = s->reader[n->outs[0]->id];
+      s->chain[n->id] = arena_array(a, 1, sizeof *s->chain[n->id]);
+      s->chain[n->id][0] = u;
+      s->nchain[n->id] = 1;
+      s->role[u->id] = SN_EPILOGUE;
+      s->into[u->id] = n;
+      gg_log(c, LOG_FUSION, "node %s (%s) applied in the store of %s (%s)", gg_quote(c, u->name), u->op->name, gg_quote(c, n->name), n->op->name);
+    }
   }
   return s;
 }

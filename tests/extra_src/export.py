@@ -301,6 +301,26 @@ class LayoutCNN(nn.Module):   # every rule of the channels-last stage (layout.c)
         z = F.gelu(s.down(y + z))
         return s.head(z.amax((2, 3))), z.sum(1)
 pcase("precision_layout_cnn_tf32", "tf32", LayoutCNN(), r(4, 3, 32, 32))
+class Conv1D(nn.Module):   # GPT-2's: addmm with an [in, out] weight, then a view
+    def __init__(s, nin, nout):
+        super().__init__()
+        s.w, s.b = nn.Parameter(torch.randn(nin, nout) * 0.05), nn.Parameter(torch.randn(nout) * 0.05)
+    def forward(s, x):
+        return torch.addmm(s.b, x.view(-1, x.shape[-1]), s.w).view(x.shape[:-1] + (s.w.shape[1],))
+class ViewsBlock(nn.Module):   # --precision's casts with views between them and the arithmetic: GPT-2's block, a ViT-style [L, N, E] branch
+    def __init__(s, d=128, h=4):
+        super().__init__()
+        s.h, s.ln1, s.attn, s.proj, s.ln2, s.fc, s.out = h, nn.LayerNorm(d), Conv1D(d, 3 * d), Conv1D(d, d), nn.LayerNorm(d), Conv1D(d, 4 * d), Conv1D(4 * d, d)
+        s.ln3, s.mix, s.lnf = nn.LayerNorm(d), nn.Linear(d, d), nn.LayerNorm(d)
+    def forward(s, x):
+        B, L, D = x.shape
+        q, k, v = (t.view(B, L, s.h, D // s.h).transpose(1, 2) for t in s.attn(s.ln1(x)).split(D, 2))
+        x = x + s.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, L, D))
+        y = s.fc(s.ln2(x))
+        x = x + s.out(0.5 * y * (1 + torch.tanh(0.7978845608028654 * (y + 0.044715 * torch.pow(y, 3)))))
+        x = x + s.mix(s.ln3(x).transpose(0, 1)).transpose(0, 1)
+        return s.lnf(x)
+pcase("precision_views_bf16", "bf16", ViewsBlock(), r(4, 64, 128))
 case("layout_cnn_bf16", LayoutCNN().to(torch.bfloat16), r(4, 3, 32, 32).to(torch.bfloat16))
 class ResBlocks(nn.Module):   # a bfloat16 ResNet's blocks on the CPU: each norm folded into its convolution, ReLU and residuals in its epilogue
     def __init__(s, c=32):
