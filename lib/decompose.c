@@ -1829,10 +1829,82 @@ static int casts_by_their_arithmetic(Graph *g) {
   return 0;
 }
 
+/* value a's scalar argument `name` is 1 (absent: its default) */
+static bool arg_one(const Node *n, const char *name) {
+  const Arg *a = rw_arg(n, name);
+  int64_t i;
+  return !a || a->k == AK_NONE || (a->k == AK_FLOAT ? a->u.f == 1 : a->k == AK_INT && expr_is_const(a->u.i, &i) && i == 1);
+}
+
+/* On the GPU a 16-bit product whose result only its widening to float32 reads, then added to a
+ * float32 tensor of its shape (--precision bf16's residual stream), is one cuBLASLt call that writes
+ * float32 (schedule.c's sched_lt_epilogue: the widening, the bias, the addition as its C). cuBLASLt's
+ * bias must then be float32 too, so a constant bias moves after the widening as a float32 weight of
+ * the same values: cast(linear(x, w, b)) + r -> (cast(linear(x, w)) + b) + r, addmm likewise. The
+ * product, rounded to 16 bits before, now is not: the bias and the residual are added to its float32
+ * value, rounded once (closer to the float32 model than autocast, never farther). */
+static int wide_product_bias(Graph *g) {
+  Arena *a = g->ctx->arena;
+  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+  Node **reader = arena_array(a, (size_t)g->nvalues + 1, sizeof *reader);
+  bool *gone = arena_array(a, (size_t)g->nnodes + 1, sizeof *gone);
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; reader[v->id] = g->nodes[k]; })
+  Value **before = g->inputs;
+  int nbefore = g->ninputs, moved = 0;
+  Rw r = {.g = g, .tag = "wide"};
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *n = g->nodes[k];
+    if (gone[k]) continue;
+    bool lin = n->op && !strcmp(n->op->name, "linear"), mm = n->op && !strcmp(n->op->name, "addmm") && arg_one(n, "beta") && arg_one(n, "alpha");
+    Value *y = n->nouts == 1 ? n->outs[0] : NULL, *b = lin ? rw_targ(n, "bias") : mm ? rw_targ(n, "self") : NULL;
+#define ONLY_READER(v) ((v) && uses[(v)->id] == 1 ? reader[(v)->id] : NULL)
+    Node *v = ONLY_READER(y), *c = reshape_of_one(v) && view_is_reshape(v->op) ? ONLY_READER(v->outs[0]) : v;   /* GPT-2's Conv1D: a view first */
+    Node *u = c ? ONLY_READER(c->outs[0]) : NULL;
+#undef ONLY_READER
+    if (c == v) v = NULL;
+    Value *w = c ? c->outs[0] : NULL, *o = u ? (rw_targ(u, "self") == w ? rw_targ(u, "other") : rw_targ(u, "other") == w ? rw_targ(u, "self") : NULL) : NULL;
+    if (!b || b->rank != 1 || (y->dtype != DT_BF16 && y->dtype != DT_F16) || !sched_is_float_cast(c) || w->dtype != DT_F32 || !u || !u->op || strcmp(u->op->name, "add.Tensor") ||
+        !arg_one(u, "alpha") || !o || o == w || o->dtype != DT_F32 || !value_same_shape(g, o, w) || (v && o->def && o->def->id > n->id)) {
+      rw_push(&r, n);
+      continue;
+    }
+    Value *b32 = fold_weight_cast(g, b, DT_F32);
+    if (!b32) {
+      if (g->ctx->has_err) return -1;
+      rw_push(&r, n);
+      continue;
+    }
+    r.orig = n;
+    r.k = 0;
+    /* with the view: the residual viewed in the product's shape, before it (an epilogue reads what is computed before it) */
+    Value *o2 = v ? CALL(&r, NULL, "reshape", "self", T(o), "shape", EXPRS(&r, y->rank, y->sizes)) : NULL;
+    Value *p = lin ? CALL(&r, NULL, "linear", "input", T(rw_targ(n, "input")), "weight", T(rw_targ(n, "weight")))
+                   : CALL(&r, NULL, "mm", "self", T(rw_targ(n, "mat1")), "mat2", T(rw_targ(n, "mat2")));
+    Value *pw = p ? CALL(&r, NULL, "_to_copy", "self", T(p), "dtype", DT(DT_F32)) : NULL;
+    Value *pb = pw ? CALL(&r, v ? NULL : w, "add.Tensor", "self", T(pw), "other", T(b32)) : NULL;
+    if (!pb) return -1;
+    if (v) {   /* the residual addition in the product's shape, then the view */
+      Value *s2 = o2 ? CALL(&r, NULL, "add.Tensor", "self", T(pb), "other", T(o2)) : NULL;
+      if (!s2 || !CALL(&r, u->outs[0], "reshape", "self", T(s2), "shape", EXPRS(&r, u->outs[0]->rank, u->outs[0]->sizes))) return -1;
+      gone[v->id] = gone[u->id] = true;
+    }
+    gone[c->id] = true;
+    moved++;
+    gg_log(g->ctx, LOG_DECOMP, "node %s: its bias added in float32 after its widening %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, c->name));
+  }
+  g->nodes = r.nodes;
+  g->nnodes = r.n;
+  g->cap_nodes = r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  if (moved) fold_drop_unused(g, before, nbefore);
+  return 0;
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
   if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
   if (!training) skip_identities(g);
-  return !training && g->ctx->cuda ? sink_product_views(g) || casts_by_their_arithmetic(g) : 0;
+  return !training && g->ctx->cuda ? sink_product_views(g) || casts_by_their_arithmetic(g) || (fold && wide_product_bias(g)) : 0;
 }
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }

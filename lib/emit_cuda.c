@@ -197,9 +197,11 @@ static int product_cuda(Em *e, const Product *p) {
   TV *y = nb == p->nb ? out : &Om;
   Value *bias = p->bias;
   double alpha = p->alpha, beta = p->beta;
-  DType dt = out->dt;
+  /* dt: the operands'; the output's is float32 where cuBLASLt's epilogue widens a 16-bit product (codes 5, 6) */
+  DType dt = n->outs[0]->dtype, od = out->dt;
   int code = dt == DT_F32 ? rt_f32(e) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
   if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
+  if (od != dt) code = dt == DT_BF16 ? 5 : 6;
   /* a vector along the output's rows goes to cuBLASLt's epilogue; any other bias is copied in first */
   const TV *bt = bias ? &e->tv[bias->id] : NULL;
   int64_t unit;
@@ -209,12 +211,18 @@ static int product_cuda(Em *e, const Product *p) {
     TV bb = broadcast_tv(e, bt, out->rank, out->sizes);
     copy_kernel(e, n, out, &bb);
   }
-  /* the schedule's epilogue, when it is an addition of a tensor of the output's layout and a ReLU, in
-   * cuBLASLt's (the runtime's pass after the product where cuBLASLt does not run it) */
-  Value *res = NULL;
+  /* the schedule's epilogue, when it is cuBLASLt's (sched_lt_epilogue: a widening to float32, a bias
+   * vector after it, an addition of a tensor of the output's layout, a ReLU), in cuBLASLt's (the
+   * runtime's pass after the product where cuBLASLt does not run it) */
+  Value *res = NULL, *lb = NULL;
   bool relu = false, lt = e->s->nchain[n->id] && !(bt && !epi) &&
-                         sched_lt_epilogue(e->g, n->outs[0], e->s->chain[n->id], e->s->nchain[n->id], &res, &relu);
+                         sched_lt_epilogue(e->g, n, e->s->chain[n->id], e->s->nchain[n->id], &lb, &res, &relu);
+  if (od != dt && !lt) return efail(e, n, "a widened product without cuBLASLt's epilogue (internal error)");
   const TV *rt = res ? &e->tv[res->id] : NULL;
+  if (lb) {   /* the float32 bias vector the widening brought (a contiguous [.., N]) */
+    bt = &e->tv[lb->id];
+    epi = true;
+  }
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, lt ? "matrix product and its epilogue (cuBLASLt)" : "matrix product (cuBLAS)");
@@ -223,9 +231,9 @@ static int product_cuda(Em *e, const Product *p) {
     for (int k = 0; k < e->s->nchain[n->id]; k++) { fputc(' ', f); comment(f, e->s->chain[n->id][k]->name); }
     fputs(" */\n", f);
   }
-  const char *T = ctype(dt);
+  const char *T = ctype(dt), *To = ctype(od);
   kopen(e, id, false, true);
-  fprintf(f, "%s *y, const %s *a, const %s *b, const %s *bias, const %s *res", T, T, T, T, T);
+  fprintf(f, "%s *y, const %s *a, const %s *b, const %s *bias, const %s *res", To, T, T, To, To);
   ksyms(e);
   const Expr *M = Ab->sizes[nb], *K = Ab->sizes[nb + 1], *N = Bb->sizes[nb + 1];
   fprintf(f, "  const int64_t M = %s, N = %s, K = %s;\n", cx(e, M), cx(e, N), cx(e, K));

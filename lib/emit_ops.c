@@ -570,7 +570,8 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
     if (b_transposed) { B.stor = c->stor; B.offset = c->offset; B.strides[0] = C(e, 1); B.strides[1] = c->strides[0]; }
     else { B.stor = c->stor; B.offset = c->offset; memcpy(B.strides + B.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
   }
-  TV *out = alloc_value(e, y), flat;
+  TV *out = alloc_value(e, sched_stored(e->s, n)), flat;   /* float32 where cuBLASLt's epilogue widens it */
+  e->tv[y->id] = *out;
   const Expr *ost[R];
   if (!b_vec && e->s->rows_permuted[n->id] && (!e->saved_slot || e->saved_slot[y->id] < 0) && A.rank == y->rank && sched_rows_permuted(n, &A.l, bv, y, ost, e->a)) {
     /* one product over A's rows in memory order, the output laid out in the same order */
@@ -647,7 +648,7 @@ int emit_norm(Em *e, Node *n) {
   for (int i = 0; i < ns->n; i++) len = MUL(e, len, ns->u.is[i]);
   for (int d = 0; d < x->rank - ns->n; d++) rows = MUL(e, rows, x->sizes[d]);
   /* the schedule's epilogue of a norm is a cast it stores (norm_stores_cast): the output in its type */
-  TV *out = alloc_value(e, e->s->nchain[n->id] ? e->s->chain[n->id][0]->outs[0] : n->outs[0]);
+  TV *out = alloc_value(e, sched_stored(e->s, n));
   e->tv[n->outs[0]->id] = *out;
   TV *mo = n->nouts == 3 ? alloc_value(e, n->outs[1]) : NULL, *ro = n->nouts == 3 ? alloc_value(e, n->outs[2]) : NULL;
   FILE *f = e->k;

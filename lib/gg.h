@@ -355,7 +355,10 @@ Schedule *schedule_graph(struct Graph *g);   /* NULL with a message */
 bool sched_takes_prologue(const struct Graph *g, const struct Node *u, const struct Value *v);
 const struct Node *sched_kernel_of(const Schedule *s, const struct Node *n);   /* the node whose kernel computes n */
 bool sched_is_pointwise(const struct Node *n);
-bool sched_lt_epilogue(const struct Graph *g, const struct Value *y, struct Node *const *chain, int n, struct Value **res, bool *relu);
+bool sched_lt_epilogue(const struct Graph *g, const struct Node *p, struct Node *const *chain, int n, struct Value **bias, struct Value **res, bool *relu);
+/* the value whose type and storage node n's kernel writes: its epilogue's last where that changes the
+ * type (a narrowing cast a norm stores, a widening cast cuBLASLt applies), else its output */
+struct Value *sched_stored(const Schedule *s, const struct Node *n);
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
 bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */
 bool sched_attention_bshd(const Schedule *s, const struct Node *n);   /* a fused attention's output laid out [B, L, H, D] */

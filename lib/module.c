@@ -162,7 +162,7 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
         })
     }
   for (int i = 0; i < n->nouts; i++)   /* an epilogue's result is written where the node's would be (a norm's cast: in its type) */
-    wr += (double)value_nbytes(g, i == 0 && e->s->nchain[n->id] ? e->s->chain[n->id][e->s->nchain[n->id] - 1]->outs[0] : n->outs[i]);
+    wr += (double)value_nbytes(g, i == 0 ? sched_stored(e->s, n) : n->outs[i]);
   double ne, mf = node_matrix_flops(g, n);
   r->space = hint_shape(e, n->outs[0]->rank, n->outs[0]->sizes, &ne);
   if (mf > 0 && ne > 0) r->space = arena_printf(e->a, "%s x %.0f deep", r->space, mf / (2 * ne));

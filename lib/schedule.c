@@ -75,16 +75,46 @@ static bool lt_relu(const Node *u, const Value *y) {
   return u->op && !strcmp(u->op->name, "relu") && u->nouts == 1 && u->args[0].k == AK_TENSOR && u->args[0].u.t == y;
 }
 
+/* u widens 16-bit value y to float32 */
+static bool lt_widen(const Node *u, const Value *y) {
+  return sched_is_float_cast(u) && u->args[0].u.t == y && (y->dtype == DT_BF16 || y->dtype == DT_F16) && u->outs[0]->dtype == DT_F32;
+}
+
+/* u adds to value y a float32 vector along its rows ([N] or [1, ..., 1, N]): that vector, else NULL */
+static Value *lt_bias(const Graph *g, const Node *u, const Value *y) {
+  if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1 || y->rank < 1 || u->outs[0]->dtype != DT_F32 || !value_same_shape(g, u->outs[0], y))
+    return NULL;
+  const Arg *al = rw_arg(u, "alpha");
+  int64_t i;
+  if (al && al->k != AK_NONE && !(al->k == AK_FLOAT ? al->u.f == 1 : al->k == AK_INT && expr_is_const(al->u.i, &i) && i == 1)) return NULL;
+  Value *a = rw_targ(u, "self"), *b = rw_targ(u, "other"), *r = a == y ? b : b == y ? a : NULL;
+  if (!r || r == y || r->dtype != DT_F32 || r->rank < 1 || r->rank > y->rank || !expr_same(g, r->sizes[r->rank - 1], y->sizes[y->rank - 1])) return NULL;
+  for (int d = 0; d < r->rank - 1; d++)
+    if (!expr_is_const(r->sizes[d], &i) || i != 1) return NULL;
+  return r;
+}
+
 /* Whether the chain after product output y (n nodes) is what cuBLASLt's epilogue applies on the GPU
- * (gg_cu_gemm_ep): an addition of a tensor of y's shape, layout and dtype (its C, beta 1), then a
- * ReLU, either or both; *res: the added tensor or NULL, *relu. (Its layout: epilogue_why's rule.) */
-bool sched_lt_epilogue(const Graph *g, const Value *y, Node *const *chain, int n, Value **res, bool *relu) {
+ * (gg_cu_gemm_ep): a cast of a 16-bit y to float32 (cuBLASLt then writes float32: its D, and C, in
+ * float32; not where the product has a bias of its own), after it an addition of a float32 vector
+ * along the rows (*bias: cuBLASLt's bias; decompose.c's wide_product_bias puts it there), an addition
+ * of a tensor of the shape, layout and dtype (its C, beta 1; *res), then a ReLU (*relu), in that
+ * order, each optional; not the cast alone (the product would write twice the bytes for nothing).
+ * (Layouts: epilogue_why's rule.) */
+bool sched_lt_epilogue(const Graph *g, const Node *p, Node *const *chain, int n, Value **bias, Value **res, bool *relu) {
+  const Value *y = p->outs[0];
   int k = 0;
-  *res = NULL, *relu = false;
+  *bias = *res = NULL, *relu = false;
+  bool wide = k < n && lt_widen(chain[k], y);
+  const char *o = p->op->name;
+  const Arg *pb = rw_arg(p, !strcmp(o, "linear") ? "bias" : !strcmp(o, "addmm") || !strcmp(o, "baddbmm") ? "self" : "");
+  if (wide && pb && pb->k == AK_TENSOR) return false;   /* its own bias is 16-bit: cuBLASLt's must be float32 with a float32 D */
+  if (wide) y = chain[k++]->outs[0];
+  if (wide && k < n && (*bias = lt_bias(g, chain[k], y))) y = chain[k++]->outs[0];
   if (k < n && (*res = lt_addend(g, chain[k], y))) y = chain[k++]->outs[0];
   if (k < n && lt_relu(chain[k], y)) *relu = true, k++;
-  if (n > 0 && k == n) return true;
-  *res = NULL, *relu = false;
+  if (n > 0 && k == n && k > (wide ? 1 : 0)) return true;
+  *bias = *res = NULL, *relu = false;
   return false;
 }
 
@@ -241,13 +271,14 @@ static bool fusible(Schedule *s, const Node *n) {
 /* Why u (v's last reader) cannot join the epilogue after value v, or NULL when it can: then the
  * storages of u's other operands join the chain's (*roots, *nroots: the epilogue's tensors, one
  * per storage, SCHED_EPI_MAX at most). */
-static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int *nroots) {
+static const char *epilogue_why(Schedule *s, Value *v, Node *u, bool wide, int *roots, int *nroots) {
   Ctx *c = s->g->ctx;
   PwPlan plan;
   const char *why = readers_why(s, v);
   if (why) return why;
   if (!sched_is_pointwise(u)) return "its reader is not pointwise";
   if (sched_test_miscompiled(u)) return "GCC_GRAPH_TEST_MISCOMPILE names its reader's op";
+  if (wide && lt_widen(u, v)) return NULL;   /* a 16-bit product's widening: cuBLASLt writes float32 */
   if (u->outs[0]->dtype != v->dtype) return "its reader changes the dtype";
   if (!value_same_shape(s->g, v, u->outs[0])) return "its reader's output has another shape";
   if (pw_plan(c, u, &plan) || !plan.use_float) return "its reader computes in integers";
@@ -258,7 +289,8 @@ static const char *epilogue_why(Schedule *s, Value *v, Node *u, int *roots, int 
     if (a == v) continue;
     if (!s->has_layout[a->id]) return arena_printf(c->arena, "operand %s is computed after the product", gg_quote(c, a->name));
     if (a->def && s->role[a->def->id] == SN_FUSED) return arena_printf(c->arena, "operand %s is computed inside its reader's loop", gg_quote(c, a->name));
-    if (!(const_numel(a) == 1 || (value_same_shape(s->g, a, v) && layout_is_contiguous(s->g, c->arena, &s->layout[a->id]))))
+    bool row = wide && lt_bias(s->g, u, v) == a && layout_is_contiguous(s->g, c->arena, &s->layout[a->id]);   /* cuBLASLt's bias */
+    if (!row && !(const_numel(a) == 1 || (value_same_shape(s->g, a, v) && layout_is_contiguous(s->g, c->arena, &s->layout[a->id]))))
       return arena_printf(c->arena, "operand %s broadcasts or is a strided view (the epilogue reads operands at the output's index)", gg_quote(c, a->name));
     int r = s->storage[a->id];   /* one pointer per storage */
     int k = 0;
@@ -286,7 +318,7 @@ static void epilogue(Schedule *s, Node *n) {
   while (nc < SCHED_CHAIN_MAX) {
     Node *u = s->reader[v->id];
     if (!u) break;
-    const char *why = epilogue_why(s, v, u, roots, &nroots);
+    const char *why = epilogue_why(s, v, u, lt_only(s->g, n) && (nc == 0 || (nc == 1 && lt_widen(chain[0], n->outs[0]))), roots, &nroots);
     if (why) {   /* noted where a pointwise node could have come next */
       if (s->pw_read[v->id]) refuse(s, nc ? chain[nc - 1] : n, s->uses[v->id] == 1 ? u : NULL, why);
       break;
@@ -294,10 +326,10 @@ static void epilogue(Schedule *s, Node *n) {
     chain[nc++] = u;
     v = u->outs[0];
   }
-  Value *res;
+  Value *bias, *res;
   bool relu;
   if (lt_only(s->g, n))   /* the longest start of the chain cuBLASLt applies */
-    while (nc > 0 && !sched_lt_epilogue(s->g, n->outs[0], chain, nc, &res, &relu)) nc--;
+    while (nc > 0 && !sched_lt_epilogue(s->g, n, chain, nc, &bias, &res, &relu)) nc--;
   if (!nc) return;
   Ctx *c = s->g->ctx;
   s->chain[n->id] = arena_array(c->arena, (size_t)nc, sizeof *chain);
@@ -501,6 +533,11 @@ Schedule *schedule_graph(Graph *g) {
     }
   }
   return s;
+}
+
+Value *sched_stored(const Schedule *s, const Node *n) {
+  Value *last = s->nchain[n->id] ? s->chain[n->id][s->nchain[n->id] - 1]->outs[0] : NULL;
+  return last && last->dtype != n->outs[0]->dtype ? last : n->outs[0];
 }
 
 /* The kernel that computes node n: n itself, or the node it is fused or applied in. */

@@ -936,9 +936,13 @@ static int align_of(const void *p) {
   return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
 }
 
-/* Bytes per element of the runtime's dtype codes: 0 float32, 1 float64, 2 float16, 3 bfloat16,
- * 4 float32 with TF32 arithmetic (--precision tf32) */
-static size_t dt_size(int dt) { return dt == 0 || dt == 4 ? 4 : dt == 1 ? 8 : 2; }
+/* Bytes per element of the output of the runtime's dtype codes: 0 float32, 1 float64, 2 float16,
+ * 3 bfloat16, 4 float32 with TF32 arithmetic (--precision tf32), 5 and 6 bfloat16 and float16
+ * operands with a float32 output (C and D: a product cuBLASLt's epilogue widens) */
+static size_t dt_size(int dt) { return dt == 0 || dt >= 4 ? 4 : dt == 1 ? 8 : 2; }
+
+/* the code of the output's element type (res_relu's) */
+static int dt_out(int dt) { return dt >= 5 ? 0 : dt; }
 
 /* Time cuBLASLt's candidate algorithms on the product's operands (the output goes to a buffer of
  * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible. */
@@ -990,7 +994,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   struct lt_plan *p = &m->plans[m->nplans++];
   memset(p, 0, sizeof *p);
   p->k = *k;
-  cudaDataType t = k->dt == 0 || k->dt == 4 ? CUDA_R_32F : k->dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
+  cudaDataType t = k->dt == 0 || k->dt == 4 ? CUDA_R_32F : k->dt == 2 || k->dt == 6 ? CUDA_R_16F : CUDA_R_16BF, tc = k->dt >= 5 ? CUDA_R_32F : t;
   cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtEpilogue_t epi = k->bias ? (k->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : k->relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
   cublasLtMatmulPreference_t pref = NULL;
@@ -1006,7 +1010,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&p->a, t, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatrixLayoutCreate(&p->b, t, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda) == CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatrixLayoutCreate(&p->c, t, k->N, k->M, k->N) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&p->c, tc, k->N, k->M, k->N) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS &&
@@ -1024,7 +1028,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
 /* Row-major C = A @ B is column-major C^T = B^T A^T. An operand with a unit stride along its columns
  * is row-major (op N in the column-major view), with a unit stride along its rows the transpose.
  * With `bias` (length N, beta 0): C = alpha * A @ B + bias on every row. dt: 0 float32, 1 float64,
- * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32): dt_size. */
+ * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32), 5 and 6 bfloat16 and float16 operands with a float32 C (and bias): dt_size. */
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias) {
   gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
@@ -1037,7 +1041,7 @@ void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const 
   if (M == 0 || N == 0 || batch == 0) return;
   if (res && beta != 0) {   /* C already holds a term: the product first, then the pass */
     gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
-    res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, gg_cur->stream>>>(dt, M * N * batch, res, relu, C);
+    res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, gg_cur->stream>>>(dt_out(dt), M * N * batch, res, relu, C);
     return;
   }
   cudaStream_t st = gg_cur->stream;
@@ -1070,7 +1074,7 @@ void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const 
     }
   }
   if (bias) {   /* the classic API has no epilogue: the bias first, then C += A @ B */
-    if (dt == 0 || dt == 4) bias_rows<float><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const float *)bias, (float *)C);
+    if (dt == 0 || dt >= 4) bias_rows<float><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const float *)bias, (float *)C);
     else if (dt == 1) bias_rows<double><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const double *)bias, (double *)C);
     else bias_rows<unsigned short><<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(M * N * batch, N, (const unsigned short *)bias, (unsigned short *)C);
     beta = 1;
@@ -1080,10 +1084,10 @@ void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const 
     float al = (float)alpha, be = (float)beta;
     cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, CUDA_R_32F, (int)ldb, sbb, A, CUDA_R_32F, (int)lda, sba, &be, C,
                                CUDA_R_32F, (int)N, M * N, (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
-  } else if (dt >= 2) {   /* float16 / bfloat16 in and out, float32 arithmetic */
+  } else if (dt >= 2) {   /* float16 / bfloat16 in, out too (or float32: 5, 6), float32 arithmetic */
     float al = (float)alpha, be = (float)beta;
-    cudaDataType t = dt == 2 ? CUDA_R_16F : CUDA_R_16BF;
-    cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, t, (int)ldb, sbb, A, t, (int)lda, sba, &be, C, t, (int)N, M * N,
+    cudaDataType t = dt == 2 || dt == 6 ? CUDA_R_16F : CUDA_R_16BF, tc = dt >= 5 ? CUDA_R_32F : t;
+    cublasGemmStridedBatchedEx(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, B, t, (int)ldb, sbb, A, t, (int)lda, sba, &be, C, tc, (int)N, M * N,
                                (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   } else if (dt) {
     double al = alpha, be = beta;
@@ -1094,7 +1098,7 @@ void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const 
     cublasSgemmStridedBatched(gg_cur->blas, opb, opa, (int)N, (int)M, (int)K, &al, (const float *)B, (int)ldb, sbb, (const float *)A, (int)lda, sba,
                               &be, (float *)C, (int)N, M * N, (int)batch);
   }
-  if (res || relu) res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(dt, M * N * batch, res, relu, C);
+  if (res || relu) res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, st>>>(dt_out(dt), M * N * batch, res, relu, C);
 }
 
 /* ---------------------------------------------------------------- convolution */
