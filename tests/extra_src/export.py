@@ -308,7 +308,7 @@ class Conv1D(nn.Module):   # GPT-2's: addmm with an [in, out] weight, then a vie
     def forward(s, x):
         return torch.addmm(s.b, x.view(-1, x.shape[-1]), s.w).view(x.shape[:-1] + (s.w.shape[1],))
 class ViewsBlock(nn.Module):   # --precision's casts with views between them and the arithmetic: GPT-2's block, a ViT-style [L, N, E] branch
-    def __init__(s, d=128, h=4):
+    def __init__(s, d=64, h=2):
         super().__init__()
         s.h, s.ln1, s.attn, s.proj, s.ln2, s.fc, s.out = h, nn.LayerNorm(d), Conv1D(d, 3 * d), Conv1D(d, d), nn.LayerNorm(d), Conv1D(d, 4 * d), Conv1D(4 * d, d)
         s.ln3, s.mix, s.lnf = nn.LayerNorm(d), nn.Linear(d, d), nn.LayerNorm(d)
@@ -320,7 +320,7 @@ class ViewsBlock(nn.Module):   # --precision's casts with views between them and
         x = x + s.out(0.5 * y * (1 + torch.tanh(0.7978845608028654 * (y + 0.044715 * torch.pow(y, 3)))))
         x = x + s.mix(s.ln3(x).transpose(0, 1)).transpose(0, 1)
         return s.lnf(x)
-pcase("precision_views_bf16", "bf16", ViewsBlock(), r(4, 64, 128))
+pcase("precision_views_bf16", "bf16", ViewsBlock(), r(4, 64, 64))
 case("layout_cnn_bf16", LayoutCNN().to(torch.bfloat16), r(4, 3, 32, 32).to(torch.bfloat16))
 class ResBlocks(nn.Module):   # a bfloat16 ResNet's blocks on the CPU: each norm folded into its convolution, ReLU and residuals in its epilogue
     def __init__(s, c=32):
