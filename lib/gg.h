@@ -64,6 +64,7 @@ typedef struct Ctx {
   MemBufRec *membufs; int nmembufs;   /* the planned scratch tensors (at the symbols' example values when */
   bool membufs_symbolic;              /* membufs_symbolic: then the code lays them out one after another) */
   bool cuda;             /* generating for --target cuda (emit_cuda.c's target) */
+  bool train;            /* the pipeline runs for --train (pipeline_run sets it) */
   int cuda_sm;           /* and its --cuda-arch as a number (90 for sm_90) */
   int jobs;              /* compile -j: CUDA kernels go to as many parts as the other processes leave (module.c) */
   const char *cuda_arch; /* the installed GPU's architecture, once asked (build.c) */

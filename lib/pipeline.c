@@ -66,6 +66,7 @@ int stage_index(const char *name) {
 }
 
 int pipeline_run(Pipeline *p, int from, int to, void (*each)(void *arg, const Stage *s), void *arg) {
+  if (p->g) p->g->ctx->train = p->tr && p->tr->on;   /* the stages' rules that differ for training read it */
   for (int i = from; gg_stages[i].name && i < to; i++) {
     const Stage *s = &gg_stages[i];
     if (!stage_applies(s, p)) continue;

@@ -581,6 +581,10 @@ got="$(grep -c "^  k[0-9]* *layer norm rows *'[^']*'  + [a-z_0-9]*\.lowp0\.cast0
 got="$got|$(grep -c "gg_cu_gemm_ep(5, .*, bias + .*, res + " "$TMP/pv.cu/model.c")"
 if [ "$got" = "3|13|0|1|2" ] && grep -q "uint16_t \*restrict y, void \*restrict mo" "$TMP/pv.cu/model.cu"; then ok
 else no "--precision bf16's casts beside their arithmetic on the GPU: $got (norms storing casts|kernels|lone casts|GELU with both casts|widened products), expected 3|13|0|1|2; $(head -c 300 "$TMP/err")"; fi
+# ... in inference: under --train (train_llama_mlp's gradient accumulation after a product) no product is widened by cuBLASLt
+"$GG" compile tests/extra/train_llama_mlp/model.pt2 --train --precision bf16 --target cuda -S -o "$TMP/tw.cu" >"$TMP/err" 2>&1
+if [ -s "$TMP/tw.cu/model.c" ] && ! grep -q "gg_cu_gemm_ep(5" "$TMP/tw.cu/model.c"; then ok
+else no "--train --precision bf16 widened a product in cuBLASLt (inference only): $(grep -c 'gg_cu_gemm_ep(5' "$TMP/tw.cu/model.c") $(head -c 300 "$TMP/err")"; fi
 # ... and a chain cuBLASLt cannot apply whole (add, then tanh) stays the kernel after the product, its addend not given to cuBLASLt
 "$GG" compile tests/extra/same_code/model.pt2 --target cuda -S -o "$TMP/sc.cu" >"$TMP/err" 2>&1
 if grep -q "gg_cu_gemm_ep(.*, NULL, 1);" "$TMP/sc.cu/model.c" && ! grep -q "res + " "$TMP/sc.cu/model.c"; then ok
