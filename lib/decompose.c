@@ -1765,6 +1765,22 @@ static bool reshape_of_one(const Node *n) {
   return false;
 }
 
+/* a view of reshape_of_one's that keeps its input's last dim last (a product can read a 16-bit
+ * operand through it: one of its two last strides stays 1) */
+static bool keeps_last_dim(const Node *n) {
+  const Value *x = n->args[0].u.t;
+  int last = x->rank - 1;
+  if (!strcmp(n->op->name, "t")) return x->rank < 2;
+  if (!strcmp(n->op->name, "transpose.int"))
+    return dim_wrap(node_int_arg(n, "dim0", 0), x->rank) != last && dim_wrap(node_int_arg(n, "dim1", 0), x->rank) != last;
+  if (!strcmp(n->op->name, "permute")) {
+    const Arg *d = rw_arg(n, "dims");
+    int64_t v;
+    return d && d->k == AK_INTS && d->n == x->rank && x->rank > 0 && expr_is_const(d->u.is[d->n - 1], &v) && dim_wrap(v, x->rank) == last;
+  }
+  return true;
+}
+
 /* view n taken of x instead (into: its output), a reshape for the reshapes (x's strides may not fit) */
 static Value *view_again(Rw *r, Value *into, const Node *n, Value *x, const Value *shape) {
   if (view_is_reshape(n->op)) return CALL(r, into, "reshape", "self", T(x), "shape", EXPRS(r, shape->rank, shape->sizes));
@@ -1780,8 +1796,9 @@ static bool cast_joins(const Node *d) { return d && d->op && d->nouts == 1 && (s
 /* On the GPU, a float cast next to the arithmetic whose result it rounds or reads. A cast is
  * pointwise and fuses with a pointwise producer or reader, but not through a reshape between them
  * (--precision bf16 puts casts around every product: GPT-2's Conv1D is addmm, then a view):
- * - a cast of a view of x (a reshape or a permutation: reshape_of_one), x computed by a pointwise node
- *   or a norm, becomes that view of x's cast, which x's kernel then writes (the GELU before a
+ * - a cast of a view of x (a reshape or a permutation that keeps the last dim last: a 16-bit product
+ *   reads it in place), x computed by a pointwise node or a norm and read by nothing else, becomes that
+ *   view of x's cast, which x's kernel then writes (the GELU before a
  *   product writes bfloat16 directly; a norm stores it, schedule.c's norm_stores_cast);
  * - a cast read only by such a view, of a value computed otherwise (a product), becomes the cast of
  *   x's view, which its readers then compute (the residual addition reads the product's bfloat16).
@@ -1804,7 +1821,7 @@ static int casts_by_their_arithmetic(Graph *g) {
       Node *v = x->def, *u = uses[y->id] == 1 ? reader[y->id] : NULL;
       r.orig = n;
       r.k = 0;
-      if (reshape_of_one(v) && uses[x->id] == 1 && cast_joins(v->args[0].u.t->def)) {
+      if (reshape_of_one(v) && keeps_last_dim(v) && uses[x->id] == 1 && uses[v->args[0].u.t->id] == 1 && cast_joins(v->args[0].u.t->def)) {
         Value *c = CALL(&r, NULL, "_to_copy", "self", T(v->args[0].u.t), "dtype", DT(y->dtype));
         if (!c || !view_again(&r, y, v, c, y)) return -1;
         gg_log(g->ctx, LOG_DECOMP, "node %s: the cast moved before the reshape %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, v->name));

@@ -563,7 +563,7 @@ static int matmul_kernel(Em *e, Node *n, Value *av, Value *bv, bool b_transposed
   Value *y = n->outs[0];
   DType dt = y->dtype;
   if (A.dt != dt || B.dt != dt) return efail(e, n, "mixed dtypes in a matrix product");
-  bool blas = dt == DT_F32 || dt == DT_F64;
+  bool blas = dt == DT_F32 || dt == DT_F64 || e->cuda;   /* cuBLAS takes every dtype: one of the last two strides 1 */
   if (blas && !blas_ok(e, &A)) { TV *c = contiguous_of(e, n, av); A.stor = c->stor; A.offset = c->offset; memcpy(A.strides + A.rank - c->rank, c->strides, sizeof(Expr *) * (size_t)c->rank); }
   if (blas && !blas_ok(e, &B)) {
     TV *c = contiguous_of(e, n, bv);

@@ -80,7 +80,8 @@ static bool lt_widen(const Node *u, const Value *y) {
   return sched_is_float_cast(u) && u->args[0].u.t == y && (y->dtype == DT_BF16 || y->dtype == DT_F16) && u->outs[0]->dtype == DT_F32;
 }
 
-/* u adds to value y a float32 vector along its rows ([N] or [1, ..., 1, N]): that vector, else NULL */
+/* u adds to value y (rank 2 or more) a float32 vector along its rows ([N] or [1, ..., 1, N]): that
+ * vector, else NULL */
 static Value *lt_bias(const Graph *g, const Node *u, const Value *y) {
   if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1 || y->rank < 1 || u->outs[0]->dtype != DT_F32 || !value_same_shape(g, u->outs[0], y))
     return NULL;
@@ -88,7 +89,8 @@ static Value *lt_bias(const Graph *g, const Node *u, const Value *y) {
   int64_t i;
   if (al && al->k != AK_NONE && !(al->k == AK_FLOAT ? al->u.f == 1 : al->k == AK_INT && expr_is_const(al->u.i, &i) && i == 1)) return NULL;
   Value *a = rw_targ(u, "self"), *b = rw_targ(u, "other"), *r = a == y ? b : b == y ? a : NULL;
-  if (!r || r == y || r->dtype != DT_F32 || r->rank < 1 || r->rank > y->rank || !expr_same(g, r->sizes[r->rank - 1], y->sizes[y->rank - 1])) return NULL;
+  if (!r || r == y || r->dtype != DT_F32 || r->rank < 1 || y->rank < 2 || r->rank > y->rank || !expr_same(g, r->sizes[r->rank - 1], y->sizes[y->rank - 1]))
+    return NULL;
   for (int d = 0; d < r->rank - 1; d++)
     if (!expr_is_const(r->sizes[d], &i) || i != 1) return NULL;
   return r;
@@ -112,7 +114,8 @@ bool sched_lt_epilogue(const Graph *g, const Node *p, Node *const *chain, int n,
   const Arg *pb = rw_arg(p, !strcmp(o, "linear") ? "bias" : !strcmp(o, "addmm") || !strcmp(o, "baddbmm") ? "self" : "");
   if (wide && pb && pb->k == AK_TENSOR) return false;   /* its own bias is 16-bit: cuBLASLt's must be float32 with a float32 D */
   if (wide) y = chain[k++]->outs[0];
-  if (wide && k < n && (*bias = lt_bias(g, chain[k], y))) y = chain[k++]->outs[0];
+  const Value *w = rw_targ(p, !strcmp(o, "linear") ? "weight" : !strcmp(o, "matmul") ? "other" : "");   /* a vector: N is 1, no bias vector */
+  if (wide && k < n && !(w && w->rank == 1) && (*bias = lt_bias(g, chain[k], y))) y = chain[k++]->outs[0];
   if (k < n && (*res = lt_addend(g, chain[k], y))) y = chain[k++]->outs[0];
   if (k < n && lt_relu(chain[k], y)) *relu = true, k++;
   if (n > 0 && k == n && k > (wide ? 1 : 0)) return true;

@@ -630,6 +630,16 @@ expect 0 "" -- "$GG" compile tests/cuda_schedule/mean_size1.json --target cuda -
 # targets, the value converted without undefined behaviour (make sanitize would stop on it)
 expect 0 "" -- "$GG" compile tests/cuda_schedule/pad_huge_value.json --target cuda -S -o "$TMP/phv.cu"
 expect 0 "" -- "$GG" compile tests/cuda_schedule/pad_huge_value.json -S -o "$TMP/phv.c"
+# a bfloat16 matrix-vector product widened and added to a float32 vector of its shape: cuBLASLt takes that vector as its C,
+# not as a bias (its N is 1); a 16-bit product's operand permuted so that neither of its last two strides is 1 (natively,
+# and made so by --precision's cast moving next to the ReLU before it: it does not across such a permute) is copied first
+"$GG" compile tests/cuda_schedule/matvec_widened.json --target cuda -S -o "$TMP/mv.cu" >"$TMP/err" 2>&1
+got="$(grep -c 'gg_cu_gemm_ep(5, .*, NULL, res + ' "$TMP/mv.cu/model.c")"
+for m in "permuted_bf16_operand|" "permuted_cast_operand|--precision bf16"; do
+  "$GG" compile tests/cuda_schedule/${m%|*}.json --target cuda ${m#*|} -S -o "$TMP/po.cu" >>"$TMP/err" 2>&1
+  got="$got|$(grep -Ec 'gg_cu_gemm_ep\(3, M, N, K, 1, a \+ [^,]*, (INT64_C\(1\), [^,]*|[^,]*, INT64_C\(1\)), ' "$TMP/po.cu/model.c")"
+done
+if [ "$got" = "1|1|1" ]; then ok; else no "16-bit products' operands on the GPU: $got (matrix-vector residual as C|permuted operand read with a unit stride x2), expected 1|1|1; $(head -c 300 "$TMP/err")"; fi
 # the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
 # weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
 for m in tests/layout/*.json; do
