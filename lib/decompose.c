@@ -1708,9 +1708,7 @@ static const Node *viewed_product_add(const Graph *g, const Node *u, const int *
  * before the product (an epilogue reads what is computed before it). */
 static int sink_product_views(Graph *g) {
   Arena *a = g->ctx->arena;
-  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
-  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
-  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
+  int *uses = graph_uses(g, NULL);
   const Node **view = arena_array(a, (size_t)g->nnodes + 1, sizeof *view);   /* by the addition's index: the view it reads */
   Node **adds = arena_array(a, (size_t)g->nnodes + 1, sizeof *adds);         /* by the product's index: the addition */
   Value **res = arena_array(a, (size_t)g->nnodes + 1, sizeof *res);          /* by the addition's index: r viewed */
@@ -1756,7 +1754,7 @@ static int sink_product_views(Graph *g) {
 int emit_norm(struct Em *, struct Node *);
 
 /* a view that keeps every element once, in another shape or order */
-static bool reshape_of_one(const Node *n) {
+static bool view_of_all(const Node *n) {
   static const char *const perms[] = {"permute", "transpose.int", "t", "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze"};
   if (!n || !n->op || n->nouts != 1 || n->args[0].k != AK_TENSOR) return false;
   if (view_is_reshape(n->op)) return true;
@@ -1765,7 +1763,7 @@ static bool reshape_of_one(const Node *n) {
   return false;
 }
 
-/* a view of reshape_of_one's that keeps its input's last dim last (a product can read a 16-bit
+/* a view of view_of_all's that keeps its input's last dim last (a product can read a 16-bit
  * operand through it: one of its two last strides stays 1) */
 static bool keeps_last_dim(const Node *n) {
   const Value *x = n->args[0].u.t;
@@ -1797,8 +1795,8 @@ static bool cast_joins(const Node *d) { return d && d->op && d->nouts == 1 && (s
  * pointwise and fuses with a pointwise producer or reader, but not through a reshape between them
  * (--precision bf16 puts casts around every product: GPT-2's Conv1D is addmm, then a view):
  * - a cast of a view of x (a reshape or a permutation that keeps the last dim last: a 16-bit product
- *   reads it in place), x computed by a pointwise node or a norm and read by nothing else, becomes that
- *   view of x's cast, which x's kernel then writes (the GELU before a
+ *   reads it in place), x computed by a pointwise node or a norm, and the cast not computed by a
+ *   pointwise reader anyway, becomes that view of x's cast, which x's kernel then writes (the GELU before a
  *   product writes bfloat16 directly; a norm stores it, schedule.c's norm_stores_cast);
  * - a cast read only by such a view, of a value computed otherwise (a product), becomes the cast of
  *   x's view, which its readers then compute (the residual addition reads the product's bfloat16).
@@ -1806,11 +1804,9 @@ static bool cast_joins(const Node *d) { return d && d->op && d->nouts == 1 && (s
 static int casts_by_their_arithmetic(Graph *g) {
   Arena *a = g->ctx->arena;
   for (int pass = 0; pass < 4; pass++) {
-    int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
-    Node **reader = arena_array(a, (size_t)g->nvalues + 1, sizeof *reader);
+    Node **reader;
+    int *uses = graph_uses(g, &reader);
     bool *gone = arena_array(a, (size_t)g->nnodes + 1, sizeof *gone);
-    for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
-    for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; reader[v->id] = g->nodes[k]; })
     Rw r = {.g = g, .tag = "cast"};
     int moved = 0;
     for (int k = 0; k < g->nnodes; k++) {
@@ -1821,11 +1817,12 @@ static int casts_by_their_arithmetic(Graph *g) {
       Node *v = x->def, *u = uses[y->id] == 1 ? reader[y->id] : NULL;
       r.orig = n;
       r.k = 0;
-      if (reshape_of_one(v) && keeps_last_dim(v) && uses[x->id] == 1 && uses[v->args[0].u.t->id] == 1 && cast_joins(v->args[0].u.t->def)) {
+      bool fused = u && sched_is_pointwise(u) && value_same_shape(g, y, u->outs[0]);   /* its reader computes it: through the view too */
+      if (view_of_all(v) && keeps_last_dim(v) && uses[x->id] == 1 && !fused && cast_joins(v->args[0].u.t->def)) {
         Value *c = CALL(&r, NULL, "_to_copy", "self", T(v->args[0].u.t), "dtype", DT(y->dtype));
         if (!c || !view_again(&r, y, v, c, y)) return -1;
         gg_log(g->ctx, LOG_DECOMP, "node %s: the cast moved before the reshape %s", gg_quote(g->ctx, n->name), gg_quote(g->ctx, v->name));
-      } else if (reshape_of_one(u) && !cast_joins(x->def)) {
+      } else if (view_of_all(u) && !cast_joins(x->def)) {
         Value *w = u->outs[0], *xv = view_again(&r, NULL, u, x, w);
         if (!xv || !CALL(&r, w, "_to_copy", "self", T(xv), "dtype", DT(y->dtype))) return -1;
         gone[u->id] = true;
@@ -1840,17 +1837,10 @@ static int casts_by_their_arithmetic(Graph *g) {
     g->nnodes = r.n;
     g->cap_nodes = r.cap;
     for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
-    graph_drop_dead(g, reshape_of_one);
+    graph_drop_dead(g, view_of_all);
     if (!moved) break;
   }
   return 0;
-}
-
-/* value a's scalar argument `name` is 1 (absent: its default) */
-static bool arg_one(const Node *n, const char *name) {
-  const Arg *a = rw_arg(n, name);
-  int64_t i;
-  return !a || a->k == AK_NONE || (a->k == AK_FLOAT ? a->u.f == 1 : a->k == AK_INT && expr_is_const(a->u.i, &i) && i == 1);
 }
 
 /* On the GPU a 16-bit product whose result only its widening to float32 reads, then added to a
@@ -1862,27 +1852,25 @@ static bool arg_one(const Node *n, const char *name) {
  * value, rounded once (closer to the float32 model than autocast, never farther). */
 static int wide_product_bias(Graph *g) {
   Arena *a = g->ctx->arena;
-  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
-  Node **reader = arena_array(a, (size_t)g->nvalues + 1, sizeof *reader);
+  Node **reader;
+  int *uses = graph_uses(g, &reader);
   bool *gone = arena_array(a, (size_t)g->nnodes + 1, sizeof *gone);
-  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
-  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; reader[v->id] = g->nodes[k]; })
   Value **before = g->inputs;
   int nbefore = g->ninputs, moved = 0;
   Rw r = {.g = g, .tag = "wide"};
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
     if (gone[k]) continue;
-    bool lin = n->op && !strcmp(n->op->name, "linear"), mm = n->op && !strcmp(n->op->name, "addmm") && arg_one(n, "beta") && arg_one(n, "alpha");
+    bool lin = n->op && !strcmp(n->op->name, "linear"), mm = n->op && !strcmp(n->op->name, "addmm") && rw_arg_one(n, "beta") && rw_arg_one(n, "alpha");
     Value *y = n->nouts == 1 ? n->outs[0] : NULL, *b = lin ? rw_targ(n, "bias") : mm ? rw_targ(n, "self") : NULL;
 #define ONLY_READER(v) ((v) && uses[(v)->id] == 1 ? reader[(v)->id] : NULL)
-    Node *v = ONLY_READER(y), *c = reshape_of_one(v) && view_is_reshape(v->op) ? ONLY_READER(v->outs[0]) : v;   /* GPT-2's Conv1D: a view first */
+    Node *v = ONLY_READER(y), *c = view_of_all(v) && view_is_reshape(v->op) ? ONLY_READER(v->outs[0]) : v;   /* GPT-2's Conv1D: a view first */
     Node *u = c ? ONLY_READER(c->outs[0]) : NULL;
 #undef ONLY_READER
     if (c == v) v = NULL;
-    Value *w = c ? c->outs[0] : NULL, *o = u ? (rw_targ(u, "self") == w ? rw_targ(u, "other") : rw_targ(u, "other") == w ? rw_targ(u, "self") : NULL) : NULL;
-    if (!b || b->rank != 1 || (y->dtype != DT_BF16 && y->dtype != DT_F16) || !sched_is_float_cast(c) || w->dtype != DT_F32 || !u || !u->op || strcmp(u->op->name, "add.Tensor") ||
-        !arg_one(u, "alpha") || !o || o == w || o->dtype != DT_F32 || !value_same_shape(g, o, w) || (v && o->def && o->def->id > n->id)) {
+    Value *w = c ? c->outs[0] : NULL, *o = u ? sched_added_to(u, w) : NULL;
+    if (!b || b->rank != 1 || (y->dtype != DT_BF16 && y->dtype != DT_F16) || !sched_is_float_cast(c) || w->dtype != DT_F32 || !o || o->dtype != DT_F32 ||
+        !value_same_shape(g, o, w) || (v && o->def && o->def->id > n->id)) {
       rw_push(&r, n);
       continue;
     }

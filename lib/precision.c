@@ -110,9 +110,7 @@ static int retype(Graph *g, DType from, DType dt, bool (*pick)(const Graph *, co
   bool narrow = from == DT_F32;
   int nv = g->nvalues, changed = 0;
   Value **low = arena_array(c->arena, (size_t)nv + 1, sizeof *low);   /* by value id: its copy in dt, made once */
-  int *uses = arena_array(c->arena, (size_t)nv + 1, sizeof *uses);
-  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
-  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; })
+  int *uses = graph_uses(g, NULL);
   Value **before = g->inputs;
   int nbefore = g->ninputs;
   Rw r = {.g = g, .tag = narrow ? "lowp" : "wide"};

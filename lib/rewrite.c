@@ -104,6 +104,22 @@ double rw_farg(const Node *n, const char *name, double dflt) {
   return dflt;
 }
 
+int *graph_uses(Graph *g, Node ***reader) {
+  Arena *a = g->ctx->arena;
+  int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);
+  Node **rd = reader ? arena_array(a, (size_t)g->nvalues + 1, sizeof *rd) : NULL;
+  for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i].v->id] += 2;
+  for (int k = 0; k < g->nnodes; k++) FOR_TENSOR_ARGS(g->nodes[k], v, { uses[v->id]++; if (rd) rd[v->id] = g->nodes[k]; })
+  if (reader) *reader = rd;
+  return uses;
+}
+
+bool rw_arg_one(const Node *n, const char *name) {
+  const Arg *a = rw_arg(n, name);
+  int64_t i;
+  return !a || a->k == AK_NONE || (a->k == AK_FLOAT ? a->u.f == 1 : a->k == AK_INT && expr_is_const(a->u.i, &i) && i == 1);
+}
+
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *)) {
   Arena *a = g->ctx->arena;
   int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);

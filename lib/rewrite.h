@@ -33,8 +33,12 @@ Value *rw_node(Rw *r, Value *into, const OpDef *op, const Arg *args);
 const Arg *rw_arg(const Node *n, const char *name);
 Value *rw_targ(const Node *n, const char *name);
 double rw_farg(const Node *n, const char *name, double dflt);
+bool rw_arg_one(const Node *n, const char *name);   /* scalar argument `name` is 1, or absent (alpha, beta) */
 /* Drop the nodes `droppable` accepts (pure: views, casts) whose results nothing reads, last first. */
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
+/* by value id: the nodes that read it, 2 more for an output of the graph (so that "read once" means
+ * by one node and nothing else); reader (may be NULL): filled with each value's last reader */
+int *graph_uses(Graph *g, Node ***reader);
 /* Pooling gradients (decompose.c), shared by autograd's rules and the exported backward ops. */
 Value *avg_pool_grad(Rw *r, Value *g, Value *x, const int64_t *k, const int64_t *st, const int64_t *pd, bool cip, const Arg *dov, Value *into);
 Value *adaptive_avg_pool_grad(Rw *r, Value *g, Value *x, Value *into);

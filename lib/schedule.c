@@ -62,18 +62,15 @@ static bool epilogue_dtype(const Graph *g, const Node *n) {
 }
 
 /* u is add.Tensor, alpha 1, of value y and another tensor: that tensor, else NULL */
-static Value *added_to(const Node *u, const Value *y) {
-  if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1) return NULL;
-  const Arg *al = rw_arg(u, "alpha");
-  int64_t i;
-  if (al && al->k != AK_NONE && !(al->k == AK_FLOAT ? al->u.f == 1 : al->k == AK_INT && expr_is_const(al->u.i, &i) && i == 1)) return NULL;
+Value *sched_added_to(const Node *u, const Value *y) {
+  if (!u->op || strcmp(u->op->name, "add.Tensor") || u->nouts != 1 || !rw_arg_one(u, "alpha")) return NULL;
   Value *a = rw_targ(u, "self"), *b = rw_targ(u, "other"), *r = a == y ? b : b == y ? a : NULL;
   return r != y ? r : NULL;
 }
 
 /* u adds to value y a tensor of y's shape and dtype, alpha 1: that tensor (cuBLASLt's C), else NULL */
 static Value *lt_addend(const Graph *g, const Node *u, const Value *y) {
-  Value *r = added_to(u, y);
+  Value *r = sched_added_to(u, y);
   return r && u->outs[0]->dtype == y->dtype && r->dtype == y->dtype && value_same_shape(g, r, y) ? r : NULL;
 }
 
@@ -89,7 +86,7 @@ static bool lt_widen(const Node *u, const Value *y) {
 /* u adds to value y (rank 2 or more) a float32 vector along its rows ([N] or [1, ..., 1, N]): that
  * vector, else NULL */
 static Value *lt_bias(const Graph *g, const Node *u, const Value *y) {
-  Value *r = added_to(u, y);
+  Value *r = sched_added_to(u, y);
   int64_t i;
   if (!r || u->outs[0]->dtype != DT_F32 || !value_same_shape(g, u->outs[0], y) || r->dtype != DT_F32 || r->rank < 1 || y->rank < 2 || r->rank > y->rank ||
       !expr_same(g, r->sizes[r->rank - 1], y->sizes[y->rank - 1]))
