@@ -93,6 +93,16 @@ typedef struct Conv {
   bool nhwc;                /* _conv_nhwc: x, out and w channels-last ([N, H, W, C], [K, R, S, C/g]) */
 } Conv;
 
+/* A layer or RMS norm over the last dims as emit_norm prepares it for a target: rows of len elements. */
+typedef struct Norm {
+  Node *n;
+  bool rms;
+  TV *x, *w, *b;            /* contiguous input, weight and bias (or NULL) */
+  TV *out, *mo, *ro;        /* the output (in the type the schedule stores), the mean and 1/std (or NULL) */
+  const Expr *len, *rows;
+  double eps;
+} Norm;
+
 /* An epilogue (schedule.c's chain after a product or convolution) as its kernel passes it on. */
 #define EPI_MAX 8   /* gg_rt.h's GG_EPI_MAX */
 typedef struct Params {
@@ -120,6 +130,7 @@ typedef struct Target {
   void (*pool)(Em *e, DType dt);              /* the runtime call of a pooling kernel (x, y, idx, p) */
   void (*conv_wgrad)(Em *e, DType dt);        /* the runtime call of a convolution's weight and bias gradients (c, x, dy, dw, db, col, tmp) */
   int (*attention)(Em *e, Node *n);           /* scaled_dot_product_attention whole (NULL: decomposed) */
+  int (*norm)(Em *e, const Norm *nm);         /* a norm's kernel of the target's own; 1: the generic row kernel (NULL: always) */
   const char *run_start;    /* the run function's first statements */
   const char *device_code;  /* "kDLCPU" / "kDLCUDA" */
   void (*prelude)(Graph *g, FILE *out);       /* the model file's includes and definitions */

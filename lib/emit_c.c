@@ -346,4 +346,4 @@ static void prelude_c(Graph *g, FILE *out) {
 
 static void finish_c(FILE *out, const char *errs) { (void)out; (void)errs; }
 
-const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};
+const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, NULL, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};

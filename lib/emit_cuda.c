@@ -433,6 +433,86 @@ static int attention_cuda(Em *e, Node *n) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- norms */
+
+/* A layer or RMS norm whose row fits in registers (float32 or 16-bit, a static length of at most 64
+ * 16-byte vectors' elements a lane, in 16-byte aligned memory): G lanes a row (the fewest powers of
+ * two that leave each at most 4 vectors, up to 32), 32 / G rows a warp. Each lane loads its vectors
+ * of the row once, 16 bytes at a time, and the mean, the variance (two passes over the registers,
+ * as the generic kernel's over memory) and the output come from there; the output is stored 16 bytes
+ * at a time too (8 for a float32 row stored as bfloat16). 1 for any other row: the generic kernel,
+ * a warp a row with element loads, reading the row three times. */
+static int norm_cuda(Em *e, const Norm *nm) {
+  const TV *x = nm->x, *out = nm->out;
+  int64_t L, xoff, ooff, xs = dtype_info(x->dt)->size, os = dtype_info(out->dt)->size;
+  if ((x->dt != DT_F32 && x->dt != DT_BF16 && x->dt != DT_F16) || (out->dt != DT_F32 && out->dt != DT_BF16 && out->dt != DT_F16)) return 1;
+  if (!expr_is_const(nm->len, &L) || !expr_is_const(x->offset, &xoff) || !expr_is_const(out->offset, &ooff)) return 1;
+  int VW = (int)(16 / xs);   /* a 16-byte vector of x */
+  bool xa = e->st[x->stor].kind == S_SCRATCH || e->st[x->stor].aligned, oa = e->st[out->stor].kind == S_SCRATCH || e->st[out->stor].aligned;
+  if (!xa || !oa || L <= 0 || L % VW || xoff % VW || ooff % VW) return 1;
+  int64_t nvec = L / VW;
+  int G = 1;
+  while (G < 32 && (nvec + G - 1) / G > 4) G *= 2;
+  int NV = (int)((nvec + G - 1) / G);
+  if (NV * VW > 64) return 1;
+  bool full = nvec % G == 0;   /* every lane's vectors in the row: no column test */
+  int RW = 32 / G, ob = VW * (int)os;   /* rows a warp; bytes of a vector's output */
+  Node *n = nm->n;
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, nm->rms ? "rms norm rows in registers" : "layer norm rows in registers");
+  kopen(e, id, false, false);
+  const char *T = ctype(out->dt), *X = ctype(x->dt);
+  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, nm->mo ? ctype(nm->mo->dt) : "void",
+          nm->ro ? ctype(nm->ro->dt) : "void", X, nm->w ? ctype(nm->w->dt) : "void", nm->b ? ctype(nm->b->dt) : "void");
+  ksyms(e);
+  const char *nr = cx(e, nm->rows);
+  e->launch = arena_printf(e->a, "((%s) + %d) / %d * 32", nr, RW - 1, RW);
+  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = INT64_C(%lld), R = %s;\n", (long long)L, nr);
+  fprintf(f, "  const int lane = threadIdx.x & 31, q = lane & %d;   /* %d lanes a row, %d rows a warp, %d vectors a lane */\n", G - 1, G, RW, NV);
+  fprintf(f, "  for (int64_t r0 = ((blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5) * %d; r0 < R; r0 += ((gridDim.x * (int64_t)blockDim.x) >> 5) * %d) {\n", RW, RW);
+  fprintf(f, "    const int64_t r = r0 + (lane >> %d);\n    const bool live = r < R;\n    float xr[%d];\n", __builtin_ctz((unsigned)G), NV * VW);
+  const char *col = full ? "live" : "live && c < L";
+  fprintf(f, "    _Pragma(\"unroll\") for (int t = 0; t < %d; t++) {\n      const int64_t c = (q + %d * t) * %d;\n", NV, G, VW);
+  fprintf(f, "      __align__(16) %s p[%d];\n      if (%s) *(uint4 *)p = *(const uint4 *)(x + r * L + c);\n      else *(uint4 *)p = make_uint4(0, 0, 0, 0);\n", X, VW, col);
+  fprintf(f, "      _Pragma(\"unroll\") for (int v = 0; v < %d; v++) xr[t * %d + v] = ", VW, VW);
+  load_r(f, x->dt, "p", "v", "float");
+  fputs(";\n    }\n    float m = 0, v = 0;\n", f);
+  const char *shfl = G > 1 ? arena_printf(e->a, "    for (int sh = %d; sh; sh >>= 1) %%s += __shfl_xor_sync(0xffffffffu, %%s, sh);\n", G / 2) : "";
+  if (!nm->rms) {   /* padding is zero: it adds nothing to the sum */
+    fprintf(f, "    _Pragma(\"unroll\") for (int k = 0; k < %d; k++) m += xr[k];\n", NV * VW);
+    fprintf(f, shfl, "m", "m");
+    fputs("    m /= (float)L;\n", f);
+  }
+  if (full) fprintf(f, "    _Pragma(\"unroll\") for (int k = 0; k < %d; k++) { float d = xr[k] - m; v += d * d; }\n", NV * VW);
+  else fprintf(f, "    _Pragma(\"unroll\") for (int k = 0; k < %d; k++) if ((q + %d * (k / %d)) * %d < L) { float d = xr[k] - m; v += d * d; }\n", NV * VW, G, VW, VW);
+  fprintf(f, shfl, "v", "v");
+  fprintf(f, "    const float rs = 1.0f / sqrt(v / (float)L + (float)%.17g);\n", nm->eps);
+  fprintf(f, "    _Pragma(\"unroll\") for (int t = 0; t < %d; t++) {\n      const int64_t c = (q + %d * t) * %d;\n      if (!(%s)) continue;\n", NV, G, VW, col);
+  fprintf(f, "      __align__(16) %s o[%d];\n      _Pragma(\"unroll\") for (int u = 0; u < %d; u++) {\n        const float z = (xr[t * %d + u] - m) * rs", T, VW, VW, VW);
+  if (nm->w) { fputs(" * ", f); load_r(f, nm->w->dt, "w", "c + u", "float"); }
+  if (nm->b) { fputs(" + ", f); load_r(f, nm->b->dt, "b", "c + u", "float"); }
+  fputs(";\n        ", f);
+  store(f, out->dt, true, "o", "u", "z");
+  fputs("      }\n", f);
+  if (ob == 8) fputs("      *(uint2 *)(y + r * L + c) = *(const uint2 *)o;\n", f);
+  else fprintf(f, "      _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)(y + r * L + c))[j] = ((const uint4 *)o)[j];\n", ob / 16);
+  fputs("    }\n", f);
+  if (nm->mo) {
+    fputs("    if (live && q == 0) {\n      ", f);
+    store(f, nm->mo->dt, true, "mo", "r", "m");
+    fputs("      ", f);
+    store(f, nm->ro->dt, true, "ro", "r", "rs");
+    fputs("    }\n", f);
+  }
+  fputs("  }\n}\n", f);
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s", sname(e, out->stor), nm->mo ? sname(e, nm->mo->stor) : "NULL", nm->ro ? sname(e, nm->ro->stor) : "NULL",
+          sname(e, x->stor), nm->w ? sname(e, nm->w->stor) : "NULL", nm->b ? sname(e, nm->b->stor) : "NULL");
+  kcall_end(e);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- the module */
 
 /* the host file (model.c): plain C, no CUDA header */
@@ -463,6 +543,6 @@ static void finish_cuda(FILE *out, const char *errs) {
   fputs("  }\n  return \"index out of range\";\n}\n", out);
 }
 
-const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, true, product_cuda, conv_cuda, pool_cuda, conv_wgrad_cuda, attention_cuda,
+const Target gg_target_cuda = {&gg_dialect_cuda, "", false, true, true, product_cuda, conv_cuda, pool_cuda, conv_wgrad_cuda, attention_cuda, norm_cuda,
                                "  gg_s S;\n  for (int i = 0; i < (int)(sizeof S.v / sizeof S.v[0]); i++) S.v[i] = s[i];\n  (void)S;\n", "kDLCUDA",
                                prelude_cuda, device_prelude_cuda, finish_cuda};

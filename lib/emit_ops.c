@@ -651,12 +651,17 @@ int emit_norm(Em *e, Node *n) {
   TV *out = alloc_value(e, sched_stored(e->s, n));
   e->tv[n->outs[0]->id] = *out;
   TV *mo = n->nouts == 3 ? alloc_value(e, n->outs[1]) : NULL, *ro = n->nouts == 3 ? alloc_value(e, n->outs[2]) : NULL;
+  if (e->t->norm) {   /* the target's own kernel where the rows suit it */
+    const Norm nm = {n, rms, x, w, b, out, mo, ro, len, rows, eps};
+    int r = e->t->norm(e, &nm);
+    if (r != 1) return r;
+  }
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, rms ? "rms norm rows" : "layer norm rows");
   const char *T = ctype(out->dt);
   kopen_vec(e, id);
-  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, mo ? T : "void", ro ? T : "void",
+  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, mo ? ctype(mo->dt) : "void", ro ? ctype(ro->dt) : "void",
           ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
   ksyms(e);
   fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = %s;\n", cx(e, len));

@@ -581,6 +581,13 @@ got="$(grep -c "^  k[0-9]* *layer norm rows *'[^']*'  + [a-z_0-9]*\.lowp0\.cast0
 got="$got|$(grep -c "gg_cu_gemm_ep(5, .*, bias + .*, res + " "$TMP/pv.cu/model.c")"
 if [ "$got" = "3|13|0|1|2" ] && grep -q "uint16_t \*restrict y, void \*restrict mo" "$TMP/pv.cu/model.cu"; then ok
 else no "--precision bf16's casts beside their arithmetic on the GPU: $got (norms storing casts|kernels|lone casts|GELU with both casts|widened products), expected 3|13|0|1|2; $(head -c 300 "$TMP/err")"; fi
+# Norms on the GPU keep their rows in registers where the row is whole 16-byte vectors of at most 64
+# floats a lane (norm_rows: six such rows, one of 30 floats in the generic kernel); make test-cuda runs them
+rm -rf "$TMP/nr"
+"$GG" compile tests/extra/norm_rows/model.pt2 --target cuda -S -o "$TMP/nr.cu" --debug-dir "$TMP/nr" >"$TMP/err" 2>&1
+got="$(grep -Ec "^  k[0-9]+ +(layer|rms) norm rows in registers " "$TMP/nr/schedule.txt")|$(grep -Ec "^  k[0-9]+ +layer norm rows +'layer_norm_3'" "$TMP/nr/schedule.txt")"
+if [ "$got" = "6|1" ]; then ok
+else no "norms in registers on the GPU: $got (in registers|generic), expected 6|1; $(head -c 300 "$TMP/err")"; fi
 # ... in inference: under --train (train_llama_mlp's gradient accumulation after a product) no product is widened by cuBLASLt
 "$GG" compile tests/extra/train_llama_mlp/model.pt2 --train --precision bf16 --target cuda -S -o "$TMP/tw.cu" >"$TMP/err" 2>&1
 if [ -s "$TMP/tw.cu/model.c" ] && ! grep -q "gg_cu_gemm_ep(5" "$TMP/tw.cu/model.c"; then ok

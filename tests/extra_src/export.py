@@ -151,6 +151,17 @@ case("creation", Fn(lambda s, x: (torch.arange(2, 11, 3, dtype=torch.float32) * 
 # normalization and attention
 case("norms", Fn(lambda s, x: (s.bn(x), s.gn(x), s.inorm(x), s.ln(x), F.rms_norm(x, (7,), eps=1e-6)),
                  bn=nn.BatchNorm2d(4), gn=nn.GroupNorm(2, 4), inorm=nn.InstanceNorm2d(4, affine=True), ln=nn.LayerNorm([5, 7])), r(2, 4, 5, 7))
+# norms whose rows the GPU keeps in registers (a row's 16-byte vectors over 1-32 lanes): a bfloat16
+# row of 96 (ConvNeXt's) with its mean and 1/std, 10 rows where a warp takes 8; float32 rows of 40 and
+# 1000, whose vectors the row's lanes do not divide; a float16 RMS row of one lane; 2048 bfloat16;
+# RMS over two dims; a row of 30 floats (not whole vectors: the generic kernel)
+B16 = torch.bfloat16
+case("norm_rows", Fn(lambda s, a, b, c, d, f: (torch.ops.aten.native_layer_norm(a * 2 + 1, [96], s.w96, s.b96, 1e-5),
+                                             s.ln40(b - 0.5), F.rms_norm(c * 3, (24,), s.w24, eps=1e-6), F.layer_norm(d + 1, (1000,)),
+                                             F.rms_norm((d * 2).view(2, 10, 100), (10, 100)), s.ln2048(f * 2), F.layer_norm(d[:, :30] * 2, (30,))),
+                     w96=nn.Parameter(torch.randn(96).to(B16)), b96=nn.Parameter(torch.randn(96).to(B16)), ln40=nn.LayerNorm(40),
+                     w24=nn.Parameter(torch.rand(24).to(torch.float16) + 0.5), ln2048=nn.LayerNorm(2048).to(B16)),
+     r(2, 5, 96).to(B16), r(3, 7, 40), r(3, 24).to(torch.float16), r(2, 1000), r(3, 2048).to(B16))
 case("attention", Fn(lambda s, q, k, v, m: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                           F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                                           F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], enable_gqa=True, scale=0.3))),
