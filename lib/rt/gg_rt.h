@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+#ifdef __CUDACC__
+#include <cuda_bf16.h>   /* the device's half and bfloat16 conversions (gg_f2bf, gg_f2h, gg_h2f) */
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -169,8 +172,12 @@ GG_HD int64_t gg_mod(int64_t a, int64_t b) { int64_t m = a % b; return (m != 0 &
 GG_HD int64_t gg_max(int64_t a, int64_t b) { return a > b ? a : b; }
 GG_HD int64_t gg_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* half and bfloat16 storage, converted through float (round to nearest even) */
+/* half and bfloat16 storage, converted through float (round to nearest even); on the device by its
+ * own instructions (cuda_fp16.h, cuda_bf16.h: the same values; a NaN rounds to 0x7fff) */
 GG_HD float gg_h2f(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(h));
+#else
   uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
   if (exp == 0) {
     float f = ldexpf((float)man, -24);
@@ -181,8 +188,12 @@ GG_HD float gg_h2f(uint16_t h) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
+#endif
 }
 GG_HD uint16_t gg_f2h(float f) {
+#ifdef __CUDA_ARCH__
+  return __half_as_ushort(__float2half_rn(f));
+#else
   double d = f, a = fabs(d);
   uint16_t sign = signbit(d) ? 0x8000 : 0;
   if (isnan(d)) return sign | 0x7e00;
@@ -197,14 +208,19 @@ GG_HD uint16_t gg_f2h(float f) {
   if (m == 2048) { m = 1024; exp++; }
   if (exp > 15) return sign | 0x7c00;
   return sign | (uint16_t)((exp + 15) << 10) | (uint16_t)(m - 1024);
+#endif
 }
 GG_HD float gg_bf2f(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
 GG_HD uint16_t gg_f2bf(float f) {
+#ifdef __CUDA_ARCH__
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#else
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
   x += 0x7fff + ((x >> 16) & 1);
   return (uint16_t)(x >> 16);
+#endif
 }
 
 /* The pointwise nodes the emitter fused after a product or convolution (its epilogue; the emitter
