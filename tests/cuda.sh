@@ -82,9 +82,9 @@ if "$GG" compile tests/extra/train_tiny_resnet/model.pt2 --train --target cuda -
 else
   echo "FAIL: cannot compile the data-parallel model: $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
 fi
-echo "== CUDA ABI: guards, graph replay, streams"
+echo "== CUDA ABI: guards, graph replay, streams; the device's half and bfloat16 conversions"
 if "$GG" compile tests/corpus/models/mlp/model.pt2 --target cuda -o "$TMP/mlp.so" &&
-   ${NVCC:-nvcc} -Iinclude -I/usr/include/x86_64-linux-gnu tests/cuda_abi.cu -o "$TMP/cuda_abi" -ldl; then
+   ${NVCC:-nvcc} -Iinclude -Ilib/rt -I/usr/include/x86_64-linux-gnu tests/cuda_abi.cu -o "$TMP/cuda_abi" -ldl; then
   "$TMP/cuda_abi" "$TMP/mlp.so" >"$TMP/abi" 2>&1
   cat "$TMP/abi"
   line=$(tail -n 1 "$TMP/abi")

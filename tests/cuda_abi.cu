@@ -1,16 +1,58 @@
 /* cuda_abi.cu MODEL.so: the CUDA ABI of a model compiled with --target cuda from
  * tests/corpus/models/mlp (one input x float32[8, 64]), on a machine with a GPU (make test-cuda):
  * host tensors are refused by the guards; repeated runs replay the captured graph and read the
- * inputs' current values; new addresses are captured again; a caller's stream is honoured. */
+ * inputs' current values; new addresses are captured again; a caller's stream is honoured. And the
+ * runtime's half and bfloat16 conversions (gg_rt.h) give on the device what they give on the host. */
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "gcc_graph.h"
+#include "gg_rt.h"
 
 static int pass, fail;
 #define CHECK(cond, what) do { if (cond) pass++; else { fail++; printf("FAIL %s\n", what); } } while (0)
+
+/* every 127th float bit pattern (all exponents, signs and NaNs among them) and every half */
+#define CONV_STEP 127u
+#define CONV_N (0xffffffffu / CONV_STEP + 1)
+__global__ void conversions(uint16_t *bf, uint16_t *h, float *hf) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < CONV_N; i += gridDim.x * blockDim.x) {
+    uint32_t b = i * CONV_STEP;
+    float f;
+    memcpy(&f, &b, 4);
+    bf[i] = gg_f2bf(f);
+    h[i] = gg_f2h(f);
+    if (i < 65536) hf[i] = gg_h2f((uint16_t)i);
+  }
+}
+
+static void check_conversions(void) {
+  uint16_t *bf, *h;
+  float *hf;
+  cudaMallocManaged(&bf, CONV_N * 2);
+  cudaMallocManaged(&h, CONV_N * 2);
+  cudaMallocManaged(&hf, 65536 * 4);
+  conversions<<<1024, 256>>>(bf, h, hf);
+  cudaDeviceSynchronize();
+  long bad_bf = 0, bad_h = 0, bad_hf = 0;
+  for (uint32_t i = 0; i < CONV_N; i++) {
+    uint32_t b = i * CONV_STEP;
+    float f;
+    memcpy(&f, &b, 4);
+    if (isnan(f)) { bad_bf += !isnan(gg_bf2f(bf[i])); bad_h += !isnan(gg_h2f(h[i])); continue; }   /* any NaN */
+    bad_bf += bf[i] != gg_f2bf(f);
+    bad_h += h[i] != gg_f2h(f);
+  }
+  for (uint32_t i = 0; i < 65536; i++) {
+    float a = gg_h2f((uint16_t)i);
+    bad_hf += isnan(a) ? !isnan(hf[i]) : memcmp(&a, &hf[i], 4) != 0;
+  }
+  if (bad_bf || bad_h || bad_hf) printf("  conversions: %ld bfloat16, %ld half, %ld half -> float differ\n", bad_bf, bad_h, bad_hf);
+  CHECK(bad_bf == 0 && bad_h == 0 && bad_hf == 0, "half and bfloat16 conversions: the device's equal the host's");
+  cudaFree(bf), cudaFree(h), cudaFree(hf);
+}
 
 typedef int (*open_fn)(gg_model **, const char *, char *, size_t);
 typedef int (*run_fn)(gg_model *, const DLTensor *, int, DLTensor *, int, char *, size_t);
@@ -77,6 +119,7 @@ int main(int argc, char **argv) {
   CHECK(run(m, &x, 1, &y, 1, err, sizeof err) == 0, err);
   cl(m);
   cudaStreamDestroy(st);
+  check_conversions();
   printf("%d passed, %d failed\n", pass, fail);
   return fail != 0;
 }
