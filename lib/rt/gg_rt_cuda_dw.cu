@@ -93,10 +93,11 @@ template <int DT> __global__ void __launch_bounds__(256) dw_nhwc_v8(gg_conv c, c
 
 /* dw_nhwc_v8 for stride 1 and dilation 1 along the width, KW taps wide: a thread computes DW_OWT
  * outputs along the width, so that a row's KW + DW_OWT - 1 input columns are loaded once for all of
- * them (7x7: 10 loads for 4 outputs, not 28). Each output's taps in the same order, the ones outside
- * the image skipped: the same results. */
+ * them (7x7: 10 loads for 4 outputs, not 28), converted to float once. Each output's taps in the
+ * same order; a tap outside the image adds 0 * w (the zero padding itself: x + 0 is x, the same sums
+ * but for an infinite or NaN weight at the border). */
 #define DW_OWT 4
-template <int DT, int KW> __global__ void __launch_bounds__(256) dw_nhwc_v8w(gg_conv c, const uint16_t *x, const void *w, const void *bias, uint16_t *y) {
+template <int DT, int KW> __global__ void __launch_bounds__(256, 2) dw_nhwc_v8w(gg_conv c, const uint16_t *x, const void *w, const void *bias, uint16_t *y) {
   extern __shared__ float dw_w[];   /* [R * KW][DW_CT] */
   const int C = (int)c.Cout, R = (int)c.k[1], c0 = blockIdx.x * DW_CT, cl = threadIdx.x * 8;
   if (!dw_taps<DT>(dw_w, w, c0, C, R * KW, cl)) return;
@@ -113,24 +114,18 @@ template <int DT, int KW> __global__ void __launch_bounds__(256) dw_nhwc_v8w(gg_
       const int64_t ih = oh * sh - ph + r * dh;
       if (ih < 0 || ih >= H) continue;
       const uint16_t *row = x + (n * H + ih) * W * C + c0 + cl;
-      uint4 col[DW_OWT + KW - 1];
-      bool in[DW_OWT + KW - 1];
+      float cf[DW_OWT + KW - 1][8];   /* the row's columns in float, converted once (zeros outside the image) */
       for (int m = 0; m < DW_OWT + KW - 1; m++) {
         const int64_t iw = ow0 - pw + m;
-        in[m] = iw >= 0 && iw < W;
-        col[m] = in[m] ? *(const uint4 *)(row + iw * C) : make_uint4(0, 0, 0, 0);
+        const uint4 v = iw >= 0 && iw < W ? *(const uint4 *)(row + iw * C) : make_uint4(0, 0, 0, 0);
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+        for (int k = 0; k < 8; k++) cf[m][k] = DT == 2 ? gg_h2f((uint16_t)(u[k / 2] >> (16 * (k % 2)))) : __uint_as_float(k % 2 ? u[k / 2] & 0xffff0000u : u[k / 2] << 16);
       }
       for (int t = 0; t < KW; t++) {
         const float4 w0 = *(const float4 *)&dw_w[(r * KW + t) * DW_CT + cl], w1 = *(const float4 *)&dw_w[(r * KW + t) * DW_CT + cl + 4];
         const float wk[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-        for (int j = 0; j < DW_OWT; j++) {
-          if (!in[j + t]) continue;
-          const uint32_t u[4] = {col[j + t].x, col[j + t].y, col[j + t].z, col[j + t].w};
-          for (int k = 0; k < 8; k++) {
-            const uint16_t h = (uint16_t)(u[k / 2] >> (16 * (k % 2)));
-            acc[j][k] += (DT == 2 ? gg_h2f(h) : gg_bf2f(h)) * wk[k];
-          }
-        }
+        for (int j = 0; j < DW_OWT; j++)
+          for (int k = 0; k < 8; k++) acc[j][k] += cf[j + t][k] * wk[k];
       }
     }
     for (int j = 0; j < DW_OWT && ow0 + j < OW; j++) {
