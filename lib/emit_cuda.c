@@ -1,7 +1,7 @@
 /* emit_cuda.c: the CUDA target (emit.h lists the emitter files).
  * Requires and guarantees: as emit.c. Kernels are __global__ functions launched on the run's stream:
  * a thread per element in grid-stride loops (32-bit index arithmetic where the size allows), a warp
- * per row for normalization and softmax; products go to cuBLASLt/cuBLAS, convolutions and pooling
+ * per row for normalization and softmax (a norm's row in registers where it fits: norm_cuda); products go to cuBLASLt/cuBLAS, convolutions and pooling
  * to the CUDA runtime (gg_rt_cuda.cu), through host functions. Kernels that meet an index out of
  * range leave their id in gg_dev_err; the module's error table names the node. */
 #include "emit.h"
