@@ -1797,7 +1797,7 @@ static bool cast_joins(const Node *d) { return d && d->op && d->nouts == 1 && (s
  * - a cast of a view of x (a reshape or a permutation that keeps the last dim last: a 16-bit product
  *   reads it in place), x computed by a pointwise node or a norm, and the cast not computed by a
  *   pointwise reader anyway, becomes that view of x's cast, which x's kernel then writes (the GELU before a
- *   product writes bfloat16 directly; a norm stores it, schedule.c's norm_stores_cast);
+ *   product writes bfloat16 directly; a norm stores it, schedule.c's norm_cast);
  * - a cast read only by such a view, of a value computed otherwise (a product), becomes the cast of
  *   x's view, which its readers then compute (the residual addition reads the product's bfloat16).
  * The same values: a cast commutes with a view that keeps each element once. Repeated, for views of views. */

@@ -644,6 +644,7 @@ static int vector_width(Em *e, const TV *out) {
 }
 
 int emit_pointwise(Em *e, Node *n) {
+  if (e->s->role[n->id] == SN_EPILOGUE && sched_norm_second(e->s, e->s->into[n->id])) return 0;   /* the norm stored it (emit_norm) */
   if (e->s->role[n->id] == SN_EPILOGUE) {   /* applied in a product's or convolution's epilogue: the result is in its output */
     TV *src = tv_of(e, n, e->s->into[n->id]->outs[0]);
     if (!src) return -1;

@@ -99,6 +99,7 @@ typedef struct Norm {
   bool rms;
   TV *x, *w, *b;            /* contiguous input, weight and bias (or NULL) */
   TV *out, *mo, *ro;        /* the output (in the type the schedule stores), the mean and 1/std (or NULL) */
+  TV *out2;                 /* the output's narrowed copy stored beside it (sched_norm_second), or NULL */
   const Expr *len, *rows;
   double eps;
 } Norm;

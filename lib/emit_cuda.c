@@ -450,6 +450,11 @@ static int norm_cuda(Em *e, const Norm *nm) {
   int VW = (int)(16 / xs);   /* a 16-byte vector of x */
   bool xa = e->st[x->stor].kind == S_SCRATCH || e->st[x->stor].aligned, oa = e->st[out->stor].kind == S_SCRATCH || e->st[out->stor].aligned;
   if (!xa || !oa || L <= 0 || L % VW || xoff % VW || ooff % VW) return 1;
+  const TV *o2 = nm->out2;   /* a narrowed copy stored beside the output */
+  int64_t o2off = 0;
+  if (o2 && (!expr_is_const(o2->offset, &o2off) || o2off % VW || !(e->st[o2->stor].kind == S_SCRATCH || e->st[o2->stor].aligned) ||
+             (o2->dt != DT_BF16 && o2->dt != DT_F16)))
+    return 1;
   int64_t nvec = L / VW;
   int G = 1;
   while (G < 32 && (nvec + G - 1) / G > 4) G *= 2;
@@ -463,12 +468,12 @@ static int norm_cuda(Em *e, const Norm *nm) {
   kernel_begin(e, n, nm->rms ? "rms norm rows in registers" : "layer norm rows in registers");
   kopen(e, id, false, false);
   const char *T = ctype(out->dt), *X = ctype(x->dt);
-  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, nm->mo ? ctype(nm->mo->dt) : "void",
-          nm->ro ? ctype(nm->ro->dt) : "void", X, nm->w ? ctype(nm->w->dt) : "void", nm->b ? ctype(nm->b->dt) : "void");
+  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b, %s *restrict y2", T, nm->mo ? ctype(nm->mo->dt) : "void",
+          nm->ro ? ctype(nm->ro->dt) : "void", X, nm->w ? ctype(nm->w->dt) : "void", nm->b ? ctype(nm->b->dt) : "void", o2 ? ctype(o2->dt) : "void");
   ksyms(e);
   const char *nr = cx(e, nm->rows);
   e->launch = arena_printf(e->a, "((%s) + %d) / %d * 32", nr, RW - 1, RW);
-  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = INT64_C(%lld), R = %s;\n", (long long)L, nr);
+  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b; (void)y2;\n  const int64_t L = INT64_C(%lld), R = %s;\n", (long long)L, nr);
   fprintf(f, "  const int lane = threadIdx.x & 31, q = lane & %d;   /* %d lanes a row, %d rows a warp, %d vectors a lane */\n", G - 1, G, RW, NV);
   fprintf(f, "  for (int64_t r0 = ((blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5) * %d; r0 < R; r0 += ((gridDim.x * (int64_t)blockDim.x) >> 5) * %d) {\n", RW, RW);
   fprintf(f, "    const int64_t r = r0 + (lane >> %d);\n    const bool live = r < R;\n    float xr[%d];\n", __builtin_ctz((unsigned)G), NV * VW);
@@ -489,14 +494,21 @@ static int norm_cuda(Em *e, const Norm *nm) {
   fprintf(f, shfl, "v", "v");
   fprintf(f, "    const float rs = 1.0f / sqrt(v / (float)L + (float)%.17g);\n", nm->eps);
   fprintf(f, "    _Pragma(\"unroll\") for (int t = 0; t < %d; t++) {\n      const int64_t c = (q + %d * t) * %d;\n      if (!(%s)) continue;\n", NV, G, VW, col);
-  fprintf(f, "      __align__(16) %s o[%d];\n      _Pragma(\"unroll\") for (int u = 0; u < %d; u++) {\n        const float z = (xr[t * %d + u] - m) * rs", T, VW, VW, VW);
+  fprintf(f, "      __align__(16) %s o[%d];\n", T, VW);
+  if (o2) fprintf(f, "      __align__(16) %s o2[%d];\n", ctype(o2->dt), VW);
+  fprintf(f, "      _Pragma(\"unroll\") for (int u = 0; u < %d; u++) {\n        const float z = (xr[t * %d + u] - m) * rs", VW, VW);
   if (nm->w) { fputs(" * ", f); load_r(f, nm->w->dt, "w", "c + u", "float"); }
   if (nm->b) { fputs(" + ", f); load_r(f, nm->b->dt, "b", "c + u", "float"); }
   fputs(";\n        ", f);
   store(f, out->dt, true, "o", "u", "z");
+  if (o2) { fputs("        ", f); store(f, o2->dt, true, "o2", "u", "z"); }   /* z is float32's value: the cast rounds it once */
   fputs("      }\n", f);
-  if (ob == 8) fputs("      *(uint2 *)(y + r * L + c) = *(const uint2 *)o;\n", f);
-  else fprintf(f, "      _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)(y + r * L + c))[j] = ((const uint4 *)o)[j];\n", ob / 16);
+  const char *ys[2] = {"y", "y2"}, *vs[2] = {"o", "o2"};
+  for (int q = 0; q < (o2 ? 2 : 1); q++) {
+    int bytes = q ? VW * 2 : ob;
+    if (bytes == 8) fprintf(f, "      *(uint2 *)(%s + r * L + c) = *(const uint2 *)%s;\n", ys[q], vs[q]);
+    else fprintf(f, "      _Pragma(\"unroll\") for (int j = 0; j < %d; j++) ((uint4 *)(%s + r * L + c))[j] = ((const uint4 *)%s)[j];\n", bytes / 16, ys[q], vs[q]);
+  }
   fputs("    }\n", f);
   if (nm->mo) {
     fputs("    if (live && q == 0) {\n      ", f);
@@ -507,8 +519,8 @@ static int norm_cuda(Em *e, const Norm *nm) {
   }
   fputs("  }\n}\n", f);
   kcall(e, id);
-  fprintf(e->r, "%s, %s, %s, %s, %s, %s", sname(e, out->stor), nm->mo ? sname(e, nm->mo->stor) : "NULL", nm->ro ? sname(e, nm->ro->stor) : "NULL",
-          sname(e, x->stor), nm->w ? sname(e, nm->w->stor) : "NULL", nm->b ? sname(e, nm->b->stor) : "NULL");
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s, %s", sname(e, out->stor), nm->mo ? sname(e, nm->mo->stor) : "NULL", nm->ro ? sname(e, nm->ro->stor) : "NULL",
+          sname(e, x->stor), nm->w ? sname(e, nm->w->stor) : "NULL", nm->b ? sname(e, nm->b->stor) : "NULL", o2 ? sname(e, o2->stor) : "NULL");
   kcall_end(e);
   return 0;
 }

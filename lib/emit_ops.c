@@ -647,12 +647,15 @@ int emit_norm(Em *e, Node *n) {
   const Expr *len = C(e, 1), *rows = C(e, 1);
   for (int i = 0; i < ns->n; i++) len = MUL(e, len, ns->u.is[i]);
   for (int d = 0; d < x->rank - ns->n; d++) rows = MUL(e, rows, x->sizes[d]);
-  /* the schedule's epilogue of a norm is a cast it stores (norm_stores_cast): the output in its type */
+  /* the schedule's epilogue of a norm is a cast it stores (norm_cast): the output in its type, or
+   * the output and the cast's value beside it (sched_norm_second: the output has other readers) */
   TV *out = alloc_value(e, sched_stored(e->s, n));
   e->tv[n->outs[0]->id] = *out;
+  Value *second = sched_norm_second(e->s, n);
+  TV *out2 = second ? alloc_value(e, second) : NULL;
   TV *mo = n->nouts == 3 ? alloc_value(e, n->outs[1]) : NULL, *ro = n->nouts == 3 ? alloc_value(e, n->outs[2]) : NULL;
   if (e->t->norm) {   /* the target's own kernel where the rows suit it */
-    const Norm nm = {n, rms, x, w, b, out, mo, ro, len, rows, eps};
+    const Norm nm = {n, rms, x, w, b, out, mo, ro, out2, len, rows, eps};
     int r = e->t->norm(e, &nm);
     if (r != 1) return r;
   }
@@ -661,10 +664,10 @@ int emit_norm(Em *e, Node *n) {
   kernel_begin(e, n, rms ? "rms norm rows" : "layer norm rows");
   const char *T = ctype(out->dt);
   kopen_vec(e, id);
-  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b", T, mo ? ctype(mo->dt) : "void", ro ? ctype(ro->dt) : "void",
-          ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void");
+  fprintf(f, "%s *restrict y, %s *restrict mo, %s *restrict ro, const %s *x, const %s *w, const %s *b, %s *restrict y2", T, mo ? ctype(mo->dt) : "void",
+          ro ? ctype(ro->dt) : "void", ctype(x->dt), w ? ctype(w->dt) : "void", b ? ctype(b->dt) : "void", out2 ? ctype(out2->dt) : "void");
   ksyms(e);
-  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b;\n  const int64_t L = %s;\n", cx(e, len));
+  fprintf(f, "  (void)mo; (void)ro; (void)w; (void)b; (void)y2;\n  const int64_t L = %s;\n", cx(e, len));
   int cl = open_rows(e, 1, &rows, len);
   fputs("    const int64_t r = i0;\n", f);
   const char *rt = real_type(e, x->dt);   /* float32 and half types in float on the GPU, as PyTorch's */
@@ -689,6 +692,7 @@ int emit_norm(Em *e, Node *n) {
   if (b) { fputs(" + ", f); load_r(f, b->dt, "b", "j", rt); }
   fputs(";\n      ", f);
   store(f, out->dt, true, "y", "r * L + j", "o");
+  if (out2) { fputs("      ", f); store(f, out2->dt, true, "y2", "r * L + j", "o"); }
   fputs("    }\n", f);
   if (mo) {
     fputs(e->rowwarp ? "    if (lane == 0) {\n    " : "    {\n    ", f);
@@ -700,8 +704,8 @@ int emit_norm(Em *e, Node *n) {
   close_loops(e, cl);
   fputs("}\n", f);
   kcall(e, id);
-  fprintf(e->r, "%s, %s, %s, %s, %s, %s", sname(e, out->stor), mo ? sname(e, mo->stor) : "NULL", ro ? sname(e, ro->stor) : "NULL", sname(e, x->stor),
-          w ? sname(e, w->stor) : "NULL", b ? sname(e, b->stor) : "NULL");
+  fprintf(e->r, "%s, %s, %s, %s, %s, %s, %s", sname(e, out->stor), mo ? sname(e, mo->stor) : "NULL", ro ? sname(e, ro->stor) : "NULL", sname(e, x->stor),
+          w ? sname(e, w->stor) : "NULL", b ? sname(e, b->stor) : "NULL", out2 ? sname(e, out2->stor) : "NULL");
   kcall_end(e);
   return 0;
 }

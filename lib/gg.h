@@ -360,6 +360,7 @@ bool sched_lt_epilogue(const struct Graph *g, const struct Node *p, struct Node 
 /* the value whose type and storage node n's kernel writes: its epilogue's last where that changes the
  * type (a narrowing cast a norm stores, a widening cast cuBLASLt applies), else its output */
 struct Value *sched_stored(const Schedule *s, const struct Node *n);
+struct Value *sched_norm_second(const Schedule *s, const struct Node *n);   /* the narrowed copy a GPU norm stores beside its value */
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
 struct Value *sched_added_to(const struct Node *u, const struct Value *y);   /* u is add.Tensor, alpha 1, of y and that tensor */
 bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */

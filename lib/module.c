@@ -163,6 +163,7 @@ static void kernel_stats(Em *e, KernelRec *r, int *mark, int stamp) {
     }
   for (int i = 0; i < n->nouts; i++)   /* an epilogue's result is written where the node's would be (a norm's cast: in its type) */
     wr += (double)value_nbytes(g, i == 0 ? sched_stored(e->s, n) : n->outs[i]);
+  if (sched_norm_second(e->s, n)) wr += (double)value_nbytes(g, sched_norm_second(e->s, n));   /* and a norm's narrowed copy */
   double ne, mf = node_matrix_flops(g, n);
   r->space = hint_shape(e, n->outs[0]->rank, n->outs[0]->sizes, &ne);
   if (mf > 0 && ne > 0) r->space = arena_printf(e->a, "%s x %.0f deep", r->space, mf / (2 * ne));

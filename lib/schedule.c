@@ -408,16 +408,32 @@ bool sched_rows_permuted(const Node *n, const Layout *a, const Value *w, const V
 
 int emit_norm(struct Em *, struct Node *);
 
-/* On the GPU a norm whose only reader narrows its float result (a cast to bfloat16 before a product,
- * under --precision bf16) stores the narrow type itself: its epilogue is that cast (emit_norm). The
- * same bits: the row kernel computes the float32 (float64) value the cast would have read, and rounds
- * it once either way. On the CPU it computes float32 rows in double, where rounding twice (to float32,
- * then to the narrow type) can differ from rounding once. */
-static bool norm_stores_cast(const Schedule *s, const Node *n) {
-  if (!s->g->ctx->cuda || !n->op || n->op->emit != emit_norm || n->nouts != 1) return false;
+/* On the GPU a norm read by a cast that narrows its float result (to bfloat16 before a product, under
+ * --precision bf16) stores the narrow type itself: its epilogue is that cast (emit_norm). Read by
+ * nothing else, the norm stores only the narrow type; read by others too (a post-norm block's norm is
+ * also its residual: BERT's), it stores both, its own type and the cast's (sched_norm_second), in one
+ * pass. The same bits: the row kernel computes the float32 (float64) value the cast would have read,
+ * and rounds it once either way. On the CPU it computes float32 rows in double, where rounding twice
+ * (to float32, then to the narrow type) can differ from rounding once. */
+static Node *norm_cast(const Schedule *s, const Node *n) {
+  if (!s->g->ctx->cuda || !n->op || n->op->emit != emit_norm || n->nouts != 1) return NULL;
   const Value *y = n->outs[0];
-  const Node *u = s->reader[y->id];
-  return s->uses[y->id] == 1 && sched_is_float_cast(u) && dtype_info(u->outs[0]->dtype)->size < dtype_info(y->dtype)->size;
+  if (s->uses[y->id] == 1) {
+    Node *u = s->reader[y->id];
+    return sched_is_float_cast(u) && dtype_info(u->outs[0]->dtype)->size < dtype_info(y->dtype)->size ? u : NULL;
+  }
+  for (int k = 0; k < s->g->nnodes; k++) {   /* the first narrowing cast among its readers */
+    Node *u = s->g->nodes[k];
+    if (u->op && sched_is_float_cast(u) && u->args[0].k == AK_TENSOR && u->args[0].u.t == y &&
+        dtype_info(u->outs[0]->dtype)->size < dtype_info(y->dtype)->size && !is_output(s, u->outs[0]))
+      return u;
+  }
+  return NULL;
+}
+
+/* The narrow copy that norm n stores beside its own value (norm_cast with other readers), or NULL */
+Value *sched_norm_second(const Schedule *s, const Node *n) {
+  return s->nchain[n->id] && n->op && n->op->emit == emit_norm && s->uses[n->outs[0]->id] > 1 ? s->chain[n->id][0]->outs[0] : NULL;
 }
 
 /* A fresh tensor for value v: contiguous, its own storage. */
@@ -491,6 +507,7 @@ Schedule *schedule_graph(Graph *g) {
     if (sched_is_pointwise(n) || sched_fusible_cat(s, n)) {
       Value *ov = n->outs[0];
       Node *u = s->reader[ov->id];
+      if (s->role[n->id] == SN_EPILOGUE && sched_norm_second(s, s->into[n->id])) { fresh(s, ov); continue; }   /* a norm's second output */
       if (s->role[n->id] == SN_EPILOGUE) {   /* its result is in the product's output */
         Value *p = s->into[n->id]->outs[0];
         s->layout[ov->id] = s->layout[p->id];
@@ -527,8 +544,8 @@ Schedule *schedule_graph(Graph *g) {
       Node *u = s->reader[n->outs[0]->id];
       if (s->pw_read[n->outs[0]->id]) refuse(s, n, s->uses[n->outs[0]->id] == 1 ? u : NULL, "the product's output is laid out in its input's row order (no epilogue)");
     } else if (takes_epilogue(n)) epilogue(s, n);
-    else if (norm_stores_cast(s, n)) {
-      Node *u = s->reader[n->outs[0]->id];
+    else if (norm_cast(s, n)) {
+      Node *u = norm_cast(s, n);
       s->chain[n->id] = arena_array(a, 1, sizeof *s->chain[n->id]);
       s->chain[n->id][0] = u;
       s->nchain[n->id] = 1;
@@ -541,6 +558,7 @@ Schedule *schedule_graph(Graph *g) {
 }
 
 Value *sched_stored(const Schedule *s, const Node *n) {
+  if (sched_norm_second(s, n)) return n->outs[0];   /* its own type, and the cast's beside it */
   Value *last = s->nchain[n->id] ? s->chain[n->id][s->nchain[n->id] - 1]->outs[0] : NULL;
   return last && last->dtype != n->outs[0]->dtype ? last : n->outs[0];
 }

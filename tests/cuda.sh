@@ -197,5 +197,12 @@ if "$GG" check $T/model.pt2 --train --target cuda --precision bf16 --inputs $T/i
 else
   echo "FAIL: check --precision bf16 on the GPU: $(tail -n 3 "$TMP/chk") / $(tail -n 3 "$TMP/chk2")"; fail=$((fail + 1))
 fi
+echo "== CUDA: check --precision bf16 of a post-norm encoder (bert_tiny: its norms store float32 and the bfloat16 copy the products read)"
+T=tests/corpus/models/bert_tiny
+if "$GG" check $T/model.pt2 --target cuda --precision bf16 --inputs $T/io.safetensors >"$TMP/chk" 2>&1 && grep -q "within 0.03, the lower type's" "$TMP/chk"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL: check --precision bf16 of bert_tiny on the GPU: $(tail -n 3 "$TMP/chk")"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -588,6 +588,13 @@ rm -rf "$TMP/nr"
 got="$(grep -Ec "^  k[0-9]+ +(layer|rms) norm rows in registers " "$TMP/nr/schedule.txt")|$(grep -Ec "^  k[0-9]+ +layer norm rows +'layer_norm_3'" "$TMP/nr/schedule.txt")"
 if [ "$got" = "6|1" ]; then ok
 else no "norms in registers on the GPU: $got (in registers|generic), expected 6|1; $(head -c 300 "$TMP/err")"; fi
+# ... a post-norm block's norm (bert_tiny: read by the residual and by the cast before the next products)
+# stores float32 and the bfloat16 copy in one kernel: 4 such norms, no cast of a norm a kernel of its own (31 kernels before)
+rm -rf "$TMP/bt"
+"$GG" compile tests/corpus/models/bert_tiny/model.pt2 --precision bf16 --target cuda -S -o "$TMP/bt.cu" --debug-dir "$TMP/bt" >"$TMP/err" 2>&1
+got="$(grep -Ec "^  k[0-9]+ +layer norm rows in registers +'[^']*'  \+ [a-z_0-9.]*lowp0$" "$TMP/bt/schedule.txt")|$(grep -c "^  k" "$TMP/bt/schedule.txt")|$(cat "$TMP/bt.cu"/model*.cu | grep -c "y2 + r \* L + c")"
+if [ "$got" = "4|27|1" ]; then ok
+else no "a post-norm's norm storing its bfloat16 copy on the GPU: $got (norms with a copy|kernels|kernels storing a copy: the 4 norms' code is one), expected 4|27|1; $(head -c 300 "$TMP/err")"; fi
 # ... in inference: under --train (train_llama_mlp's gradient accumulation after a product) no product is widened by cuBLASLt
 "$GG" compile tests/extra/train_llama_mlp/model.pt2 --train --precision bf16 --target cuda -S -o "$TMP/tw.cu" >"$TMP/err" 2>&1
 if [ -s "$TMP/tw.cu/model.c" ] && ! grep -q "gg_cu_gemm_ep(5" "$TMP/tw.cu/model.c"; then ok
