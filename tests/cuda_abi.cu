@@ -31,11 +31,18 @@ __global__ void conversions(uint16_t *bf, uint16_t *h, float *hf) {
 static void check_conversions(void) {
   uint16_t *bf, *h;
   float *hf;
-  cudaMallocManaged(&bf, CONV_N * 2);
-  cudaMallocManaged(&h, CONV_N * 2);
-  cudaMallocManaged(&hf, 65536 * 4);
+  if (cudaMallocManaged(&bf, CONV_N * 2) || cudaMallocManaged(&h, CONV_N * 2) || cudaMallocManaged(&hf, 65536 * 4)) {
+    CHECK(0, "half and bfloat16 conversions: cudaMallocManaged");
+    return;
+  }
   conversions<<<1024, 256>>>(bf, h, hf);
-  cudaDeviceSynchronize();
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    printf("  conversions: %s\n", cudaGetErrorString(err));
+    CHECK(0, "half and bfloat16 conversions: the kernel ran");
+    return;
+  }
   long bad_bf = 0, bad_h = 0, bad_hf = 0;
   for (uint32_t i = 0; i < CONV_N; i++) {
     uint32_t b = i * CONV_STEP;
