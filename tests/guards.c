@@ -24,6 +24,8 @@ MUT(m_null_shape, x->shape = NULL)
 MUT(m_null_data, x->data = NULL)
 MUT(m_null_out_data, y->data = NULL)
 MUT(m_null_data_offset, { x->data = NULL; x->byte_offset = 64; })
+MUT(m_misaligned, x->byte_offset = 2)
+MUT(m_misaligned_out, y->byte_offset = 5)
 MUT(m_empty, { x->shape[0] = 0; y->shape[0] = 0; })
 MUT(m_negative, x->shape[0] = -4)
 MUT(m_stride_overflow, { x->shape[0] = INT64_C(1) << 40; x->shape[1] = INT64_C(1) << 40; xstrides[0] = 7; xstrides[1] = 1; x->strides = xstrides; })
@@ -45,6 +47,8 @@ static const Case cases[] = {
     {"null data", "has no data", m_null_data},
     {"a null output", "has no data", m_null_out_data},
     {"null data with a byte offset", "has no data", m_null_data_offset},
+    {"a float32 input 2 bytes into an element", "not aligned", m_misaligned},
+    {"a float32 output 5 bytes into an element", "not aligned", m_misaligned_out},
     {"a batch of 0 (below its range, 1 to 64)", "guard failed", m_empty},
     {"a negative size", "negative size", m_negative},
     {"strides over sizes whose product overflows", "stride mismatch", m_stride_overflow},

@@ -131,13 +131,19 @@ static int map_weights(const char *weights, void **map, size_t *len, char *err, 
 
 /* What every run checks first: an open model, the counts of inputs and outputs, the guards (which
  * bind the symbols' values in sym). */
-/* Tensors that have elements must have data (a zero-element one may have none); after the guards,
- * which checked the ranks and shapes. */
+/* Tensors that have elements must have data (a zero-element one may have none), at an address
+ * aligned to their element's size, as every PyTorch tensor's is (the compiled code loads whole
+ * elements: a float32 at data + 5 bytes would be an unaligned load); after the guards, which checked
+ * the ranks, shapes and dtypes. */
 static int check_data(const DLTensor *t, int n, const char *kind, char *err, size_t errlen) {
   for (int i = 0; i < n; i++) {
     bool empty = false;
     for (int d = 0; d < t[i].ndim; d++) empty = empty || t[i].shape[d] == 0;
     if (!t[i].data && (!empty || t[i].byte_offset)) return gg_rt_fail(err, errlen, "%s %d has no data (a null pointer)", kind, i);
+    uint64_t es = ((uint64_t)t[i].dtype.bits * t[i].dtype.lanes + 7) / 8, at = (uint64_t)(uintptr_t)t[i].data + t[i].byte_offset;
+    if (t[i].data && es > 1 && es <= 16 && at % es)
+      return gg_rt_fail(err, errlen, "%s %d is not aligned to its %llu-byte elements (data + byte_offset is %llu bytes past a multiple)", kind, i,
+                        (unsigned long long)es, (unsigned long long)(at % es));
   }
   return 0;
 }
