@@ -119,6 +119,12 @@ int so_inputs(Ctx *c, Lib *l, const SafeTensors *st, const char *path, DLTensor 
     }
     if (!s) return gg_error(c, "%s: no tensor for input %d: name it in.%d", path, i, i);
     ts[i].data = (void *)s->data;
+    size_t es = (size_t)dtype_info(s->dtype)->size;
+    if (l->device == kDLCPU && es > 1 && (uintptr_t)s->data % es) {   /* a safetensors file's tensors need not be aligned; the model's guards want them so */
+      void *a = arena_alloc(c->arena, s->nbytes + 1);
+      if (s->nbytes) memcpy(a, s->data, s->nbytes);
+      ts[i].data = a;
+    }
     ts[i].device.device_type = kDLCPU;
     ts[i].ndim = s->rank;
     ts[i].dtype = to_dl(s->dtype);
