@@ -486,7 +486,7 @@ Schedule *schedule_graph(Graph *g) {
     }
   }
   for (int k = 0; k < g->nnodes; k++) {
-    Node *n = g->nodes[k];
+    Node *n = g->nodes[k], *nc;
     if (!n->op) continue;   /* the emitter names it */
     if (n->op->emit == emit_view && !sched_is_float_cast(n)) {
       Value *x = n->args[0].u.t;
@@ -544,8 +544,8 @@ Schedule *schedule_graph(Graph *g) {
       Node *u = s->reader[n->outs[0]->id];
       if (s->pw_read[n->outs[0]->id]) refuse(s, n, s->uses[n->outs[0]->id] == 1 ? u : NULL, "the product's output is laid out in its input's row order (no epilogue)");
     } else if (takes_epilogue(n)) epilogue(s, n);
-    else if (norm_cast(s, n)) {
-      Node *u = norm_cast(s, n);
+    else if ((nc = norm_cast(s, n))) {
+      Node *u = nc;
       s->chain[n->id] = arena_array(a, 1, sizeof *s->chain[n->id]);
       s->chain[n->id][0] = u;
       s->nchain[n->id] = 1;
