@@ -131,6 +131,10 @@ MODELS = {
     "gpt2_b4_s512_amp_bf16": hf("gpt2", 4, 512, torch.float32, "bf16"),
     "bert_base_b8_s128_tf32": hf("bert", 8, 128, torch.float32, "tf32", **BERT),
     "resnet50_b32_tf32": tv("resnet50", 32, torch.float32, "tf32"),
+    # --precision tf32x3: float32 products as three TF32 products (PyTorch's side stays float32)
+    "bert_base_b8_s128_tf32x3": hf("bert", 8, 128, torch.float32, "tf32x3", **BERT),
+    "gpt2_b4_s512_tf32x3": hf("gpt2", 4, 512, torch.float32, "tf32x3"),
+    "vit_b_16_b16_tf32x3": tv("vit_b_16", 16, torch.float32, "tf32x3"),
 }
 
 

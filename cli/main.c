@@ -111,11 +111,12 @@ static const char usage_compile[] =
   "                       it with nvcc (NVCC names another) and cuBLAS, and takes and gives device\n"
   "                       tensors (docs/cuda.md)\n"
   "  --cuda-arch sm_XY    the GPU architecture to build for (default: the installed GPU's, else sm_90)\n"
-  "  --precision fp32|tf32|bf16|fp16\n"
+  "  --precision fp32|tf32|tf32x3|bf16|fp16\n"
   "                       for a float32 model: matrix products, convolutions and attention in\n"
   "                       bfloat16 or float16 (float32 accumulation, everything else in float32,\n"
-  "                       like torch.autocast), or with TF32 tensor cores (--target cuda); default\n"
-  "                       fp32 (docs/cuda.md)\n"
+  "                       like torch.autocast), or with TF32 tensor cores (--target cuda); tf32x3:\n"
+  "                       matrix products as three TF32 products of split operands, about ten\n"
+  "                       times TF32's accuracy (--target cuda); default fp32 (docs/cuda.md)\n"
   "  --no-channels-last   keep convolutions and the nodes after them in NCHW; by default the GPU's\n"
   "                       tensor-core ones (float16, bfloat16, TF32) run channels-last (NHWC), as\n"
   "                       cuDNN wants (docs/cuda.md), and so do the CPU's float32 and bfloat16 ones\n"
@@ -464,8 +465,8 @@ static int cmd_explain(int argc, char **argv) {
   how.cuda = o.target && !strcmp(o.target, "cuda");
   if (o.cuda_arch && (!how.cuda || bad_cuda_arch(o.cuda_arch)))
     return usage_error(usage_explain, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
-  if (o.precision && ((how.precision = precision_parse(o.precision)) < 0 || (how.precision == PREC_TF32 && !how.cuda)))
-    return usage_error(usage_explain, "bad precision '%s' (fp32, bf16 or fp16; tf32 with --target cuda)", o.precision);
+  if (o.precision && ((how.precision = precision_parse(o.precision)) < 0 || (PREC_CUDA_ONLY(how.precision) && !how.cuda)))
+    return usage_error(usage_explain, "bad precision '%s' (fp32, bf16 or fp16; tf32 and tf32x3 with --target cuda)", o.precision);
   if (html) json = true;   /* the page is drawn from the JSON; nothing on stdout */
   Ctx *c = ctx_new();
   c->file = o.model;
@@ -591,7 +592,7 @@ static int cmd_compile(int argc, char **argv) {
   co.cuda = o.target && !strcmp(o.target, "cuda");
   if (o.cuda_arch && (!co.cuda || bad_cuda_arch(o.cuda_arch)))
     return usage_error(usage_compile, "%s", "--cuda-arch takes sm_XY (sm_90, sm_90a, sm_80, ...) and goes with --target cuda");
-  if (o.precision && (co.precision = precision_parse(o.precision)) < 0) return usage_error(usage_compile, "unknown precision '%s' (fp32, tf32, bf16 or fp16)", o.precision);
+  if (o.precision && (co.precision = precision_parse(o.precision)) < 0) return usage_error(usage_compile, "unknown precision '%s' (fp32, tf32, tf32x3, bf16 or fp16)", o.precision);
   /* -MD: OUT.d beside the output (OUT's extension replaced, as gcc does); -MF names the file */
   if (o.deps_file) co.deps_file = o.deps_file;
   else if (o.deps) {
@@ -806,8 +807,8 @@ static int cmd_check(int argc, char **argv, bool minify) {
   CheckOptions co = {o.model, o.weights, o.inputs, o.tol, o.tr, PREC_FP32, false, o.nchw, o.tol_set};
   if (o.target && strcmp(o.target, "cpu") && strcmp(o.target, "cuda")) return usage_error(usage, "unknown target '%s' (cpu or cuda)", o.target);
   co.cuda = o.target && !strcmp(o.target, "cuda");
-  if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || (co.precision == PREC_TF32 && !co.cuda)))
-    return usage_error(usage, "bad precision '%s' (check takes fp32, bf16 or fp16; tf32 with --target cuda)", o.precision);
+  if (o.precision && ((co.precision = precision_parse(o.precision)) < 0 || (PREC_CUDA_ONLY(co.precision) && !co.cuda)))
+    return usage_error(usage, "bad precision '%s' (check takes fp32, bf16 or fp16; tf32 and tf32x3 with --target cuda)", o.precision);
   Ctx *c = ctx_new();
   c->file = o.model;
   int r = minify ? minify_model(c, &co, o.output, stdout) : check_model(c, &co, stdout);

@@ -247,7 +247,8 @@ int compile_model_uncached(Ctx *c, const CompileOptions *o) {
   Timer tm = {o->time_report, isatty(2), false, seconds(), seconds(), c, o->debug_dir, NULL, 0};
   if (tm.on) fprintf(stderr, "gcc-graph: time report for %s\n", o->model);
   if (o->debug_dir && mkdir(o->debug_dir, 0777) && errno != EEXIST) return gg_error(c, "%s: cannot create: %s", o->debug_dir, strerror(errno));
-  if (o->precision == PREC_TF32 && !o->cuda) return gg_error(c, "--precision tf32 goes with --target cuda (CPUs have no TF32 arithmetic)");
+  if (PREC_CUDA_ONLY(o->precision) && !o->cuda)
+    return gg_error(c, "--precision %s goes with --target cuda (CPUs have no TF32 arithmetic)", precision_name(o->precision));
   Graph *g = graph_load(c, o->model, o->weights_file);
   if (!g) return -1;
   Pipeline p = {.g = g, .tr = &o->tr, .fold = !o->tr.on && !o->external_weights, .precision = o->precision, .cuda = o->cuda, .nchw = o->nchw};

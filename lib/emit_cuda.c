@@ -199,7 +199,8 @@ static int product_cuda(Em *e, const Product *p) {
   double alpha = p->alpha, beta = p->beta;
   /* dt: the operands'; the output's is float32 where cuBLASLt's epilogue widens a 16-bit product (codes 5, 6) */
   DType dt = n->outs[0]->dtype, od = out->dt;
-  int code = dt == DT_F32 ? rt_f32(e) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
+  /* --precision tf32x3: code 7, a float32 product the runtime splits into three TF32 ones (gemm_x3) */
+  int code = dt == DT_F32 ? (e->g->ctx->precision == PREC_TF32X3 ? 7 : rt_f32(e)) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
   if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
   if (od != dt) code = dt == DT_BF16 ? 5 : 6;
   /* a vector along the output's rows goes to cuBLASLt's epilogue; any other bias is copied in first */

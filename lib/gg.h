@@ -72,9 +72,10 @@ typedef struct Ctx {
 } Ctx;
 
 /* --precision: float32 models' products, convolutions and attention in a lower precision (precision.c) */
-enum { PREC_FP32 = 0, PREC_TF32, PREC_BF16, PREC_FP16 };
+enum { PREC_FP32 = 0, PREC_TF32, PREC_BF16, PREC_FP16, PREC_TF32X3 };
+#define PREC_CUDA_ONLY(p) ((p) == PREC_TF32 || (p) == PREC_TF32X3)   /* TF32 tensor cores: no CPU has them */
 int precision_parse(const char *s);            /* PREC_*, or -1 */
-const char *precision_name(int p);             /* "fp32", "tf32", "bf16", "fp16" */
+const char *precision_name(int p);             /* "fp32", "tf32", "bf16", "fp16", "tf32x3" */
 
 Ctx *ctx_new(void);
 void ctx_free(Ctx *c);

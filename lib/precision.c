@@ -13,21 +13,23 @@
  * convolution does. A bfloat16 or float16 model's convolutions on the CPU are computed in float32
  * between casts (precision_widen), but for the bfloat16 convolutions the channels-last stage runs in
  * bfloat16 (gg_rt_conv_nhwc_bf16). --precision tf32 changes no node: the
- * CUDA emitter gives float32 products and convolutions TF32 arithmetic (emit_cuda.c). */
+ * CUDA emitter gives float32 products and convolutions TF32 arithmetic (emit_cuda.c); nor does
+ * --precision tf32x3, whose float32 products the runtime runs as three TF32 products on split
+ * operands (gemm_x3 in gg_rt_cuda.cu). */
 #include "gg.h"
 #include "rewrite.h"
 
 #include <string.h>
 
-static const char *const names[] = {"fp32", "tf32", "bf16", "fp16"};
+static const char *const names[] = {"fp32", "tf32", "bf16", "fp16", "tf32x3"};
 
 int precision_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (!strcmp(s, names[i])) return i;
   return -1;
 }
 
-const char *precision_name(int p) { return p >= 0 && p < 4 ? names[p] : "?"; }
+const char *precision_name(int p) { return p >= 0 && p < 5 ? names[p] : "?"; }
 
 static bool is_conv(const char *o) { return !strncmp(o, "conv", 4) && strcmp(o, "convolution_backward"); }
 

@@ -30,6 +30,20 @@ for o in "sgd --lr 0.1 --momentum 0.9 --weight-decay 0.01|sgd 0.1 0.9 0.01" "ada
     echo "FAIL: cannot build the CUDA training test ($n): $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
   fi
 done
+echo "== CUDA: --precision tf32x3 (float32 products as three TF32 products: whole, K in chunks with GCC_GRAPH_TF32X3=2; =0: float32's)"
+c=tests/extra/products_tf32x3
+if "$GG" compile $c/model.pt2 --target cuda --precision tf32x3 -o "$TMP/x3.so" >"$TMP/err" 2>&1; then
+  for v in "" 2 0; do
+    if GCC_GRAPH_TF32X3=$v "$GG" run "$TMP/x3.so" --inputs $c/io.safetensors -o "$TMP/x3_$v.st" >"$TMP/err" 2>&1 &&
+       "$BUILD/test-golden" --compare "$TMP/x3_$v.st" $c/io.safetensors >"$TMP/err" 2>&1; then pass=$((pass + 1))
+    else echo "FAIL: $c with GCC_GRAPH_TF32X3=$v: $(head -c 300 "$TMP/err")"; fail=$((fail + 1)); fi
+  done
+  # the split products ran: their bits are not cuBLAS's float32 ones
+  if [ -f "$TMP/x3_.st" ] && [ -f "$TMP/x3_0.st" ] && ! cmp -s "$TMP/x3_.st" "$TMP/x3_0.st"; then pass=$((pass + 1))
+  else echo "FAIL: $c: the TF32 split products gave float32's bits (not taken?)"; fail=$((fail + 1)); fi
+else
+  echo "FAIL: $c: compile: $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
+fi
 echo "== CUDA: convolutions without cuDNN (GCC_GRAPH_NO_CUDNN=1: im2col + cuBLAS, direct kernels)"
 for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/conv3d tests/extra/conv_strides tests/extra/conv_transpose2d tests/extra/train_tiny_resnet; do
   r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")

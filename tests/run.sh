@@ -672,6 +672,14 @@ expect 0 "within 0.03, the lower type's" -- "$GG" check tests/extra/train_attent
 expect 2 "unknown precision 'bf32'" -- "$GG" compile $M/mlp/model.pt2 --precision bf32 -o "$TMP/p.so"
 expect 2 "check takes fp32, bf16 or fp16" -- "$GG" check $M/mlp/model.pt2 --precision tf32
 expect 1 "--precision tf32 goes with --target cuda" -- "$GG" compile $M/mlp/model.pt2 --precision tf32 -o "$TMP/p.so"
+expect 1 "--precision tf32x3 goes with --target cuda" -- "$GG" compile $M/mlp/model.pt2 --precision tf32x3 -o "$TMP/p.so"
+# --precision tf32x3: each float32 product is the runtime's code 7 (three TF32 products of split
+# operands; tests/cuda.sh runs it), none left code 0; attention stays float32's (code 0)
+"$GG" compile $M/mlp/model.pt2 --target cuda -S -o "$TMP/x3a.cu" >/dev/null 2>&1
+"$GG" compile $M/mlp/model.pt2 --target cuda --precision tf32x3 -S -o "$TMP/x3b.cu" >/dev/null 2>&1
+"$GG" compile tests/extra/attention_f32/model.pt2 --target cuda --precision tf32x3 -S -o "$TMP/x3c.cu" >/dev/null 2>&1
+got="$(grep -c 'gg_cu_gemm_ep(0,' "$TMP/x3a.cu/model.c")|$(grep -c 'gg_cu_gemm_ep(7,' "$TMP/x3b.cu/model.c")|$(grep -c 'gg_cu_gemm_ep(0,' "$TMP/x3b.cu/model.c")|$(grep -c 'gg_cu_attention(0,' "$TMP/x3c.cu/model.c")"
+if [ "$got" = "2|2|0|6" ]; then ok; else no "--precision tf32x3: $got (float32 products|code 7 under tf32x3|code 0 left|float32 attention), expected 2|2|0|6"; fi
 expect 0 "" -- "$GG" compile $M/mlp/model.pt2 --precision fp16 -o "$TMP/p16.so"
 expect 0 "compiled with --precision fp16" -- "$GG" explain "$TMP/p16.so"
 expect 0 'fp16' -- "$GG" explain "$TMP/p16.so" --json

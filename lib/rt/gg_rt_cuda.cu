@@ -74,6 +74,11 @@ struct gg_model {
   size_t dnn_ws_size;
   void **dnn_old;           /* workspaces it outgrew, which graphs captured before may still name */
   int ndnn_old;
+  size_t x3_cap;            /* --precision tf32x3's products (gemm_x3): their split operands' cap, 0: float32's */
+  void *x3_ws;              /* their split operands, grown (outside captures) to the largest need */
+  size_t x3_size;
+  void **x3_old;            /* workspaces it outgrew, which graphs captured before may still name */
+  int nx3_old;
   struct dnn_plan *dnn_plans;   /* its descriptors and algorithms, one per convolution shape */
   int ndnn, cap_dnn;
   bool dnn_missing;         /* a float16/bfloat16 convolution found no cuDNN: the run fails */
@@ -246,6 +251,9 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   const char *ge = getenv("GCC_GRAPH_CUDA_GRAPHS");
   pthread_once(&prof_once, prof_init);
   m->graphs = !(ge && !strcmp(ge, "0")) && !gg_rt_prof_on;   /* a profile times each node: no graph */
+  const char *xe = getenv("GCC_GRAPH_TF32X3");   /* 0: off; N: a cap of N MiB (tests use a small one to take K in chunks) */
+  long xmb = xe && *xe ? strtol(xe, NULL, 10) : 256;
+  m->x3_cap = (size_t)(xmb < 0 ? 0 : xmb > 65536 ? 65536 : xmb) << 20;
   m->w = (void **)calloc((size_t)d->nweights + 1, sizeof *m->w);
   m->mut = (void **)calloc((size_t)d->nmutable + 1, sizeof *m->mut);
   m->opt_m = (float **)calloc((size_t)gg__train.ngrads + 1, sizeof *m->opt_m);
@@ -938,7 +946,7 @@ static int align_of(const void *p) {
 
 /* Bytes per element of the output of the runtime's dtype codes: 0 float32, 1 float64, 2 float16,
  * 3 bfloat16, 4 float32 with TF32 arithmetic (--precision tf32), 5 and 6 bfloat16 and float16
- * operands with a float32 output (C and D: a product cuBLASLt's epilogue widens) */
+ * operands with a float32 output (C and D: a product cuBLASLt's epilogue widens), 7 float32 (tf32x3) */
 static size_t dt_size(int dt) { return dt == 0 || dt >= 4 ? 4 : dt == 1 ? 8 : 2; }
 
 /* the code of the output's element type (res_relu's) */
@@ -1025,10 +1033,85 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   return p;
 }
 
+/* ---------------------------------------------------------------- float32 products on TF32 tensor cores
+ * --precision tf32x3 (code 7): each float32 operand element x is split into b = x rounded to TF32 (10
+ * mantissa bits, to nearest) and s = (x - b) rounded to TF32, both exact TF32 values, and a @ b is
+ * computed as a_b @ b_b + a_b @ b_s + a_s @ b_b ("3xTF32"): what is dropped (a_s @ b_s and s's
+ * rounding) is about 2^-22 of each term, but the tensor cores' float32 accumulation truncates at each
+ * step, which over a long K leaves about 2^-16 (measured on the H200: BERT-base's output 4.8e-5 from
+ * float64, float32's 1.3e-6, TF32's 5.5e-4), at about twice the float32 FMA rate (TF32 ~400 TFLOP/s,
+ * a third of it against 51 for cuBLAS's float32). One TF32 product over K' = 3K: A3 = [a_b | a_b |
+ * a_s] and B3 = [b_b ; b_s ; b_b], in chunks of K where the split operands would pass the workspace's
+ * cap (256 MiB; GCC_GRAPH_TF32X3=N: N MiB, 0: float32's products). An infinite element gives NaN
+ * where float32 gives +-inf (inf * 0 in a cross term). */
+__device__ static inline float tf32_rn(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;   /* inf, NaN */
+  unsigned r = (u + 0x1000u) & 0xffffe000u;           /* to nearest, ties away from zero */
+  if ((r & 0x7f800000u) == 0x7f800000u) r = u & 0xffffe000u;   /* rounding up would overflow: truncate */
+  return __uint_as_float(r);
+}
+
+/* One operand's K-chunk (R x KC, element (r, k) at src[r * sr + k * sk]) as its three parts along K:
+ * kin: dst is R x 3KC (K the fast dim), else 3KC x R; pat 0: [b, b, s] (the left operand), 1: [b, s, b] */
+__global__ void x3_split(int64_t R, int64_t KC, const float *src, int64_t sr, int64_t sk, int kin, int pat, float *dst) {
+  int64_t n = R * KC;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = kin ? i / KC : i % R, k = kin ? i % KC : i / R;
+    float x = src[r * sr + k * sk], b = tf32_rn(x), s = isfinite(x) ? tf32_rn(x - b) : 0.0f;
+    float p1 = pat ? s : b, p2 = pat ? b : s;
+    if (kin) {
+      float *d = dst + r * 3 * KC + k;
+      d[0] = b, d[KC] = p1, d[2 * KC] = p2;
+    } else {
+      float *d = dst + k * R + r;
+      d[0] = b, d[KC * R] = p1, d[2 * KC * R] = p2;
+    }
+  }
+}
+
+/* C = alpha * A @ B + beta * C (+ bias, + res, relu) of one float32 product by three TF32
+ * products; false (nothing done) where it does not pay (small products) or cannot run (no workspace) */
+static bool gemm_x3(int64_t M, int64_t N, int64_t K, double alpha, const float *A, int64_t sam, int64_t sak, const float *B, int64_t sbk, int64_t sbn,
+                    double beta, void *C, const void *bias, const void *res, int relu) {
+  gg_model *m = gg_cur;
+  if (!m->x3_cap || M < 16 || N < 16 || K < 16 || (double)M * (double)N * (double)K < 67108864.0) return false;
+  size_t per = 12 * (size_t)(M + N);   /* bytes of the split operands per column of K */
+  int64_t KC = K;
+  if (per * (size_t)KC > m->x3_cap) KC = (int64_t)(m->x3_cap / per) & ~(int64_t)3;
+  if (KC < 64) return false;
+  size_t abytes = ((size_t)12 * (size_t)M * (size_t)KC + 255) & ~(size_t)255, need = abytes + (size_t)12 * (size_t)N * (size_t)KC;
+  if (need > m->x3_size) {   /* grow, outside a capture only; the old workspace stays for the graphs captured with it, if any */
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+    if (cudaStreamIsCapturing(m->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
+    bool graphs = false;
+    for (int i = 0; i < NSLOTS; i++) graphs |= m->slot[i].exec != NULL;
+    void *nw = NULL, **old = (void **)realloc(m->x3_old, sizeof *old * (size_t)(m->nx3_old + 1));
+    if (old) m->x3_old = old;
+    if (!old || cudaMalloc(&nw, need) != cudaSuccess) { cudaGetLastError(); return false; }
+    if (m->x3_ws && graphs) m->x3_old[m->nx3_old++] = m->x3_ws;
+    else if (m->x3_ws) { cudaStreamSynchronize(m->stream); cudaFree(m->x3_ws); }   /* no graph names it; queued work may still read it */
+    m->x3_ws = nw;
+    m->x3_size = need;
+  }
+  float *A3 = (float *)m->x3_ws, *B3 = (float *)((char *)m->x3_ws + abytes);
+  bool akin = sak == 1 || sam != 1, bkin = sbk == 1 && sbn != 1;   /* each part in its source's memory order */
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    int64_t kc = K - k0 < KC ? K - k0 : KC;
+    bool first = k0 == 0, last = k0 + kc == K;
+    x3_split<<<gg_cu_blocks(M * kc), 256, 0, m->stream>>>(M, kc, A + k0 * sak, sam, sak, akin, 0, A3);
+    x3_split<<<gg_cu_blocks(N * kc), 256, 0, m->stream>>>(N, kc, B + k0 * sbk, sbn, sbk, bkin, 1, B3);
+    gg_cu_gemm_ep(4, M, N, 3 * kc, alpha, A3, akin ? 3 * kc : 1, akin ? 1 : M, 0, B3, bkin ? 1 : N, bkin ? 3 * kc : 1, 0, first ? beta : 1.0, C, 1,
+                  first ? bias : NULL, first ? res : NULL, last ? relu : 0);
+  }
+  return true;
+}
+
 /* Row-major C = A @ B is column-major C^T = B^T A^T. An operand with a unit stride along its columns
  * is row-major (op N in the column-major view), with a unit stride along its rows the transpose.
  * With `bias` (length N, beta 0): C = alpha * A @ B + bias on every row. dt: 0 float32, 1 float64,
- * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32), 5 and 6 bfloat16 and float16 operands with a float32 C (and bias): dt_size. */
+ * 2 float16, 3 bfloat16, 4 float32 with TF32 tensor-core arithmetic (--precision tf32), 5 and 6 bfloat16 and float16 operands with a float32 C (and bias): dt_size;
+ * 7 float32 as three TF32 products (--precision tf32x3: gemm_x3; float32's where it does not pay). */
 void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                 int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias) {
   gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
@@ -1039,6 +1122,10 @@ void gg_cu_gemm(int dt, int64_t M, int64_t N, int64_t K, double alpha, const voi
 void gg_cu_gemm_ep(int dt, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t sam, int64_t sak, int64_t sba, const void *B,
                    int64_t sbk, int64_t sbn, int64_t sbb, double beta, void *C, int64_t batch, const void *bias, const void *res, int relu) {
   if (M == 0 || N == 0 || batch == 0) return;
+  if (dt == 7) {   /* --precision tf32x3; where the split does not pay or cannot run, float32's product */
+    if (batch == 1 && gemm_x3(M, N, K, alpha, (const float *)A, sam, sak, (const float *)B, sbk, sbn, beta, C, bias, res, relu)) return;
+    dt = 0;
+  }
   if (res && beta != 0) {   /* C already holds a term: the product first, then the pass */
     gg_cu_gemm_ep(dt, M, N, K, alpha, A, sam, sak, sba, B, sbk, sbn, sbb, beta, C, batch, bias, NULL, 0);
     res_relu<<<gg_cu_blocks(M * N * batch), 256, 0, gg_cur->stream>>>(dt_out(dt), M * N * batch, res, relu, C);
@@ -1220,6 +1307,9 @@ static void dnn_plan_destroy(struct dnn_plan *p) {
 static void dnn_free(gg_model *m) {
   for (int i = 0; dnn.ok && i < m->ndnn; i++) dnn_plan_destroy(&m->dnn_plans[i]);
   free(m->dnn_plans);
+  for (int i = 0; i < m->nx3_old; i++) cudaFree(m->x3_old[i]);
+  free(m->x3_old);
+  cudaFree(m->x3_ws);
   for (int i = 0; i < m->ndnn_old; i++) cudaFree(m->dnn_old[i]);
   free(m->dnn_old);
   cudaFree(m->dnn_ws);

@@ -41,6 +41,11 @@ CASES = []
 def case(name, mod, *inputs, dynamic=None): CASES.append((name, mod, inputs, dynamic))
 r = lambda *s: torch.randn(*s)
 
+# float32 products the GPU takes as three TF32 products (M * N * K >= 2^26): a bias and ReLU, a bias
+# and a residual, a transposed left operand and a row-major right one (tests/cuda.sh also runs it
+# with a 2 MiB cap, K in 25 chunks, and with the split off)
+case("products_tf32x3", Fn(lambda s, x: (lambda h: (lambda y: (y, h.t() @ y))(s.l2(h) + x))(torch.relu(s.l1(x))),
+                           l1=nn.Linear(16, 2048), l2=nn.Linear(2048, 16)), r(2048, 16))
 # convolutions
 case("conv_transpose2d", nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2), r(2, 4, 5, 5))
 case("conv_transpose1d", nn.ConvTranspose1d(3, 4, 4, stride=2, padding=1), r(2, 3, 7))
