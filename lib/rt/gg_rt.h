@@ -416,7 +416,8 @@ GG_HD void gg_step_one(int kind, float *w, const float *g, float *acc, float *b,
 }
 
 /* CUDA models (gg_rt_cuda.cu): device pointers, work queued on the run's stream. dt: 0 float32,
- * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16). Matrix products: `batch` products, operand
+ * 1 float64 (gg_cu_gemm also 2 float16, 3 bfloat16, and the codes of gg_rt_cuda.cu's dt_size: 4
+ * TF32, 5 and 6 16-bit operands with a float32 result, 7 float32 as three TF32 products). Matrix products: `batch` products, operand
  * i's batch stride sb*; C is compact; `bias` (or NULL; with beta 0) is added to every row of C. */
 void *gg_cu_stream(void);
 unsigned gg_cu_blocks(int64_t n);

@@ -229,6 +229,9 @@ GG_EXPORT void gg_close(gg_model *m) {
   rt_free(m->hp_dev);
   rt_free(m->one);
   cudaFree(m->blas_ws);
+  for (int i = 0; i < m->nx3_old; i++) cudaFree(m->x3_old[i]);
+  free(m->x3_old);
+  cudaFree(m->x3_ws);
   cudaFree(m->scratch);
   cudaFree(m->wdev);
   if (m->map) munmap(m->map, m->maplen);
@@ -1079,7 +1082,7 @@ static bool gemm_x3(int64_t M, int64_t N, int64_t K, double alpha, const float *
   size_t per = 12 * (size_t)(M + N);   /* bytes of the split operands per column of K */
   int64_t KC = K;
   if (per * (size_t)KC > m->x3_cap) KC = (int64_t)(m->x3_cap / per) & ~(int64_t)3;
-  if (KC < 64) return false;
+  if (KC < K && KC < 64) return false;   /* chunks too thin to pay */
   size_t abytes = ((size_t)12 * (size_t)M * (size_t)KC + 255) & ~(size_t)255, need = abytes + (size_t)12 * (size_t)N * (size_t)KC;
   if (need > m->x3_size) {   /* grow, outside a capture only; the old workspace stays for the graphs captured with it, if any */
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
@@ -1307,9 +1310,6 @@ static void dnn_plan_destroy(struct dnn_plan *p) {
 static void dnn_free(gg_model *m) {
   for (int i = 0; dnn.ok && i < m->ndnn; i++) dnn_plan_destroy(&m->dnn_plans[i]);
   free(m->dnn_plans);
-  for (int i = 0; i < m->nx3_old; i++) cudaFree(m->x3_old[i]);
-  free(m->x3_old);
-  cudaFree(m->x3_ws);
   for (int i = 0; i < m->ndnn_old; i++) cudaFree(m->dnn_old[i]);
   free(m->dnn_old);
   cudaFree(m->dnn_ws);
