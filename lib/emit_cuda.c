@@ -135,6 +135,10 @@ static int epilogue_kernel(Em *e, Node *n, const TV *out) {
 /* the runtime's code for float32 products and convolutions: 4 (TF32 tensor cores) under --precision tf32 */
 static int rt_f32(const Em *e) { return e->g->ctx->precision == PREC_TF32 ? 4 : 0; }
 
+/* ... and for float32 matrix products alone: 7 under --precision tf32x3 (the runtime splits each into
+ * three TF32 products, gemm_x3; convolutions and attention stay rt_f32's) */
+static int rt_f32_product(const Em *e) { return e->g->ctx->precision == PREC_TF32X3 ? 7 : rt_f32(e); }
+
 /* CUDA: gg_cu_gemm (cuBLASLt for one product, cuBLAS strided-batched over the last batch dim, host
  * loops over the others). A bias vector along the rows goes to cuBLASLt's epilogue; any other is
  * copied into the output first and the product added to it (beta). Half types accumulate in
@@ -199,8 +203,7 @@ static int product_cuda(Em *e, const Product *p) {
   double alpha = p->alpha, beta = p->beta;
   /* dt: the operands'; the output's is float32 where cuBLASLt's epilogue widens a 16-bit product (codes 5, 6) */
   DType dt = n->outs[0]->dtype, od = out->dt;
-  /* --precision tf32x3: code 7, a float32 product the runtime splits into three TF32 ones (gemm_x3) */
-  int code = dt == DT_F32 ? (e->g->ctx->precision == PREC_TF32X3 ? 7 : rt_f32(e)) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
+  int code = dt == DT_F32 ? rt_f32_product(e) : dt == DT_F64 ? 1 : dt == DT_F16 ? 2 : dt == DT_BF16 ? 3 : -1;
   if (code < 0) return efail(e, n, "matrix products in %s are not supported with --target cuda", dtype_name(dt));
   if (od != dt) code = dt == DT_BF16 ? 5 : 6;
   /* a vector along the output's rows goes to cuBLASLt's epilogue; any other bias is copied in first */

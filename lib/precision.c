@@ -24,12 +24,12 @@
 static const char *const names[] = {"fp32", "tf32", "bf16", "fp16", "tf32x3"};
 
 int precision_parse(const char *s) {
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
     if (!strcmp(s, names[i])) return i;
   return -1;
 }
 
-const char *precision_name(int p) { return p >= 0 && p < 5 ? names[p] : "?"; }
+const char *precision_name(int p) { return p >= 0 && p < (int)(sizeof names / sizeof *names) ? names[p] : "?"; }
 
 static bool is_conv(const char *o) { return !strncmp(o, "conv", 4) && strcmp(o, "convolution_backward"); }
 

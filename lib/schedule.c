@@ -486,7 +486,7 @@ Schedule *schedule_graph(Graph *g) {
     }
   }
   for (int k = 0; k < g->nnodes; k++) {
-    Node *n = g->nodes[k], *nc;
+    Node *n = g->nodes[k], *cast;
     if (!n->op) continue;   /* the emitter names it */
     if (n->op->emit == emit_view && !sched_is_float_cast(n)) {
       Value *x = n->args[0].u.t;
@@ -544,14 +544,13 @@ Schedule *schedule_graph(Graph *g) {
       Node *u = s->reader[n->outs[0]->id];
       if (s->pw_read[n->outs[0]->id]) refuse(s, n, s->uses[n->outs[0]->id] == 1 ? u : NULL, "the product's output is laid out in its input's row order (no epilogue)");
     } else if (takes_epilogue(n)) epilogue(s, n);
-    else if ((nc = norm_cast(s, n))) {
-      Node *u = nc;
+    else if ((cast = norm_cast(s, n))) {
       s->chain[n->id] = arena_array(a, 1, sizeof *s->chain[n->id]);
-      s->chain[n->id][0] = u;
+      s->chain[n->id][0] = cast;
       s->nchain[n->id] = 1;
-      s->role[u->id] = SN_EPILOGUE;
-      s->into[u->id] = n;
-      gg_log(c, LOG_FUSION, "node %s (%s) applied in the store of %s (%s)", gg_quote(c, u->name), u->op->name, gg_quote(c, n->name), n->op->name);
+      s->role[cast->id] = SN_EPILOGUE;
+      s->into[cast->id] = n;
+      gg_log(c, LOG_FUSION, "node %s (%s) applied in the store of %s (%s)", gg_quote(c, cast->name), cast->op->name, gg_quote(c, n->name), n->op->name);
     }
   }
   return s;

@@ -72,7 +72,7 @@ struct gg_model {
   void *dnn;                /* cuDNN's handle (cudnnHandle_t), made at the first convolution */
   void *dnn_ws;             /* cuDNN's workspace, grown (outside captures) to its algorithms' largest need */
   size_t dnn_ws_size;
-  void **dnn_old;           /* workspaces it outgrew, which graphs captured before may still name */
+  void **dnn_old;           /* workspaces it outgrew, which graphs captured before may still name (ws_grow) */
   int ndnn_old;
   size_t x3_cap;            /* --precision tf32x3's products (gemm_x3): their split operands' cap, 0: float32's */
   void *x3_ws;              /* their split operands, grown (outside captures) to the largest need */
@@ -1036,6 +1036,26 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
   return p;
 }
 
+/* A workspace (cuDNN's, gemm_x3's) grown to `need` bytes, in a run outside a capture (nothing can be
+ * allocated inside one). The one it replaces is kept until gg_close if a captured graph may name it,
+ * else freed once the work queued on the stream is done. False (nothing changed) if no memory. */
+static bool ws_grow(gg_model *m, void **ws, size_t *size, void ***old, int *nold, size_t need) {
+  bool graphs = false;
+  for (int i = 0; i < NSLOTS; i++) graphs |= m->slot[i].exec != NULL;
+  if (*ws && graphs) {
+    void **o = (void **)realloc(*old, sizeof *o * (size_t)(*nold + 1));
+    if (!o) return false;
+    *old = o;
+  }
+  void *nw = NULL;
+  if (cudaMalloc(&nw, need) != cudaSuccess) { cudaGetLastError(); return false; }
+  if (*ws && graphs) (*old)[(*nold)++] = *ws;
+  else if (*ws) { cudaStreamSynchronize(m->stream); cudaFree(*ws); }
+  *ws = nw;
+  *size = need;
+  return true;
+}
+
 /* ---------------------------------------------------------------- float32 products on TF32 tensor cores
  * --precision tf32x3 (code 7): each float32 operand element x is split into b = x rounded to TF32 (10
  * mantissa bits, to nearest) and s = (x - b) rounded to TF32, both exact TF32 values, and a @ b is
@@ -1084,18 +1104,11 @@ static bool gemm_x3(int64_t M, int64_t N, int64_t K, double alpha, const float *
   if (per * (size_t)KC > m->x3_cap) KC = (int64_t)(m->x3_cap / per) & ~(int64_t)3;
   if (KC < K && KC < 64) return false;   /* chunks too thin to pay */
   size_t abytes = ((size_t)12 * (size_t)M * (size_t)KC + 255) & ~(size_t)255, need = abytes + (size_t)12 * (size_t)N * (size_t)KC;
-  if (need > m->x3_size) {   /* grow, outside a capture only; the old workspace stays for the graphs captured with it, if any */
+  if (need > m->x3_size) {   /* grow, outside a capture only */
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
-    if (cudaStreamIsCapturing(m->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return false;
-    bool graphs = false;
-    for (int i = 0; i < NSLOTS; i++) graphs |= m->slot[i].exec != NULL;
-    void *nw = NULL, **old = (void **)realloc(m->x3_old, sizeof *old * (size_t)(m->nx3_old + 1));
-    if (old) m->x3_old = old;
-    if (!old || cudaMalloc(&nw, need) != cudaSuccess) { cudaGetLastError(); return false; }
-    if (m->x3_ws && graphs) m->x3_old[m->nx3_old++] = m->x3_ws;
-    else if (m->x3_ws) { cudaStreamSynchronize(m->stream); cudaFree(m->x3_ws); }   /* no graph names it; queued work may still read it */
-    m->x3_ws = nw;
-    m->x3_size = need;
+    if (cudaStreamIsCapturing(m->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone ||
+        !ws_grow(m, &m->x3_ws, &m->x3_size, &m->x3_old, &m->nx3_old, need))
+      return false;
   }
   float *A3 = (float *)m->x3_ws, *B3 = (float *)((char *)m->x3_ws + abytes);
   bool akin = sak == 1 || sam != 1, bkin = sbk == 1 && sbn != 1;   /* each part in its source's memory order */
@@ -1431,17 +1444,10 @@ static bool dnn_algo(gg_model *m, int dt, struct dnn_plan *p, int dir) {
       DNN_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                dnn.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->c, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
     if (p->state[dir] < 1 || p->ws[dir] <= m->dnn_ws_size) break;
-    /* grow; the old workspace stays for the graphs captured with it */
-    void *nw = NULL, **old = (void **)realloc(m->dnn_old, sizeof *old * (size_t)(m->ndnn_old + 1));
-    if (old) m->dnn_old = old;
-    if (!old || cudaMalloc(&nw, p->ws[dir]) != cudaSuccess) {
-      cudaGetLastError();
+    if (!ws_grow(m, &m->dnn_ws, &m->dnn_ws_size, &m->dnn_old, &m->ndnn_old, p->ws[dir])) {
       p->state[dir] = -1;
       continue;
     }
-    if (m->dnn_ws) m->dnn_old[m->ndnn_old++] = m->dnn_ws;
-    m->dnn_ws = nw;
-    m->dnn_ws_size = p->ws[dir];
   }
   return p->state[dir] > 0;
 }
