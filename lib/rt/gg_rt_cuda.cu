@@ -45,7 +45,7 @@ typedef struct gg_slot {
   int64_t tuned_syms[64];
 } gg_slot;
 
-struct prof_tick { double *slot; cudaEvent_t ev; };
+struct prof_tick { double *slot; cudaEvent_t ev, start; };   /* ev: the node before ends; start: the next begins */
 
 struct gg_model {
   void *map;                /* external weights file, mapped while uploading */
@@ -106,6 +106,8 @@ struct gg_model {
   int dp_err;               /* an NCCL call failed (its result), reported after the run */
   struct prof_tick *ticks;  /* GCC_GRAPH_PROFILE: the events the run's ticks recorded, and the slot of each */
   int nticks, cap_ticks;
+  unsigned *gate;           /* GCC_GRAPH_PROFILE: the host's count of released gates (mapped), and its tick count */
+  unsigned gate_seq;
 };
 
 #include "gg_rt_common.c"   /* after the model: its shared entry points read m->lock, m->lr, m->w */
@@ -155,9 +157,27 @@ static void rt_free(void *p) {
 
 /* ---------------------------------------------------------------- profile: GPU time per node
  * With GCC_GRAPH_PROFILE a model launches its kernels directly (no CUDA graph: a graph's kernels
- * cannot be told apart), each tick records an event on the run's stream, and after the run the time
- * between a tick's event and the one before it is its node's: GPU time, including the gaps where the
- * GPU waited for the host to launch (what a graph would save). */
+ * cannot be told apart) and each tick, between two nodes, records an event where the node before
+ * ends, then queues a gate (a one-thread kernel that waits until the host has passed the next tick),
+ * then an event where the next node begins. So a node's kernels are all queued before the GPU starts
+ * them, and the time between its two events is its kernels' own, back to back as a graph would run
+ * them, without the gaps where the GPU waited for the host's launches. A gate gives up after 1 ms (a
+ * node that waits for the GPU, such as cuBLASLt timing its candidates on the first run, releases the
+ * gates first: gate_open). Without a mapped host word (cudaHostAlloc failed) ticks are events only. */
+__global__ void prof_gate(const volatile unsigned *released, unsigned want) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while ((int)(*released - want) < 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > 1000000ull) break;
+  }
+}
+
+/* let the GPU through every gate queued so far (before the host waits for the GPU, and after a run) */
+static void gate_open(gg_model *m) {
+  if (m->gate) __atomic_store_n(m->gate, m->gate_seq, __ATOMIC_SEQ_CST);
+}
+
 void gg_rt_tick(double *slot) {
   gg_model *m = gg_cur;
   if (!m) return;
@@ -169,27 +189,43 @@ void gg_rt_tick(double *slot) {
     m->ticks = t;
     m->cap_ticks = cap;
   }
+  if (!m->gate && cudaHostAlloc((void **)&m->gate, sizeof *m->gate, cudaHostAllocMapped) != cudaSuccess) {
+    m->gate = NULL;
+    cudaGetLastError();
+  }
   struct prof_tick *t = &m->ticks[m->nticks];
-  if ((!t->ev && cudaEventCreate(&t->ev) != cudaSuccess) || cudaEventRecord(t->ev, m->stream) != cudaSuccess) return;   /* the run reports it */
+  if ((!t->ev && cudaEventCreate(&t->ev) != cudaSuccess) || (!t->start && cudaEventCreate(&t->start) != cudaSuccess) ||
+      cudaEventRecord(t->ev, m->stream) != cudaSuccess)
+    return;   /* the run reports it */
+  if (m->gate) {
+    unsigned want = ++m->gate_seq;
+    prof_gate<<<1, 1, 0, m->stream>>>(m->gate, want);
+  }
+  if (cudaEventRecord(t->start, m->stream) != cudaSuccess) return;
+  if (m->gate) __atomic_store_n(m->gate, m->gate_seq - 1, __ATOMIC_SEQ_CST);   /* the node before was all queued */
   t->slot = slot;
   m->nticks++;
 }
 
-/* after a run whose stream is synchronized: each node's time from the events, into its slot and the
- * trace (placed on the host's clock as the run's span ending now) */
+/* after a run whose stream is synchronized: each node's time from the events (from the tick before's
+ * start to its own end), into its slot and the trace (placed on the host's clock as the run's span
+ * ending now) */
 static void prof_collect(gg_model *m) {
   float span = 0;
   if (m->nticks >= 2 && cudaEventElapsedTime(&span, m->ticks[0].ev, m->ticks[m->nticks - 1].ev) == cudaSuccess) {
-    double at = now_s() - span * 1e-3;
+    double t0 = now_s() - span * 1e-3;
     for (int i = 1; i < m->nticks; i++) {
-      float ms = 0;
-      if (cudaEventElapsedTime(&ms, m->ticks[i - 1].ev, m->ticks[i].ev) != cudaSuccess) { cudaGetLastError(); continue; }
+      float ms = 0, at = 0;
+      if (cudaEventElapsedTime(&ms, m->ticks[i - 1].start, m->ticks[i].ev) != cudaSuccess ||
+          cudaEventElapsedTime(&at, m->ticks[0].ev, m->ticks[i - 1].start) != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
       double d = ms * 1e-3;
       if (m->ticks[i].slot) {
         prof_add(m->ticks[i].slot, d);
-        if (trace_path) trace_add(m->ticks[i].slot, at, at + d);
+        if (trace_path) trace_add(m->ticks[i].slot, t0 + at * 1e-3, t0 + at * 1e-3 + d);
       }
-      at += d;
     }
   }
   cudaGetLastError();
@@ -206,8 +242,12 @@ static void drop_graphs(gg_model *m) {
 GG_EXPORT void gg_close(gg_model *m) {
   if (!m) return;
   prof_close();
-  for (int i = 0; i < m->cap_ticks; i++) if (m->ticks[i].ev) cudaEventDestroy(m->ticks[i].ev);
+  for (int i = 0; i < m->cap_ticks; i++) {
+    if (m->ticks[i].ev) cudaEventDestroy(m->ticks[i].ev);
+    if (m->ticks[i].start) cudaEventDestroy(m->ticks[i].start);
+  }
   free(m->ticks);
+  if (m->gate) cudaFreeHost(m->gate);
   drop_graphs(m);
   if (m->blas) cublasDestroy(m->blas);
   lt_free(m);
@@ -499,6 +539,7 @@ static int run_locked(gg_model *m, int slot, const run_args *a, char *err, size_
   if (!rc && m->stream == m->own && (cudaEventRecord(m->legacy, cudaStreamLegacy) != cudaSuccess || cudaStreamWaitEvent(m->own, m->legacy, 0) != cudaSuccess))
     rc = gg_rt_fail(err, errlen, "cannot order the run after the default stream");
   if (!rc) rc = issue(m, &m->slot[slot], key, nk, a, err, errlen);
+  gate_open(m);
   if (!rc) {
     cudaError_t ce = cudaStreamSynchronize(m->stream);
     if (ce == cudaSuccess) ce = cudaGetLastError();
@@ -964,6 +1005,7 @@ static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *
   cudaEvent_t e0 = NULL, e1 = NULL;
   int best = 0;
   float best_ms = 1e30f, al = 1, be = res ? 1.0f : 0.0f;   /* a residual read as C, as the product will */
+  gate_open(m);   /* the timing below waits for the GPU */
   if (n > 1 && cudaMalloc(&tmp, (size_t)(p->k.M * p->k.N) * es) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
       cudaEventCreate(&e1) == cudaSuccess &&
       (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
@@ -1040,6 +1082,7 @@ static struct lt_plan *lt_plan_for(const lt_key *k, const void *A, const void *B
  * allocated inside one). The one it replaces is kept until gg_close if a captured graph may name it,
  * else freed once the work queued on the stream is done. False (nothing changed) if no memory. */
 static bool ws_grow(gg_model *m, void **ws, size_t *size, void ***old, int *nold, size_t need) {
+  gate_open(m);   /* cudaFree waits for the GPU */
   bool graphs = false;
   for (int i = 0; i < NSLOTS; i++) graphs |= m->slot[i].exec != NULL;
   if (*ws && graphs) {
@@ -1334,6 +1377,7 @@ static bool dnn_make_handle(gg_model *m) {
   pthread_once(&dnn_once, dnn_load);
   if (!dnn.ok) return false;
   if (m->dnn) return true;
+  gate_open(m);   /* cudnnCreate may wait for the GPU */
   cudnnHandle_t h;
   if (dnn.cudnnCreate(&h) != CUDNN_STATUS_SUCCESS) return false;
   m->dnn = (void *)h;
