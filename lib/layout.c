@@ -101,12 +101,37 @@ static bool gpu_product_conv(const Graph *g, const Node *n) {
   return ints_all(n, "stride", 1) && ints_all(n, "padding", 0);
 }
 
+/* On the GPU a convolution whose kernel is its stride (no padding, dilation 1, one group, the plane a
+ * multiple of the kernel, float operands of one type) reads each input position once: its patches
+ * are the rows of a product (ViT's and Swin's patch embedding, ConvNeXt's stem and downsampling).
+ * cuDNN ran ViT-B/16's in bfloat16 at 24 TFLOP/s (155 us, and two passes padding 3 channels to 8);
+ * as a product it is one copy of the input and a GEMM. In float32 too (the channels-last stage runs
+ * it alone there). 1x1 ones of stride 1 are gpu_product_conv's. */
+static bool gpu_patch_conv(const Graph *g, const Node *n) {
+  if (!g->ctx->cuda || !is_conv(n) || n->nouts != 1 || cpu_groups(n) != 1) return false;
+  const Arg *t = rw_arg(n, "transposed");
+  if (t && t->k == AK_BOOL && t->u.b) return false;
+  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *y = n->outs[0];
+  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype || (b && b->dtype != y->dtype) ||
+      (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16))
+    return false;
+  const Arg *st = rw_arg(n, "stride");
+  int64_t k, sd, in;
+  if (!st || st->k != AK_INTS || st->n != 2 || !ints_all(n, "padding", 0) || !ints_all(n, "dilation", 1)) return false;
+  bool one = true;
+  for (int d = 0; d < 2; d++) {
+    if (!expr_is_const(w->sizes[2 + d], &k) || !expr_is_const(st->u.is[d], &sd) || !expr_is_const(x->sizes[2 + d], &in) || k != sd || in % k) return false;
+    one &= k == 1;
+  }
+  return !one;
+}
+
 /* The GPU's channels-last convolutions that add their bias themselves (decompose leaves it to them):
  * depthwise ones (the runtime's kernel adds it before rounding) and those made products (cuBLASLt's
  * epilogue) */
 bool layout_gpu_keeps_bias(const Graph *g, const Node *n) {
   int64_t groups = cpu_groups(n);
-  return g->ctx->cuda && nhwc_conv(g, n) && ((groups > 1 && depthwise(n, groups)) || gpu_product_conv(g, n));
+  return g->ctx->cuda && ((nhwc_conv(g, n) && ((groups > 1 && depthwise(n, groups)) || gpu_product_conv(g, n))) || gpu_patch_conv(g, n));
 }
 
 typedef struct L {
@@ -144,15 +169,39 @@ static int track(L *l, Value *y, Value *c) {
   return 0;
 }
 
+/* gpu_patch_conv's product: the input [N, C, H, W] (or channels-last [N, H, W, C]) viewed as
+ * [N, H/R, R, W/S, S, C] in some order, copied once as [N, H/R, W/S, R*S*C], times the weight
+ * [K, R*S*C] (channels-last [K, R, S, C]), into [N, H/R, W/S, K]: the output channels-last */
+static int patch_product(L *l, Node *n, Value *wp) {
+  Ctx *c = l->r.g->ctx;
+  Value *in = rw_targ(n, "input"), *cl = cl_of(l, in), *b = rw_targ(n, "bias");
+  int64_t R, S, H, W;
+  if (!expr_is_const(wp->sizes[1], &R) || !expr_is_const(wp->sizes[2], &S) || !expr_is_const(in->sizes[2], &H) || !expr_is_const(in->sizes[3], &W))
+    return -1;   /* gpu_patch_conv saw constants */
+  const Expr *N = in->sizes[0], *C = in->sizes[1], *Ho = expr_const(c->arena, H / R), *Wo = expr_const(c->arena, W / S), *r = expr_const(c->arena, R),
+             *s = expr_const(c->arena, S);
+  const Expr *cl6[6] = {N, Ho, r, Wo, s, C}, *cf6[6] = {N, C, Ho, r, Wo, s};
+  static const int64_t from_cl[6] = {0, 1, 3, 2, 4, 5}, from_cf[6] = {0, 2, 4, 3, 5, 1};
+  const Expr *rows[4] = {N, Ho, Wo, expr_bin(c->arena, E_MUL, expr_const(c->arena, R * S), C)}, *ws[2] = {wp->sizes[0], rows[3]};
+  Value *v6 = CALL(&l->r, NULL, "reshape", "self", T(cl ? cl : in), "shape", EXPRS(&l->r, 6, cl ? cl6 : cf6));
+  Value *p6 = v6 ? CALL(&l->r, NULL, "permute", "self", T(v6), "dims", INTS(&l->r, 6, cl ? from_cl : from_cf)) : NULL;
+  Value *x = p6 ? CALL(&l->r, NULL, "reshape", "self", T(p6), "shape", EXPRS(&l->r, 4, rows)) : NULL;
+  Value *w2 = x ? CALL(&l->r, NULL, "reshape", "self", T(wp), "shape", EXPRS(&l->r, 2, ws)) : NULL;
+  return track(l, n->outs[0], w2 ? CALL(&l->r, NULL, "linear", "input", T(x), "weight", T(w2), "bias", T(b)) : NULL);
+}
+
 static int conv(L *l, Node *n) {
   Graph *g = l->r.g;
-  bool view = !cl_of(l, rw_targ(n, "input"));   /* its input not channels-last yet: a permute view of it */
-  Value *x = to_cl(l, rw_targ(n, "input")), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
+  Value *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias");
   Value *wp = cl_of(l, w);   /* a weight two convolutions share is permuted once */
   if (!wp && l->fold && (wp = fold_weight_permute(g, w, 4, CL_PERM)) && w->id < l->nv) l->cl[w->id] = wp;
   if (!wp && g->ctx->has_err) return -1;
   if (!wp) wp = CALL(&l->r, NULL, "permute", "self", T(w), "dims", INTS(&l->r, 4, TO_CL));
-  if (!x || !wp) return -1;
+  if (!wp) return -1;
+  if (gpu_patch_conv(g, n)) return patch_product(l, n, wp);
+  bool view = !cl_of(l, rw_targ(n, "input"));   /* its input not channels-last yet: a permute view of it */
+  Value *x = to_cl(l, rw_targ(n, "input"));
+  if (!x) return -1;
   if (gpu_product_conv(g, n)) {   /* a view copied once, so that the product's rows are one matrix */
     if (view) {   /* kept as the input's channels-last version: another reader takes the copy too */
       Value *in = rw_targ(n, "input");
@@ -383,7 +432,7 @@ int channels_last(Graph *g, bool fold) {
   int nbefore = g->ninputs, changed = 0;
   for (int k = 0; k < g->nnodes; k++) {
     Node *n = g->nodes[k];
-    int (*rule)(L *, Node *) = nhwc_conv(g, n) && (!grouped || n->outs[0]->dtype == DT_BF16) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : max_pool(&l, n) ? max_pool_cl : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
+    int (*rule)(L *, Node *) = (nhwc_conv(g, n) && (!grouped || n->outs[0]->dtype == DT_BF16)) || gpu_patch_conv(g, n) ? conv : !changed ? NULL : carries(&l, n) ? pointwise : pool_1x1(&l, n) ? pool : max_pool(&l, n) ? max_pool_cl : remaps(&l, n) ? remap : strict_view(&l, n) ? view : nchw_view(&l, n) ? adopt : NULL;
     if (!rule) { rw_push(&l.r, n); continue; }
     l.r.orig = n;
     l.r.k = 0;

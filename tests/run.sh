@@ -655,12 +655,22 @@ for m in "permuted_bf16_operand|" "permuted_cast_operand|--precision bf16"; do
 done
 if [ "$got" = "1|1|1" ]; then ok; else no "16-bit products' operands on the GPU: $got (matrix-vector residual as C|permuted operand read with a unit stride x2), expected 1|1|1; $(head -c 300 "$TMP/err")"; fi
 # the stage's edges (tests/layout: a bf16 convolution before flip and tril, which read positions; a
-# weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees
-for m in tests/layout/*.json; do
-  w=${m%.json}.safetensors
-  [ -f "$w" ] && echo "$m --weights $w" || echo "$m"
-done | xargs -P 2 -I ARGS sh -c '"$0" check ARGS --target cuda --tol 3e-2 2>&1 | grep -q "channels-last convolutions  *agrees" || echo "FAIL channels-last edge ARGS"' "$GG" >"$TMP/cle.log" 2>&1
+# weight and a batch norm two nodes share; a view of a channels-last value): the stage agrees; so
+# do convolutions whose kernel is their stride made products of their patches (float32 and
+# bfloat16: from an NCHW image and from a channels-last value)
+{ for m in tests/layout/*.json; do
+    w=${m%.json}.safetensors
+    [ -f "$w" ] && echo "$m --weights $w" || echo "$m"
+  done
+  for c in tests/extra/patch_convs tests/extra/patch_convs_bf16; do echo "$c/model.pt2 --inputs $c/io.safetensors"; done
+} | xargs -P 2 -I ARGS sh -c '"$0" check ARGS --target cuda --tol 3e-2 2>&1 | grep -q "channels-last convolutions  *agrees" || echo "FAIL channels-last edge ARGS"' "$GG" >"$TMP/cle.log" 2>&1
 if [ -s "$TMP/cle.log" ]; then no "$(cat "$TMP/cle.log")"; else ok; fi
+# ... and that they are products there: of patch_convs' five convolutions only the 3x3 one stays one
+got=""
+for c in patch_convs patch_convs_bf16; do
+  got="$got|$("$GG" explain tests/extra/$c/model.pt2 --target cuda 2>&1 | grep -cE '^  k[0-9]+ +convolution')"
+done
+if [ "$got" = "|1|1" ]; then ok; else no "patch convolutions on the GPU: $got convolution kernels, expected |1|1"; fi
 # --precision: the lowered stage reports what bf16 costs, the later ones are held to it (a training
 # step too: its half-type products with a bias once rounded twice on the CPU); tf32 is the GPU's only
 expect 0 "relative error" -- "$GG" check $M/bert_tiny/model.pt2 --inputs $M/bert_tiny/io.safetensors --precision bf16

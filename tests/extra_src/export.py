@@ -370,6 +370,21 @@ class LayerScale(nn.Module):   # ConvNeXt's block (torchvision's CNBlock: its la
         return x, t, s.fc3(t[:, :5]) * s.g3
 case("layer_scale", LayerScale(), r(2, 32, 8, 8))
 case("layer_scale_bf16", LayerScale().to(torch.bfloat16), r(2, 32, 8, 8).to(torch.bfloat16))
+class Patches(nn.Module):   # convolutions whose kernel is their stride (the GPU makes each a copy of its patches and a product): ViT's
+    # patch embedding from the NCHW image then flattened to tokens, a kernel of unequal sides, ConvNeXt's stem and its downsampling
+    # (2x2, stride 2) of a channels-last value (after a 3x3 convolution, which bfloat16 runs channels-last), ReLU and a residual after
+    def __init__(s, c=16):
+        super().__init__()
+        s.vit, s.head = nn.Conv2d(3, 2 * c, 4, stride=4), nn.Linear(2 * c, 10)
+        s.rect = nn.Conv2d(3, c, (2, 3), stride=(2, 3), bias=False)
+        s.stem, s.mid, s.down = nn.Conv2d(3, c, 4, stride=4), nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, 2 * c, 2, stride=2)
+    def forward(s, x):
+        t = s.vit(x).flatten(2).transpose(1, 2)
+        y = s.stem(x)
+        y = F.relu(s.mid(y)) + y
+        return s.head(t), s.rect(x), F.relu(s.down(y))
+case("patch_convs", Patches(), r(2, 3, 16, 24))
+case("patch_convs_bf16", Patches().to(torch.bfloat16), r(2, 3, 16, 24).to(torch.bfloat16))
 # cases whose rewritten graph may depart from the loaded one by more than golden's rewrite rule allows
 # (a sixteenth of a unit): case.json says why, and test-golden --rewrite skips them
 INEXACT = {"resblock_bf16": "five bfloat16 convolutions deep: one float32-against-float64 rounding in a decomposed "
