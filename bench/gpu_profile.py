@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""gpu_profile.py NCU_CSV MODEL_CU [TOP]: where a compiled model's GPU time goes, by kernel and by kind.
+"""gpu_profile.py NCU_CSV MODEL_CU [TOP] [--explain EXPLAIN_JSON [--ceiling TFLOPS]]: where a compiled
+model's GPU time goes, by kernel and by kind.
 
 NCU_CSV is `ncu --csv --graph-profiling node --metrics gpu__time_duration.sum PROGRAM` over a program
 that runs the same call (a step, a forward) several times, the last two alike; MODEL_CU is the
@@ -7,7 +8,11 @@ model.cu that `gcc-graph compile --debug-dir` wrote. Only the last call is summe
 kernel names at the end of the trace that repeats right before itself (the earlier calls, cuBLASLt's
 timing of candidates and PyTorch's own kernels are left out). Our kernels (k12, ...) are named by the
 comment model.cu puts above them ("pointwise: node relu_3 (...)"); library kernels (cuBLAS, cuDNN) by
-their own name. Prints the total, a table by kind and the TOP (default 25) kernels."""
+their own name. Prints the total, a table by kind and the TOP (default 25) kernels. With --explain
+(`gcc-graph explain MODEL --target cuda --json [--precision P]` of the same model and options), also
+the rate of its matrix products: their FLOPs over the time of the cuBLAS kernels (their own time,
+without the gaps between kernels), and its share of --ceiling (the measured GEMM rate of the type,
+bench/gpu_ceiling.py) - issue 18's criterion."""
 import collections, csv, re, sys
 
 UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
@@ -48,12 +53,25 @@ def node_names(cu):
     return out
 
 
+def product_flops(path):
+    import json
+    ks = json.load(open(path))["schedule"]["kernels"]
+    return sum(k.get("flops") or 0 for k in ks if "matrix product" in k["kind"]), sum(1 for k in ks if "matrix product" in k["kind"])
+
+
 def main():
-    if len(sys.argv) < 3:
+    args, opt = [], {}
+    it = iter(sys.argv[1:])
+    for a in it:
+        if a in ("--explain", "--ceiling"):
+            opt[a] = next(it, None)
+        else:
+            args.append(a)
+    if len(args) < 2 or None in opt.values():
         sys.exit(__doc__)
-    rows = last_call(kernels(sys.argv[1]))
-    top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
-    names = node_names(sys.argv[2])
+    rows = last_call(kernels(args[0]))
+    top = int(args[2]) if len(args) > 2 else 25
+    names = node_names(args[1])
     total = sum(t for _, t in rows)
     by_kind, by_kernel = collections.Counter(), collections.Counter()
     count = collections.Counter()
@@ -77,6 +95,13 @@ def main():
     print("\n| kernel | ms | share |\n|---|---|---|")
     for k, t in by_kernel.most_common(top):
         print("| %s | %.3f | %.1f%% |" % (k, t, 100 * t / total))
+    if "--explain" in opt:
+        fl, n = product_flops(opt["--explain"])
+        t = by_kind["library: cuBLAS"]
+        rate = fl / (t * 1e-3) / 1e12 if t else 0.0
+        share = " = %.1f%% of %s TFLOP/s" % (100 * rate / float(opt["--ceiling"]), opt["--ceiling"]) if "--ceiling" in opt else ""
+        print("\nproducts: %d in the schedule, %.1f GFLOP over %d cuBLAS kernels' %.3f ms: %.0f TFLOP/s%s"
+              % (n, fl / 1e9, count["library: cuBLAS"], t, rate, share))
 
 
 if __name__ == "__main__":
