@@ -5,7 +5,8 @@
  * Requires: a decomposed inference graph. Guarantees: the same values, each 2-d convolution that runs
  * faster channels-last (nhwc_conv: on tensor cores on the GPU, float32 of one group on the CPU) made
  * a _conv_nhwc of its input and weight permuted to [N, H, W, C] and [K, R, S, C/g] (a constant
- * weight permuted now, into a new weight), and the nodes after it carried over in that layout where
+ * weight permuted now, into a new weight; on the GPU a 1x1 one of stride 1, and any whose kernel is
+ * its stride, in float32 too, a `linear` of its rows or patches), and the nodes after it carried over in that layout where
  * their meaning allows: pointwise ops and casts (a broadcast operand viewed in the same order), a
  * reduction over the channels or the plane with keepdim, adaptive average pooling to 1x1 (a mean over
  * the plane), max pooling on the CPU (_max_pool_nhwc), concatenation, permutes (composed with the
