@@ -6,8 +6,7 @@
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
  * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
  * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
- * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD, and the software
- * prefetch distances PK_PF_A and PK_PF_B, off by default):
+ * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD):
  *   cc -O3 -fno-math-errno -fno-trapping-math -fopenmp -Ilib/rt -Iinclude bench/gemm_kernel.c -lopenblas -lm -o gemm_kernel
  *   OMP_NUM_THREADS=2 taskset -c 0,1 ./gemm_kernel
  * (no BLAS call is timed; the runtime's BLAS paths only need the symbols.) */

@@ -61,12 +61,18 @@ static bool cpu_grouped_convs(const Graph *g) {
  * 7x7 plane gave 16 threads 56-row products; bfloat16 on AMX where it runs), or depthwise (a loop
  * over the channels); the stem too (its input copied channels-last once; the max pooling after
  * ResNet's stem has a channels-last kernel: resnet18's stem and pooling took half the time in NCHW). */
-static bool nhwc_conv(const Graph *g, const Node *n) {
+/* a 2-d convolution, batched, not transposed, its operands of one type */
+static bool plain_conv2d(const Node *n) {
   if (!is_conv(n) || n->nouts != 1) return false;
   const Arg *t = rw_arg(n, "transposed");
   if (t && t->k == AK_BOOL && t->u.b) return false;
   const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *y = n->outs[0];
-  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype || (b && b->dtype != y->dtype)) return false;
+  return x && w && x->rank == 4 && w->rank == 4 && x->dtype == y->dtype && w->dtype == y->dtype && (!b || b->dtype == y->dtype);
+}
+
+static bool nhwc_conv(const Graph *g, const Node *n) {
+  if (!plain_conv2d(n)) return false;
+  const Value *y = n->outs[0];
   if (g->ctx->cuda) return y->dtype == DT_BF16 || y->dtype == DT_F16 || (y->dtype == DT_F32 && g->ctx->precision == PREC_TF32);
   int64_t groups = cpu_groups(n);
   if (y->dtype == DT_BF16) return groups == 1 || (groups > 1 && depthwise(n, groups));
@@ -109,13 +115,9 @@ static bool gpu_product_conv(const Graph *g, const Node *n) {
  * as a product it is one copy of the input and a GEMM. In float32 too (the channels-last stage runs
  * it alone there). 1x1 ones of stride 1 are gpu_product_conv's. */
 static bool gpu_patch_conv(const Graph *g, const Node *n) {
-  if (!g->ctx->cuda || !is_conv(n) || n->nouts != 1 || cpu_groups(n) != 1) return false;
-  const Arg *t = rw_arg(n, "transposed");
-  if (t && t->k == AK_BOOL && t->u.b) return false;
-  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *b = rw_targ(n, "bias"), *y = n->outs[0];
-  if (!x || !w || x->rank != 4 || w->rank != 4 || x->dtype != y->dtype || w->dtype != y->dtype || (b && b->dtype != y->dtype) ||
-      (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16))
-    return false;
+  if (!g->ctx->cuda || !plain_conv2d(n) || cpu_groups(n) != 1) return false;
+  const Value *x = rw_targ(n, "input"), *w = rw_targ(n, "weight"), *y = n->outs[0];
+  if (y->dtype != DT_F32 && y->dtype != DT_BF16 && y->dtype != DT_F16) return false;
   const Arg *st = rw_arg(n, "stride");
   int64_t k, sd, in;
   if (!st || st->k != AK_INTS || st->n != 2 || !ints_all(n, "padding", 0) || !ints_all(n, "dilation", 1)) return false;

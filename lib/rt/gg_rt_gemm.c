@@ -71,12 +71,6 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
 #ifndef PK_TILES_PER_THREAD
 #define PK_TILES_PER_THREAD 2
 #endif
-#ifndef PK_PF_A   /* software prefetch distances along K, in floats of the packed panels (0: none) */
-#define PK_PF_A 0
-#endif
-#ifndef PK_PF_B
-#define PK_PF_B 0
-#endif
 
 static int64_t pk_width(int64_t N, int64_t jp) { return N - jp * PK_NR <= 16 ? 16 : PK_NR; }
 
@@ -189,15 +183,10 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, 
       b0 = _mm512_maskz_loadu_ps(m0, bk);
       b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
     } else {
-      if (PK_PF_B) {
-        _mm_prefetch((const char *)(b + PK_PF_B), _MM_HINT_T0);
-        if (nv > 1) _mm_prefetch((const char *)(b + PK_PF_B + 16), _MM_HINT_T0);
-      }
       b0 = _mm512_loadu_ps(b);
       b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
       b += 16 * nv;
     }
-    if (PK_PF_A && !aro) _mm_prefetch((const char *)(a + PK_PF_A), _MM_HINT_T0);
     const float *ak = aro ? a + aro[k] : a;
     for (int i = 0; i < MR; i++) {
       __m512 av = _mm512_set1_ps(ak[po[i]]);
