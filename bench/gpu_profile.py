@@ -2,11 +2,16 @@
 """gpu_profile.py NCU_CSV MODEL_CU [TOP] [--explain EXPLAIN_JSON [--ceiling TFLOPS]]: where a compiled
 model's GPU time goes, by kernel and by kind.
 
-NCU_CSV is `ncu --csv --graph-profiling node --metrics gpu__time_duration.sum PROGRAM` over a program
-that runs the same call (a step, a forward) several times, the last two alike; MODEL_CU is the
-model.cu that `gcc-graph compile --debug-dir` wrote. Only the last call is summed: the longest run of
+NCU_CSV is `GCC_GRAPH_PROFILER_REPLAYS=1 ncu --profile-from-start off --csv --graph-profiling node
+--metrics gpu__time_duration.sum PROGRAM` over a program that runs the same call (a step, a forward)
+several times, such as `gcc-graph bench MODEL.so --iters 2` (the environment variable and
+--profile-from-start off leave the first, uncaptured run unprofiled: under ncu cuBLASLt's timing of
+its candidates would choose at random); MODEL_CU is the
+model.cu that `gcc-graph compile --debug-dir` wrote. Only the last call is summed: the shortest run of
 kernel names at the end of the trace that repeats right before itself (the earlier calls, cuBLASLt's
-timing of candidates and PyTorch's own kernels are left out). Our kernels (k12, ...) are named by the
+timing of candidates and PyTorch's own kernels are left out). ncu runs each kernel alone, serialized:
+their sum is over the graph's run (BERT-base bf16: 0.879 ms against 0.783), so for the time kernels
+take in a replayed graph use bench/gpu_trace.py, which prints the same tables. Our kernels (k12, ...) are named by the
 comment model.cu puts above them ("pointwise: node relu_3 (...)"); library kernels (cuBLAS, cuDNN) by
 their own name. Prints the total, a table by kind and the TOP (default 25) kernels. With --explain
 (`gcc-graph explain MODEL --target cuda --json [--precision P]` of the same model and options), also
@@ -31,7 +36,14 @@ def kernels(path):
 
 
 def last_call(rows):
+    """The last call: the shortest tail that repeats right before itself and holds the last kernel
+    once (a call's last kernel, such as its output's copy, comes once a call; a shorter period, a
+    transformer's layer, would hold it once but not repeat, and the longest, several calls, which
+    an earlier version took, counted 3 calls as one). Else the longest tail that repeats."""
     names = [n for n, _ in rows]
+    for k in range(1, len(names) // 2 + 1):
+        if names[-k:] == names[-2 * k:-k] and names[-k:].count(names[-1]) == 1:
+            return rows[-k:]
     for k in range(len(names) // 2, 0, -1):
         if names[-k:] == names[-2 * k:-k]:
             return rows[-k:]
@@ -59,19 +71,29 @@ def product_flops(path):
     return sum(k.get("flops") or 0 for k in ks if "matrix product" in k["kind"]), sum(1 for k in ks if "matrix product" in k["kind"])
 
 
-def main():
+def options(argv, doc):
+    """positional arguments and --explain/--ceiling"""
     args, opt = [], {}
-    it = iter(sys.argv[1:])
+    it = iter(argv)
     for a in it:
         if a in ("--explain", "--ceiling"):
             opt[a] = next(it, None)
         else:
             args.append(a)
-    if len(args) < 2 or None in opt.values():
+    if None in opt.values():
+        sys.exit(doc)
+    return args, opt
+
+
+def main():
+    args, opt = options(sys.argv[1:], __doc__)
+    if len(args) < 2:
         sys.exit(__doc__)
-    rows = last_call(kernels(args[0]))
-    top = int(args[2]) if len(args) > 2 else 25
-    names = node_names(args[1])
+    report(last_call(kernels(args[0])), node_names(args[1]), int(args[2]) if len(args) > 2 else 25, opt)
+
+
+def report(rows, names, top, opt):
+    """rows: (kernel name, ms) of one call; names: node_names of its model.cu"""
     total = sum(t for _, t in rows)
     by_kind, by_kernel = collections.Counter(), collections.Counter()
     count = collections.Counter()

@@ -217,6 +217,46 @@ assert len(per) > 20 and 0.2 * graph < nodes < 1.6 * graph, (graph, nodes)" "$TM
 else
   echo "FAIL: GCC_GRAPH_PROFILE's node times against the CUDA graph's run: $(tail -n 3 "$TMP/err")"; fail=$((fail + 1))
 fi
+# bench/gpu_trace.py: each kernel's time in the replayed graph (CUPTI, through torch.profiler); one
+# call's kernels add up to no more than the graph's run (nothing serialized), and it names the nodes
+if "$GG" compile $C/model.pt2 --target cuda --debug-dir "$TMP/trdbg" -o "$TMP/tr.so" >"$TMP/err" 2>&1 &&
+   "$GG" explain $C/model.pt2 --target cuda --json >"$TMP/tr.json" 2>>"$TMP/err" &&
+   python3 bench/gpu_trace.py "$TMP/tr.so" $C/io.safetensors "$TMP/trdbg/model.cu" 5 --explain "$TMP/tr.json" --ceiling 700 >"$TMP/trace" 2>>"$TMP/err" &&
+   python3 -c "
+import re, sys
+t = open(sys.argv[1]).read()
+span = float(re.search(r'^graph run .*: ([0-9.]+) ms', t, re.M).group(1))
+n, ms = re.search(r'^(\d+) kernels, ([0-9.]+) ms of kernel time', t, re.M).groups()
+assert 0.3 * span <= float(ms) <= span + 0.002 and int(n) > 10, (span, n, ms)
+assert re.search(r'^\| k\d+ .*node ', t, re.M) and re.search(r'^products: \d+ in the schedule', t, re.M), t" "$TMP/trace" >>"$TMP/err" 2>&1; then
+  pass=$((pass + 1)); grep "^graph run\|kernels, " "$TMP/trace"
+else
+  echo "FAIL: bench/gpu_trace.py: $(tail -n 5 "$TMP/err") $(head -n 3 "$TMP/trace")"; fail=$((fail + 1))
+fi
+# GCC_GRAPH_PROFILER_REPLAYS=1 with ncu --profile-from-start off: only the graph's replays are
+# profiled (every call the same kernels: bench's runs after the first, uncaptured one), not its timing of
+# cuBLASLt's candidates, which ncu's serialization would make choose at random
+if command -v ncu >/dev/null 2>&1; then
+  if GCC_GRAPH_PROFILER_REPLAYS=1 ncu --profile-from-start off --csv --graph-profiling node --metrics gpu__time_duration.sum \
+       "$GG" bench "$TMP/tr.so" --inputs $C/io.safetensors --iters 2 >"$TMP/ncu1" 2>>"$TMP/err" &&
+     ncu --csv --graph-profiling node --metrics gpu__time_duration.sum "$GG" bench "$TMP/tr.so" --inputs $C/io.safetensors --iters 2 >"$TMP/ncu0" 2>>"$TMP/err" &&
+     python3 -c "
+import sys
+sys.path.insert(0, 'bench')
+from gpu_profile import kernels, last_call
+r1, r0 = kernels(sys.argv[1]), kernels(sys.argv[2])
+k = len(last_call(r1))
+n1 = [n for n, _ in r1]
+assert len(n1) % k == 0 and len(n1) >= 2 * k and n1 == n1[:k] * (len(n1) // k), (len(n1), k)
+assert len(r0) > len(r1), (len(r0), len(r1))
+print('ncu: %d kernels a call, %d profiled with the replays only, %d without' % (k, len(r1), len(r0)))" "$TMP/ncu1" "$TMP/ncu0" >>"$TMP/err" 2>&1; then
+    pass=$((pass + 1)); tail -n 1 "$TMP/err"
+  else
+    echo "FAIL: GCC_GRAPH_PROFILER_REPLAYS under ncu: $(tail -n 3 "$TMP/err")"; fail=$((fail + 1))
+  fi
+else
+  echo "(ncu not found: GCC_GRAPH_PROFILER_REPLAYS not tested)"
+fi
 T=tests/corpus/train/mlp_train
 if "$GG" compile $T/model.pt2 --train --target cuda -o "$TMP/prof_t.so" >"$TMP/err" 2>&1 &&
    GCC_GRAPH_PROFILE=1 "$GG" bench "$TMP/prof_t.so" --inputs $T/io.safetensors --iters 2 >"$TMP/perr" 2>&1 &&

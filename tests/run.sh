@@ -809,7 +809,7 @@ else
   no "python3 with NumPy is needed to test the Python package (python/)"
 fi
 # bench/gpu_profile.py on a listing as ncu writes it (tests/gpu_profile: an earlier call with a timing
-# candidate, then two alike; "12,000" nanoseconds): the last call's kernels by node, and with
+# candidate, then four alike; "12,000" nanoseconds): the last call's kernels by node, and with
 # --explain the products' FLOPs over the cuBLAS kernels' time (2.8 GFLOP in 14 us: 200 TFLOP/s)
 expect 0 "products: 2 in the schedule, 2.8 GFLOP over 2 cuBLAS kernels' 0.014 ms: 200 TFLOP/s = 28.6% of 700 TFLOP/s" -- \
   python3 bench/gpu_profile.py tests/gpu_profile/ncu.csv tests/gpu_profile/model.cu 3 --explain tests/gpu_profile/explain.json --ceiling 700

@@ -15,6 +15,7 @@
 
 #include <cublas_v2.h>
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -173,6 +174,12 @@ __global__ void prof_gate(const volatile unsigned *released, unsigned want) {
   }
 }
 
+/* GCC_GRAPH_PROFILER_REPLAYS=1: cudaProfilerStart() before the first replay of a captured graph, so
+ * that `ncu --profile-from-start off` profiles the replays only. A profiler that serializes and
+ * times each kernel of the first, uncaptured run would make cuBLASLt's timing of its candidates
+ * choose at random, and the products it then measures would not be the ones a run uses. */
+static bool prof_replays, prof_replays_started;
+
 /* let the GPU through every gate queued so far (before the host waits for the GPU, and after a run) */
 static void gate_open(gg_model *m) {
   if (m->gate) __atomic_store_n(m->gate, m->gate_seq, __ATOMIC_SEQ_CST);
@@ -291,8 +298,9 @@ GG_EXPORT int gg_open(gg_model **out, const char *weights, char *err, size_t err
   gg_model *m = (gg_model *)calloc(1, sizeof *m);
   if (!m) return gg_rt_fail(err, errlen, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
-  const char *ge = getenv("GCC_GRAPH_CUDA_GRAPHS");
+  const char *ge = getenv("GCC_GRAPH_CUDA_GRAPHS"), *pr = getenv("GCC_GRAPH_PROFILER_REPLAYS");
   pthread_once(&prof_once, prof_init);
+  prof_replays = pr && *pr && strcmp(pr, "0");
   m->graphs = !(ge && !strcmp(ge, "0")) && !gg_rt_prof_on;   /* a profile times each node: no graph */
   const char *xe = getenv("GCC_GRAPH_TF32X3");   /* 0: off; N: a cap of N MiB (tests use a small one to take K in chunks) */
   long xmb = xe && *xe ? strtol(xe, NULL, 10) : 256;
@@ -442,6 +450,7 @@ static void enqueue(gg_model *m, const run_args *a) {
 static int issue(gg_model *m, gg_slot *s, const int64_t *key, int nk, const run_args *a, char *err, size_t errlen) {
   gg_cur = m;
   if (s->exec && s->stream == m->stream && nk == s->nkey && !memcmp(key, s->key, sizeof *key * (size_t)nk)) {
+    if (prof_replays && !__atomic_exchange_n(&prof_replays_started, true, __ATOMIC_SEQ_CST)) cudaProfilerStart();
     cudaError_t ce = cudaGraphLaunch(s->exec, m->stream);
     return ce == cudaSuccess ? 0 : cuda_fail(err, errlen, "cannot launch the model's graph", ce);
   }
@@ -996,8 +1005,20 @@ static size_t dt_size(int dt) { return dt == 0 || dt >= 4 ? 4 : dt == 1 ? 8 : 2;
 /* the code of the output's element type (res_relu's) */
 static int dt_out(int dt) { return dt >= 5 ? 0 : dt; }
 
+/* the GPU held for `ns` nanoseconds: the launches queued meanwhile then run back to back */
+__global__ void spin_ns(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+
 /* Time cuBLASLt's candidate algorithms on the product's operands (the output goes to a buffer of
- * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible. */
+ * its own) and return the fastest; the first, the heuristic's choice, when timing is not possible.
+ * Each candidate runs once untimed, then LT_REPS times behind a spin kernel that holds the GPU while
+ * the host queues them, so the events time the kernels back to back as a graph runs them, not the
+ * host's launches (a 5 us product launched from the host measured its launch cost, and the choice
+ * among candidates within a few percent of each other came out differently from run to run). */
+enum { LT_REPS = 10 };
 static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *r, int n, const void *A, const void *B, const void *bias, const void *res) {
   gg_model *m = gg_cur;
   size_t es = dt_size(p->k.dt);
@@ -1011,8 +1032,11 @@ static int lt_fastest(struct lt_plan *p, const cublasLtMatmulHeuristicResult_t *
       (!bias || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == CUBLAS_STATUS_SUCCESS)) {
     for (int i = 0; i < n; i++) {
       bool ok = true;
-      for (int rep = 0; rep < 4 && ok; rep++) {   /* one untimed, three timed */
-        if (rep == 1) cudaEventRecord(e0, m->stream);
+      for (int rep = 0; rep <= LT_REPS && ok; rep++) {
+        if (rep == 1) {
+          spin_ns<<<1, 1, 0, m->stream>>>(20000ull * LT_REPS);   /* 20 us a launch, more than one costs the host */
+          cudaEventRecord(e0, m->stream);
+        }
         ok = cublasLtMatmul(m->lt, p->op, &al, B, p->a, A, p->b, &be, res ? res : tmp, p->c, tmp, p->c, &r[i].algo, m->blas_ws, GG_BLAS_WS, m->stream) ==
              CUBLAS_STATUS_SUCCESS;
       }
