@@ -4,7 +4,10 @@
 // best of up to 64, and the split-K variants of each candidate that allows them (2-8 slices, every
 // reduction scheme it supports, checked by cublasLtMatmulAlgoCheck). Each is timed as 20 products in a
 // CUDA graph (operands hot in L2, filled with a constant: an upper bound on the rate in a model);
-// microseconds a product and TFLOP/s. docs/BENCHMARKS.md, session 52, has a run on the H200.
+// microseconds a product and TFLOP/s; then the best of the 8 timed with a different copy of the weight
+// each time (cold in L2, as in a model) and with a residual read as C. LT_ALL=1 instead times every
+// algorithm cuBLASLt lists at the bfloat16 shapes (below). docs/BENCHMARKS.md, sessions 52 and 53,
+// has runs on the H200.
 //   nvcc -arch=sm_90 -O2 bench/gpu_lt_shapes.cu -o gpu_lt_shapes -lcublasLt && ./gpu_lt_shapes
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -44,7 +47,46 @@ static float time_algo(Ctx &x, const cublasLtMatmulAlgo_t *algo, int nB = 0, boo
   cudaEventDestroy(e0); cudaEventDestroy(e1); cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
   return best / np * 1000;  // us per product
 }
+// LT_ALL=1: every algorithm cuBLASLt lists for the type (cublasLtMatmulAlgoGetIds), each of its tile
+// sizes and stage counts (the cluster shape left to cuBLASLt), checked and timed like the heuristic's
+// candidates: whether a kernel the heuristic does not offer is faster at the shape
+static void exhaustive(Ctx &x, cudaDataType t, float h8) {
+  int ids[256], nids = 0;
+  if (cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, 256, ids, &nids)) return;
+  struct R { float us; int id, tile, stages; };
+  std::vector<R> res;
+  int checked = 0;
+  for (int i = 0; i < nids; i++) {
+    cublasLtMatmulAlgo_t a;
+    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, t, t, ids[i], &a)) continue;
+    int tiles[256], stages[256];
+    size_t st = 0, ss = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sizeof tiles, &st);
+    cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, sizeof stages, &ss);
+    int nt = (int)(st / sizeof(int)), ns = (int)(ss / sizeof(int));
+    if (!nt) tiles[0] = 0, nt = 1;
+    if (!ns) stages[0] = 0, ns = 1;
+    for (int ti = 0; ti < nt; ti++)
+      for (int si = 0; si < ns; si++) {
+        cublasLtMatmulAlgo_t b = a;
+        cublasLtMatmulHeuristicResult_t hr;
+        cublasLtMatmulAlgoConfigSetAttribute(&b, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[ti], sizeof(int));
+        cublasLtMatmulAlgoConfigSetAttribute(&b, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[si], sizeof(int));
+        if (cublasLtMatmulAlgoCheck(lt, x.op, x.a, x.b, x.c, x.c, &b, &hr) || hr.workspaceSize > WS) continue;
+        checked++;
+        float us = time_algo(x, &b);
+        if (us < 1e29f) res.push_back({us, ids[i], tiles[ti], stages[si]});
+      }
+  }
+  std::sort(res.begin(), res.end(), [](const R &a, const R &b) { return a.us < b.us; });
+  printf("%-18s every listed algorithm: %d ids, %d configurations accepted, %zu ran; best of 8 heuristic %.2f us; fastest:", x.p.name, nids, checked, res.size(), h8);
+  for (size_t i = 0; i < res.size() && i < 5; i++) printf(" %.2f (id %d tile %d stages %d)", res[i].us, res[i].id, res[i].tile, res[i].stages);
+  printf("\n");
+  fflush(stdout);
+}
+
 int main() {
+  bool all = getenv("LT_ALL") != NULL;
   CK(cublasLtCreate(&lt)); CK(cudaStreamCreate(&st)); CK(cudaMalloc(&ws, WS));
   std::vector<Prob> P = {
     {"bert qkv", 3, 0, 1, 1, 1024, 2304, 768}, {"bert out", 3, 0, 1, 1, 1024, 768, 768},
@@ -56,6 +98,7 @@ int main() {
     {"f32 gpt2 out", 0, 0, 0, 1, 2048, 768, 768}, {"f32 bert out", 0, 0, 1, 1, 1024, 768, 768},
     {"bf16 big", 3, 0, 1, 0, 8192, 8192, 8192},
   };
+  if (all) P.resize(8);   // the transformers' bfloat16 shapes only
   for (auto &p : P) {
     Ctx x; x.p = p;
     cudaDataType t = p.dt == 0 ? CUDA_R_32F : CUDA_R_16BF; size_t es = p.dt == 0 ? 4 : 2;
@@ -81,6 +124,14 @@ int main() {
     cublasLtMatmulHeuristicResult_t r[64]; int found = 0;
     CK(cublasLtMatmulAlgoGetHeuristic(lt, x.op, x.a, x.b, x.c, x.c, pref, 64, r, &found));
     double fl = 2.0 * p.M * p.N * p.K;
+    if (all) {
+      float h8 = 1e30f;
+      for (int i = 0; i < found && i < 8; i++) h8 = std::min(h8, time_algo(x, &r[i].algo));
+      exhaustive(x, t, h8);
+      for (auto b : x.Bs) cudaFree(b);
+      cudaFree(x.A); cudaFree(x.B); cudaFree(x.C); cudaFree(x.R); cudaFree(x.bias);
+      continue;
+    }
     float h1 = time_algo(x, &r[0].algo), h8 = 1e30f, h64 = 1e30f, sk = 1e30f, c8 = 1e30f;
     int ntimed = 0, hsk = 0, b8 = 0, bc = 0;
     for (int i = 0; i < found; i++) { float u = time_algo(x, &r[i].algo); if (i < 8 && u < h8) h8 = u, b8 = i; h64 = std::min(h64, u);
