@@ -11,7 +11,8 @@
 
 /* FlashAttention-2's scheme on mma.sync (m16n8k16, float32 accumulators): a block of four warps takes
  * 64 query rows of one (batch, head), each warp 16 rows, and walks the keys 64 at a time: S = Q K^T
- * from Q's fragments (registers, loaded once) and a K tile in shared memory; the running row maximum
+ * from Q's fragments (registers, loaded once: through shared memory and ldmatrix where its rows are
+ * aligned, the output leaving the same way) and a K tile in shared memory; the running row maximum
  * and sum rescale the output accumulators (online softmax, in float32, in base 2); P, rounded to the
  * operands' dtype as the accumulators hold it (the m16n8k16 C layout is the A layout of the next
  * product), times a V tile. K and V tiles are stored as they are (16-byte rows) and read as fragments
@@ -99,13 +100,32 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
   const int64_t q0 = (int64_t)blockIdx.x * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
   const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
+  /* 16-byte loads of 8 elements where every row start is aligned */
+  const bool kvec = ((uintptr_t)K % 16 == 0) && a.ks[2] % 8 == 0, vvec = ((uintptr_t)V % 16 == 0) && a.vs[2] % 8 == 0;
+  const bool async = NB == 2 && kvec && vvec;
+  /* Q's tile: where its rows are aligned too, copied whole (16-byte copies, every byte of a sector
+   * used) into the second V buffer, which the first key tile does not use, while the first key tile
+   * is copied, and read as fragments through ldmatrix; else each lane loads its fragments' pairs
+   * from memory (4 bytes of each 32-byte sector it reads: ncu's largest stall on the H200) */
+  const bool qsm = async && ((uintptr_t)Q % 16 == 0) && a.qs[2] % 8 == 0;
+  const int lr = lane & 7, lm = lane >> 3;
+  uint16_t(*Qs)[D + 8] = Vs[NB - 1];
   uint32_t qa[D / 16][4];
+  if (qsm) {
+    for (int i = threadIdx.x; i < GG_ATT_BM * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = q0 + j < a.L;
+      att_cp16(&Qs[j][e], in ? Q + (q0 + j) * a.qs[2] + e : Q, in);
+    }
+    att_cp_commit();
+  } else {
 #pragma unroll
-  for (int c = 0; c < D / 16; c++) {
-    qa[c][0] = att_pair(Q + r0 * a.qs[2] + c * 16 + 2 * t, r0 < a.L);
-    qa[c][1] = att_pair(Q + r1 * a.qs[2] + c * 16 + 2 * t, r1 < a.L);
-    qa[c][2] = att_pair(Q + r0 * a.qs[2] + c * 16 + 8 + 2 * t, r0 < a.L);
-    qa[c][3] = att_pair(Q + r1 * a.qs[2] + c * 16 + 8 + 2 * t, r1 < a.L);
+    for (int c = 0; c < D / 16; c++) {
+      qa[c][0] = att_pair(Q + r0 * a.qs[2] + c * 16 + 2 * t, r0 < a.L);
+      qa[c][1] = att_pair(Q + r1 * a.qs[2] + c * 16 + 2 * t, r1 < a.L);
+      qa[c][2] = att_pair(Q + r0 * a.qs[2] + c * 16 + 8 + 2 * t, r0 < a.L);
+      qa[c][3] = att_pair(Q + r1 * a.qs[2] + c * 16 + 8 + 2 * t, r1 < a.L);
+    }
   }
   float o[D / 8][4];
 #pragma unroll
@@ -113,12 +133,9 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
   const int64_t kend = a.causal && q0 + GG_ATT_BM < a.S ? q0 + GG_ATT_BM : a.S;
-  /* 16-byte loads of 8 elements where every row start is aligned */
-  const bool kvec = ((uintptr_t)K % 16 == 0) && a.ks[2] % 8 == 0, vvec = ((uintptr_t)V % 16 == 0) && a.vs[2] % 8 == 0;
   const uint8_t *mb = (const uint8_t *)mask;
   const uint16_t *mh = (const uint16_t *)mask;
   const int64_t moff = b * a.ms[0] + h * a.ms[1];
-  const bool async = NB == 2 && kvec && vvec;
   auto copy_tile = [&](int buf, int64_t k0) {
     for (int i = threadIdx.x; i < GG_ATT_BN * D / 8; i += blockDim.x) {
       const int j = i / (D / 8), e = i % (D / 8) * 8;
@@ -129,6 +146,16 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     att_cp_commit();
   };
   if (async && kend > 0) copy_tile(0, 0);
+  if (qsm) {
+    if (kend > 0) att_cp_wait<1>();   /* Q's copies, the group before the first tile's, have landed */
+    else att_cp_wait<0>();
+    __syncthreads();
+    /* matrix i: rows 8 (i % 2) on of the warp's 16, columns 8 (i / 2) on of the chunk: A's registers.
+     * The barrier at the top of the first iteration keeps the next tile's copy out of Qs until
+     * every warp has read it. */
+#pragma unroll
+    for (int c = 0; c < D / 16; c++) att_ldsm(qa[c], &Qs[warp * 16 + (lm & 1) * 8 + lr][c * 16 + (lm >> 1) * 8]);
+  }
   for (int64_t k0 = 0, it = 0; k0 < kend; k0 += GG_ATT_BN, it++) {
     const int cur = NB == 2 ? (int)(it & 1) : 0;
     __syncthreads();   /* every warp is done with the buffer the next copy overwrites */
@@ -159,7 +186,6 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     __syncthreads();
     float s[GG_ATT_BN / 8][4];
     /* lanes 8i..8i+7 address matrix i: rows of n-tile n + i / 2, columns 8 (i % 2) on */
-    const int lr = lane & 7, lm = lane >> 3;
 #pragma unroll
     for (int n = 0; n < GG_ATT_BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
 #pragma unroll
@@ -236,6 +262,24 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     if (r1 < a.L) a.lse[bh * a.L + r1] = l1 > 0 ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
   }
   uint16_t *Y = y + b * a.ys[0] + h * a.ys[1];
+  if (NB == 2 && ((uintptr_t)Y % 16 == 0) && a.ys[2] % 8 == 0) {
+    /* the output tile through the first K buffer, then stored in 16-byte pieces (a lane's 4-byte
+     * pieces used 4 bytes of each 32-byte sector) */
+    uint16_t(*Os)[D + 8] = Ks[0];
+    __syncthreads();   /* every warp is done with the last key tile */
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
+      memcpy(&Os[warp * 16 + g][n * 8 + 2 * t], &w0, 4);
+      memcpy(&Os[warp * 16 + g + 8][n * 8 + 2 * t], &w1, 4);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < GG_ATT_BM * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      if (q0 + j < a.L) *(uint4 *)(Y + (q0 + j) * a.ys[2] + e) = *(const uint4 *)&Os[j][e];
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < D / 8; n++) {
     const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
