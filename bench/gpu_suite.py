@@ -15,12 +15,13 @@ a device copy) give each model's fraction of the GEMM rate (FLOPs of its product
 / time) and of the copy bandwidth (bytes of explain's schedule / time).
 
 Environment: GG (the gcc-graph binary, default build/gcc-graph), ROUNDS (5), ITERS (50),
-MAX_AUTOTUNE (0), OUT (a folder for the exports; default a temporary one), AB ("VAR=VALUE ...": gcc-graph
+MAX_AUTOTUNE (0), PRODUCTS (0; 1: also the products' rate as the replayed graph runs them, bench/gpu_trace.py,
+printed under the row: issue 18's 60% criterion), OUT (a folder for the exports; default a temporary one), AB ("VAR=VALUE ...": gcc-graph
 is also timed with that environment in every round, an A/B of a runtime switch, shown in brackets after
 ours), AB_FLAGS ("--no-channels-last ...": likewise a second .so compiled with those options added),
 AB_GG (another gcc-graph binary: likewise the .so it compiles, with AB_FLAGS if given). Prints a Markdown table
 and, last, one JSON line with every figure."""
-import json, os, statistics, struct, subprocess, sys, tempfile, time, traceback
+import json, os, re, statistics, struct, subprocess, sys, tempfile, time, traceback
 
 import torch
 
@@ -30,6 +31,7 @@ GG = os.environ.get("GG", "build/gcc-graph")
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 ITERS = int(os.environ.get("ITERS", "50"))
 MAX_AUTOTUNE = os.environ.get("MAX_AUTOTUNE", "0") == "1"
+PRODUCTS = os.environ.get("PRODUCTS", "0") == "1"   # also the products' rate as they run (bench/gpu_trace.py)
 OUT = os.environ.get("OUT") or tempfile.mkdtemp(prefix="gg-gpu-suite-")
 AB = os.environ.get("AB", "")   # "VAR=VALUE ...": also time gcc-graph with that environment (an A/B of a runtime switch), in the same rounds
 AB_FLAGS = os.environ.get("AB_FLAGS", "").split()   # compile options: also time a .so compiled with them added (an A/B of a compile-time choice)
@@ -83,8 +85,8 @@ class Hidden(torch.nn.Module):   # a transformer's last hidden state: one tensor
 
 
 def tv(name, batch, dtype, prec=None):
-    import torchvision
     def make():
+        import torchvision   # here, so that importing this file (bench/gpu_trace.py does) needs no torchvision
         m = getattr(torchvision.models, name)(weights=None)
         with torch.no_grad():   # zero-initialized layers (ViT's head) would make every output 0
             for p in m.parameters():
@@ -96,8 +98,8 @@ def tv(name, batch, dtype, prec=None):
 
 
 def hf(kind, batch, seq, dtype, prec=None, **cfg):
-    import transformers as tf
     def make():
+        import transformers as tf
         if kind == "bert":
             m = tf.BertModel(tf.BertConfig(**cfg), add_pooling_layer=False)
         elif kind == "gpt2":
@@ -198,16 +200,29 @@ def ceilings():
     return {"gemm_f32_tflops": f32, "gemm_tf32_tflops": tf32, "gemm_bf16_tflops": gemm(torch.bfloat16), "copy_tbs": 2 * x.numel() / ms / 1e9}
 
 
-def explain_figures(pt2, prec=None):
-    """FLOPs of the products and convolutions, and the bytes of the GPU schedule (gcc-graph explain --json --target cuda)."""
+def explain_figures(pt2, prec=None, keep=None):
+    """FLOPs of the products and convolutions, and the bytes of the GPU schedule (gcc-graph explain --json --target cuda);
+    keep: a file the JSON is also written to"""
     r = subprocess.run([GG, "explain", pt2, "--json", "--target", "cuda"] + (["--precision", prec] if prec else []), capture_output=True, text=True)
     if r.returncode:
         return None, None
+    if keep:
+        with open(keep, "w") as f:
+            f.write(r.stdout)
     j = json.loads(r.stdout)
     flops = j.get("matrix_flops")
     ks = j.get("schedule", {}).get("kernels", [])
     traffic = sum(k.get("bytes_read", 0) + k.get("bytes_written", 0) for k in ks) or None
     return flops, traffic
+
+
+PRODUCTS_LINE = re.compile(r"^products: (\d+) in the schedule, ([0-9.]+) GFLOP over (\d+) cuBLAS kernels' ([0-9.]+) ms: ([0-9.]+) TFLOP/s", re.M)
+
+
+def products_rate(text):
+    """(products' kernels ms, their TFLOP/s) from bench/gpu_trace.py's output, or None"""
+    m = PRODUCTS_LINE.search(text)
+    return (float(m.group(4)), float(m.group(5))) if m and int(m.group(3)) else None
 
 
 def run_model(name, make, mkin, dtype, prec, ceil):
@@ -289,11 +304,21 @@ def run_model(name, make, mkin, dtype, prec, ceil):
         if v:
             row[k + "_ms"] = statistics.median(v)
             row[k + "_rounds"] = v
-    flops, traffic = explain_figures(pt2, prec)
+    ej = os.path.join(d, "explain.json")
+    flops, traffic = explain_figures(pt2, prec, ej)
     best = min(row.get("compile_ms", 1e30), row.get("autotune_ms", 1e30))
     if "ours_ms" in row:
         row["vs_best_torch_compile"] = best / row["ours_ms"]
         rate = ceil["gemm_bf16_tflops"] if dtype == torch.bfloat16 or prec in ("bf16", "fp16") else ceil["gemm_tf32_tflops"] if prec == "tf32" else ceil["gemm_f32_tflops"]
+        if PRODUCTS and flops:   # each kernel's time in the replayed graph, in a process of its own
+            t = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_trace.py"), so, st, os.devnull, "1",
+                                "--explain", ej], capture_output=True, text=True)
+            pr = products_rate(t.stdout)
+            if pr:
+                row["products_ms"], row["products_tflops"] = pr
+                row["products_of_gemm"] = pr[1] / rate
+            else:
+                row["products_trace"] = (t.stderr or t.stdout).strip()[-200:]
         if flops:
             row["tflops"] = flops / row["ours_ms"] / 1e9
             row["of_gemm"] = row["tflops"] / rate
@@ -337,6 +362,11 @@ def main():
             n, ours, f("eager_ms"), tc, f("vs_best_torch_compile", "%.2fx"), f("compile_s", "%.1f"), f("tc_compile_s", "%.1f"),
             f("err_ours", "%.1e"), f("err_eager", "%.1e"), f("err_compile", "%.1e"), pct(r, "of_gemm"), pct(r, "of_copy")),
             flush=True)
+        if "products_tflops" in r:
+            print("  %s: products (cuBLAS kernels, as the graph runs them) %.3f ms, %.0f TFLOP/s = %s of the GEMM ceiling"
+                  % (n, r["products_ms"], r["products_tflops"], pct(r, "products_of_gemm")), flush=True)
+        elif "products_trace" in r:
+            print("  %s: bench/gpu_trace.py failed: %s" % (n, r["products_trace"]), flush=True)
     print(json.dumps({"ceilings": ceil, "rows": rows}))
 
 

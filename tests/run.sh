@@ -814,6 +814,13 @@ fi
 expect 0 "products: 2 in the schedule, 2.8 GFLOP over 2 cuBLAS kernels' 0.014 ms: 200 TFLOP/s = 28.6% of 700 TFLOP/s" -- \
   python3 bench/gpu_profile.py tests/gpu_profile/ncu.csv tests/gpu_profile/model.cu 3 --explain tests/gpu_profile/explain.json --ceiling 700
 grep -q "^| k1 pointwise: node relu (relu) | 0.003 |" "$TMP/out" && grep -q "^4 kernels, 0.019 ms" "$TMP/out" && ok || no "gpu_profile.py: $(head -n 3 "$TMP/out")"
+# bench/gpu_suite.py (PRODUCTS=1) reads the products' line that gpu_profile.py and gpu_trace.py print
+cp "$TMP/out" "$TMP/prof_out"
+if "$PY" -c "import torch" 2>/dev/null; then
+  expect 0 "(0.014, 200.0)" -- "$PY" -c "import sys; sys.path.insert(0, 'bench'); import gpu_suite; print(gpu_suite.products_rate(open(sys.argv[1]).read()))" "$TMP/prof_out"
+else
+  no "python3 with torch is needed to test bench/gpu_suite.py's reading of the products' rate"
+fi
 echo "== the Python package: pip install ./python into a fresh venv (offline), used from another folder"
 if "$PY" -c "import numpy, torch, venv, ensurepip" 2>/dev/null; then
   rm -rf "$TMP/venv" "$TMP/pkg" && mkdir -p "$TMP/pkg"
