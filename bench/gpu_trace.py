@@ -24,6 +24,8 @@ def main():
     if len(args) < 3:
         sys.exit(__doc__)
     m = Model(args[0])
+    if not m.cuda:
+        sys.exit("%s: a CPU model; gpu_trace.py traces models compiled with --target cuda" % args[0])
     ins = load_st(args[1])
     xs = [ins["in.%d" % i].cuda() for i in range(sum(k.startswith("in.") for k in ins))]
     for _ in range(5):
@@ -36,6 +38,8 @@ def main():
     ev = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))),
                 key=lambda e: e.time_range.start)
     rows = [(e.name, e.time_range.elapsed_us() / 1e3) for e in ev]
+    if not rows:
+        sys.exit("no kernel was traced (torch.profiler saw no CUDA activity)")
     call = last_call(rows)
     span = [e for e in ev][-len(call):]
     print("graph run (first kernel's start to last kernel's end): %.3f ms" % ((span[-1].time_range.end - span[0].time_range.start) / 1e3))

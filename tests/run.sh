@@ -818,6 +818,9 @@ grep -q "^| k1 pointwise: node relu (relu) | 0.003 |" "$TMP/out" && grep -q "^4 
 cp "$TMP/out" "$TMP/prof_out"
 if "$PY" -c "import torch" 2>/dev/null; then
   expect 0 "(0.014, 200.0)" -- "$PY" -c "import sys; sys.path.insert(0, 'bench'); import gpu_suite; print(gpu_suite.products_rate(open(sys.argv[1]).read()))" "$TMP/prof_out"
+  # bench/gpu_trace.py refuses a CPU model by name
+  "$GG" compile $M/mlp/model.pt2 -o "$TMP/trace_cpu.so" >/dev/null 2>&1
+  expect 1 "trace_cpu.so: a CPU model; gpu_trace.py traces models compiled with --target cuda" -- "$PY" bench/gpu_trace.py "$TMP/trace_cpu.so" $M/mlp/io.safetensors /dev/null
 else
   no "python3 with torch is needed to test bench/gpu_suite.py's reading of the products' rate"
 fi
