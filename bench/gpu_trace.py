@@ -41,7 +41,7 @@ def main():
     if not rows:
         sys.exit("no kernel was traced (torch.profiler saw no CUDA activity)")
     call = last_call(rows)
-    span = [e for e in ev][-len(call):]
+    span = ev[-len(call):]
     print("graph run (first kernel's start to last kernel's end): %.3f ms" % ((span[-1].time_range.end - span[0].time_range.start) / 1e3))
     report(call, node_names(args[2]), int(args[3]) if len(args) > 3 else 25, opt)
 
