@@ -48,6 +48,13 @@ if "$GG" compile $c/model.pt2 --target cuda --precision tf32x3 -o "$TMP/x3.so" >
 else
   echo "FAIL: $c: compile: $(head -c 300 "$TMP/err")"; fail=$((fail + 1))
 fi
+echo "== CUDA: 16-bit fused attention with one group of warps a block and with two (GCC_GRAPH_ATTENTION_SPLIT=0, =1; unset, these small grids take two)"
+for v in 0 1; do
+  for c in tests/extra/attention_bf16 tests/extra/attention_f16 tests/extra/attention_mask_causal_bf16 tests/extra/train_attention_bf16; do
+    r=$(GCC_GRAPH_ATTENTION_SPLIT=$v TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")
+    case "$r" in ok*) pass=$((pass + 1));; *) echo "FAIL (GCC_GRAPH_ATTENTION_SPLIT=$v): $r"; fail=$((fail + 1));; esac
+  done
+done
 echo "== CUDA: convolutions without cuDNN (GCC_GRAPH_NO_CUDNN=1: im2col + cuBLAS, direct kernels)"
 for c in tests/corpus/models/cnn_small tests/extra/conv_depthwise tests/extra/conv3d tests/extra/conv_strides tests/extra/conv_transpose2d tests/extra/train_tiny_resnet; do
   r=$(GCC_GRAPH_NO_CUDNN=1 TARGET=cuda sh tests/compile_case.sh "$c" "$TMP")

@@ -89,27 +89,52 @@ static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in
   return in ? (uint32_t)row[0] | (uint32_t)row[1] << 16 : 0u;
 }
 
-template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                                                             const void *mask, uint16_t *y) {
-  /* two K/V buffers where they fit the 48 KiB of static shared memory (head sizes up to 64): the next
-   * tile is copied in (cp.async) while the warps compute on this one */
+/* a barrier of the 128 threads of group g (named barrier 1 + g; 0 is __syncthreads') */
+static __device__ __forceinline__ void att_group_sync(int g) {
+  if (g) asm volatile("bar.sync 2, 128;" ::: "memory");
+  else asm volatile("bar.sync 1, 128;" ::: "memory");
+}
+
+/* a barrier of group g's warps: the block's where it is one group */
+template <int KS> static __device__ __forceinline__ void att_sync(int g) {
+  if (KS == 1) __syncthreads();
+  else att_group_sync(g);
+}
+
+/* KS groups of four warps a block. KS = 2 where one group per block would leave most of the GPU's
+ * warp slots empty (short sequences, few heads: BERT-base at batch 8 has 192 blocks of work for 132
+ * SMs): both groups take the block's 64 query rows, group g the key tiles g, g + 2, ..., each with
+ * its own K and V buffer (one; the other group's copy overlaps this one's products), and the second
+ * group's maxima, sums and output are merged into the first's at the end, as attention_f32's are.
+ * KS = 1 double-buffers its K and V tiles instead. */
+template <int DT, int D, int KS> __global__ void __launch_bounds__(128 * KS, D <= 64 ? 4 / KS : 1) attention_tc(gg_attn a, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                                                     const void *mask, uint16_t *y) {
+  /* two K/V buffers where they fit the 48 KiB of static shared memory (head sizes up to 64): with one
+   * group, the next tile is copied in (cp.async) while the warps compute on this one; with two, a
+   * buffer a group. The query tile has a buffer of its own with two groups; with one it uses the
+   * second V buffer, which the first key tile does not use. */
   constexpr int NB = D <= 64 ? 2 : 1;
+  static_assert(KS == 1 || NB == 2, "two groups need a K and V buffer each");
   __shared__ __align__(16) uint16_t Ks[NB][GG_ATT_BN][D + 8];
   __shared__ __align__(16) uint16_t Vs[NB][GG_ATT_BN][D + 8];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
-  const int64_t q0 = (int64_t)blockIdx.x * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+  __shared__ __align__(16) uint16_t Qx[KS == 2 ? GG_ATT_BM : 1][D + 8];
+  const int gw = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int grp = gw / 4, warp = gw % 4, lt = threadIdx.x % 128;
+  const int64_t bh = blockIdx.x, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  /* causal: the query blocks with the most key tiles are launched first */
+  const int64_t qb = a.causal ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+  const int64_t q0 = qb * GG_ATT_BM, r0 = q0 + warp * 16 + g, r1 = r0 + 8;
   const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
   /* 16-byte loads of 8 elements where every row start is aligned */
   const bool kvec = ((uintptr_t)K % 16 == 0) && a.ks[2] % 8 == 0, vvec = ((uintptr_t)V % 16 == 0) && a.vs[2] % 8 == 0;
   const bool async = NB == 2 && kvec && vvec;
   /* Q's tile: where its rows are aligned too, copied whole (16-byte copies, every byte of a sector
-   * used) into the second V buffer, which the first key tile does not use, while the first key tile
-   * is copied, and read as fragments through ldmatrix; else each lane loads its fragments' pairs
-   * from memory (4 bytes of each 32-byte sector it reads: ncu's largest stall on the H200) */
+   * used) while the first key tile is copied, and read as fragments through ldmatrix; else each lane
+   * loads its fragments' pairs from memory (4 bytes of each 32-byte sector it reads: ncu's largest
+   * stall on the H200) */
   const bool qsm = async && ((uintptr_t)Q % 16 == 0) && a.qs[2] % 8 == 0;
   const int lr = lane & 7, lm = lane >> 3;
-  uint16_t(*Qs)[D + 8] = Vs[NB - 1];
+  uint16_t(*Qs)[D + 8] = KS == 2 ? Qx : Vs[NB - 1];
   uint32_t qa[D / 16][4];
   if (qsm) {
     for (int i = threadIdx.x; i < GG_ATT_BM * D / 8; i += blockDim.x) {
@@ -132,12 +157,12 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
   for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   const float sl = (float)a.scale * 1.4426950408889634f;   /* scale and log2(e): exp2 below */
-  const int64_t kend = a.causal && q0 + GG_ATT_BM < a.S ? q0 + GG_ATT_BM : a.S;
+  const int64_t kend = a.causal && q0 + GG_ATT_BM < a.S ? q0 + GG_ATT_BM : a.S, kfirst = (int64_t)grp * GG_ATT_BN;
   const uint8_t *mb = (const uint8_t *)mask;
   const uint16_t *mh = (const uint16_t *)mask;
   const int64_t moff = b * a.ms[0] + h * a.ms[1];
-  auto copy_tile = [&](int buf, int64_t k0) {
-    for (int i = threadIdx.x; i < GG_ATT_BN * D / 8; i += blockDim.x) {
+  auto copy_tile = [&](int buf, int64_t k0) {   /* by the group's 128 threads */
+    for (int i = lt; i < GG_ATT_BN * D / 8; i += 128) {
       const int j = i / (D / 8), e = i % (D / 8) * 8;
       const bool in = k0 + j < a.S;
       att_cp16(&Ks[buf][j][e], in ? K + (k0 + j) * a.ks[2] + e : K, in);
@@ -145,27 +170,31 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     }
     att_cp_commit();
   };
-  if (async && kend > 0) copy_tile(0, 0);
+  if (async && kfirst < kend) copy_tile(KS == 2 ? grp : 0, kfirst);
   if (qsm) {
-    if (kend > 0) att_cp_wait<1>();   /* Q's copies, the group before the first tile's, have landed */
+    if (kfirst < kend) att_cp_wait<1>();   /* Q's copies, the group before the first tile's, have landed */
     else att_cp_wait<0>();
     __syncthreads();
     /* matrix i: rows 8 (i % 2) on of the warp's 16, columns 8 (i / 2) on of the chunk: A's registers.
-     * The barrier at the top of the first iteration keeps the next tile's copy out of Qs until
-     * every warp has read it. */
+     * With one group, the barrier at the top of the first iteration keeps the next tile's copy out of
+     * Qs until every warp has read it. */
 #pragma unroll
     for (int c = 0; c < D / 16; c++) att_ldsm(qa[c], &Qs[warp * 16 + (lm & 1) * 8 + lr][c * 16 + (lm >> 1) * 8]);
   }
-  for (int64_t k0 = 0, it = 0; k0 < kend; k0 += GG_ATT_BN, it++) {
-    const int cur = NB == 2 ? (int)(it & 1) : 0;
-    __syncthreads();   /* every warp is done with the buffer the next copy overwrites */
+  for (int64_t k0 = kfirst, it = 0; k0 < kend; k0 += KS * GG_ATT_BN, it++) {
+    const int cur = KS == 2 ? grp : NB == 2 ? (int)(it & 1) : 0;
+    att_sync<KS>(grp);   /* the group's warps are done with the buffer the next copy overwrites */
     if (async) {
-      if (k0 + GG_ATT_BN < kend) {
+      if (KS == 2) {
+        if (it > 0) copy_tile(cur, k0);
+        att_cp_wait<0>();
+      } else if (k0 + GG_ATT_BN < kend) {
         copy_tile(cur ^ 1, k0 + GG_ATT_BN);
         att_cp_wait<1>();   /* this tile's copies (the group before) have landed */
       } else att_cp_wait<0>();
     }
-    for (int i = threadIdx.x; !async && i < GG_ATT_BN * D / 8; i += blockDim.x) {
+#pragma unroll 1
+    for (int i = lt; !async && i < GG_ATT_BN * D / 8; i += 128) {
       const int j = i / (D / 8), e = i % (D / 8) * 8;
       const bool in = k0 + j < a.S;
       uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
@@ -183,7 +212,7 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
       memcpy(&Ks[cur][j][e], ke, 16);
       memcpy(&Vs[cur][j][e], ve, 16);
     }
-    __syncthreads();
+    att_sync<KS>(grp);
     float s[GG_ATT_BN / 8][4];
     /* lanes 8i..8i+7 address matrix i: rows of n-tile n + i / 2, columns 8 (i % 2) on */
 #pragma unroll
@@ -256,25 +285,56 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_tc(gg_
     l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
   }
+  if (KS == 2) {
+    /* the second group's rows (the same rows, lane for lane) through the K and V buffers, which
+     * both groups are done with, merged into the first's */
+    float *X = (float *)&Ks[0][0][0], *XS = (float *)&Vs[0][0][0];
+    __syncthreads();
+    if (grp == 1) {
+#pragma unroll
+      for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) X[(n * 4 + u) * 128 + lt] = o[n][u];
+      XS[lt] = m0; XS[128 + lt] = m1; XS[256 + lt] = l0; XS[384 + lt] = l1;
+    }
+    __syncthreads();
+    if (grp == 1) return;
+    const float mb0 = XS[lt], mb1 = XS[128 + lt], t0 = fmaxf(m0, mb0), t1 = fmaxf(m1, mb1);
+    const float c0 = t0 == -INFINITY ? 0.f : t0, c1 = t1 == -INFINITY ? 0.f : t1;
+    const float a0 = exp2f(m0 - c0), a1 = exp2f(m1 - c1), e0 = exp2f(mb0 - c0), e1 = exp2f(mb1 - c1);
+    l0 = l0 * a0 + XS[256 + lt] * e0;
+    l1 = l1 * a1 + XS[384 + lt] * e1;
+    m0 = t0;
+    m1 = t1;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      o[n][0] = o[n][0] * a0 + X[(n * 4 + 0) * 128 + lt] * e0;
+      o[n][1] = o[n][1] * a0 + X[(n * 4 + 1) * 128 + lt] * e0;
+      o[n][2] = o[n][2] * a1 + X[(n * 4 + 2) * 128 + lt] * e1;
+      o[n][3] = o[n][3] * a1 + X[(n * 4 + 3) * 128 + lt] * e1;
+    }
+  }
   const float i0 = l0 > 0 ? 1.f / l0 : 0.f, i1 = l1 > 0 ? 1.f / l1 : 0.f;
   if (a.lse && t == 0) {   /* natural log of the sum, the maximum back from base 2 */
     if (r0 < a.L) a.lse[bh * a.L + r0] = l0 > 0 ? (m0 + log2f(l0)) * 0.6931471805599453f : -INFINITY;
     if (r1 < a.L) a.lse[bh * a.L + r1] = l1 > 0 ? (m1 + log2f(l1)) * 0.6931471805599453f : -INFINITY;
   }
+  /* the output tile through shared memory (the query buffer with two groups, the first K buffer
+   * with one), then stored in 16-byte pieces (a lane's 4-byte pieces used 4 bytes of each 32-byte
+   * sector), where the rows are aligned; else each lane stores its pairs */
   uint16_t *Y = y + b * a.ys[0] + h * a.ys[1];
-  if (NB == 2 && ((uintptr_t)Y % 16 == 0) && a.ys[2] % 8 == 0) {
-    /* the output tile through the first K buffer, then stored in 16-byte pieces (a lane's 4-byte
-     * pieces used 4 bytes of each 32-byte sector) */
-    uint16_t(*Os)[D + 8] = Ks[0];
-    __syncthreads();   /* every warp is done with the last key tile */
+  const bool ysm = NB == 2 && ((uintptr_t)Y % 16 == 0) && a.ys[2] % 8 == 0;
+  if (ysm) {
+    uint16_t(*Os)[D + 8] = KS == 2 ? Qx : Ks[0];
+    if (KS == 1) att_sync<KS>(0);   /* every warp is done with the last key tile */
 #pragma unroll
     for (int n = 0; n < D / 8; n++) {
       const uint32_t w0 = att_pack(DT, o[n][0] * i0, o[n][1] * i0), w1 = att_pack(DT, o[n][2] * i1, o[n][3] * i1);
       memcpy(&Os[warp * 16 + g][n * 8 + 2 * t], &w0, 4);
       memcpy(&Os[warp * 16 + g + 8][n * 8 + 2 * t], &w1, 4);
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < GG_ATT_BM * D / 8; i += blockDim.x) {
+    att_sync<KS>(0);
+    for (int i = lt; i < GG_ATT_BM * D / 8; i += 128) {
       const int j = i / (D / 8), e = i % (D / 8) * 8;
       if (q0 + j < a.L) *(uint4 *)(Y + (q0 + j) * a.ys[2] + e) = *(const uint4 *)&Os[j][e];
     }
@@ -305,12 +365,6 @@ static constexpr size_t att_f32_smem(int D) { return sizeof(float) * ((size_t)GG
 
 static __device__ __forceinline__ float4 att_f4(const float *p, bool vec) {
   return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
-}
-
-/* a barrier of the 128 threads of group g (named barrier 1 + g; 0 is __syncthreads') */
-static __device__ __forceinline__ void att_group_sync(int g) {
-  if (g) asm volatile("bar.sync 2, 128;" ::: "memory");
-  else asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
 template <int D> __global__ void __launch_bounds__(256, 2) attention_f32(gg_attn a, const float *q, const float *k, const float *v, const void *mask, float *y) {
@@ -471,9 +525,35 @@ static void att_f32_init(void) {
   cudaFuncSetAttribute(attention_f32<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)att_f32_smem(128));
 }
 
+/* two groups of warps a block (attention_tc's KS = 2) where the grid of one-group blocks would not
+ * fill the GPU's slots for them once (4 a multiprocessor at 128 registers): on the H200, GPT-2's 384
+ * blocks (b4 s512) ran 4% faster split, BERT-base's 192 (b8 s128) 1.5%, Llama's 512 1%, and ViT-B/16's
+ * 768 1% slower. GCC_GRAPH_ATTENTION_SPLIT=0 never, =1 wherever the head size allows (up to 64), for
+ * measuring either. */
+static int att_sms, att_split_env = -1;
+static pthread_once_t att_split_once = PTHREAD_ONCE_INIT;
+static void att_split_init(void) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&att_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) att_sms = 0;
+  const char *e = getenv("GCC_GRAPH_ATTENTION_SPLIT");
+  if (e && *e) att_split_env = strcmp(e, "0") != 0;
+}
+
+template <int D> static void att_tc_launch(int dt, bool split, dim3 grid, cudaStream_t st, const gg_attn &a, const uint16_t *Q, const uint16_t *K,
+                                           const uint16_t *V, const void *mask, uint16_t *Y) {
+  if constexpr (D <= 64) {
+    if (split) {
+      if (dt == 3) attention_tc<3, D, 2><<<grid, 256, 0, st>>>(a, Q, K, V, mask, Y);
+      else attention_tc<2, D, 2><<<grid, 256, 0, st>>>(a, Q, K, V, mask, Y);
+      return;
+    }
+  }
+  if (dt == 3) attention_tc<3, D, 1><<<grid, 128, 0, st>>>(a, Q, K, V, mask, Y);
+  else attention_tc<2, D, 1><<<grid, 128, 0, st>>>(a, Q, K, V, mask, Y);
+}
+
 void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y) {
   if (a->B * a->H == 0 || a->L == 0) return;
-  dim3 grid((unsigned)((a->L + GG_ATT_BM - 1) / GG_ATT_BM), (unsigned)(a->B * a->H));
   cudaStream_t st = (cudaStream_t)gg_cu_stream();
   if (dt == 0 || dt == 4) {   /* float32 (TF32 allowed or not: the FMA units either way) */
     dim3 g32((unsigned)((a->L + GG_ATF_BM - 1) / GG_ATF_BM), (unsigned)(a->B * a->H));
@@ -490,18 +570,17 @@ void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, con
   }
   const uint16_t *Q = (const uint16_t *)q, *K = (const uint16_t *)k, *V = (const uint16_t *)v;
   uint16_t *Y = (uint16_t *)y;
-#define GG_ATT_CASE(DD)                                                                  \
-  case DD:                                                                               \
-    if (dt == 3) attention_tc<3, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);       \
-    else attention_tc<2, DD><<<grid, 128, 0, st>>>(*a, Q, K, V, mask, Y);               \
-    break;
+  /* the (batch, head) pairs along x: a causal grid's heaviest query blocks (y reversed in the
+   * kernel) are then the first to launch, for every head */
+  dim3 grid((unsigned)(a->B * a->H), (unsigned)((a->L + GG_ATT_BM - 1) / GG_ATT_BM));
+  pthread_once(&att_split_once, att_split_init);
+  const bool split = a->D <= 64 && (att_split_env == 1 || (att_split_env < 0 && (int64_t)grid.x * grid.y <= 4 * (int64_t)att_sms));
   switch (a->D) {
-    GG_ATT_CASE(32)
-    GG_ATT_CASE(64)
-    GG_ATT_CASE(96)
-    GG_ATT_CASE(128)
+    case 32: att_tc_launch<32>(dt, split, grid, st, *a, Q, K, V, mask, Y); break;
+    case 64: att_tc_launch<64>(dt, split, grid, st, *a, Q, K, V, mask, Y); break;
+    case 96: att_tc_launch<96>(dt, split, grid, st, *a, Q, K, V, mask, Y); break;
+    case 128: att_tc_launch<128>(dt, split, grid, st, *a, Q, K, V, mask, Y); break;
   }
-#undef GG_ATT_CASE
 }
 
 /* ---------------------------------------------------------------- attention's backward (--train) */
