@@ -372,8 +372,8 @@ template <int D> __global__ void __launch_bounds__(256, 2) attention_f32(gg_attn
   extern __shared__ float4 att_smem[];
   const int g = threadIdx.x >> 7, lt = threadIdx.x & 127, ty = lt >> 3, tx = lt & 7;
   float *Qs = (float *)att_smem, *Ks = Qs + GG_ATF_BM * DP + g * GG_ATF_GROUP, *Vs = Ks + GG_ATF_BN * DP, *Ps = Vs + GG_ATF_BN * DP;
-  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
-  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * GG_ATF_BM;
+  const int64_t bh = blockIdx.x, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hk);
+  const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * GG_ATF_BM;
   const float *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + hk * a.ks[1], *V = v + b * a.vs[0] + hk * a.vs[1];
   const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 4 == 0, kvec = (uintptr_t)K % 16 == 0 && a.ks[2] % 4 == 0,
              vvec = (uintptr_t)V % 16 == 0 && a.vs[2] % 4 == 0;
@@ -556,7 +556,7 @@ void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, con
   if (a->B * a->H == 0 || a->L == 0) return;
   cudaStream_t st = (cudaStream_t)gg_cu_stream();
   if (dt == 0 || dt == 4) {   /* float32 (TF32 allowed or not: the FMA units either way) */
-    dim3 g32((unsigned)((a->L + GG_ATF_BM - 1) / GG_ATF_BM), (unsigned)(a->B * a->H));
+    dim3 g32((unsigned)(a->B * a->H), (unsigned)((a->L + GG_ATF_BM - 1) / GG_ATF_BM));   /* as attention_tc's grid */
     const float *Q = (const float *)q, *K = (const float *)k, *V = (const float *)v;
     float *Y = (float *)y;
     pthread_once(&att_f32_once, att_f32_init);
@@ -636,26 +636,46 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_bwd_tc
   uint16_t *Ks = (uint16_t *)atb_smem, *Qs = Ks + GG_ATB_BN * DP, *Gs = Qs + GG_ATB_BM * DP, *Ss = Gs + GG_ATB_BM * DP;
   float *Ls = (float *)(Ss + GG_ATB_BN * SP), *Dl = Ls + GG_ATB_BM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, lr = lane & 7, lm = lane >> 3;
-  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-  const int64_t k0 = (int64_t)blockIdx.x * GG_ATB_BN, c0 = k0 + warp * 16 + g, c1 = c0 + 8;   /* this thread's key rows */
+  const int64_t bh = blockIdx.x, b = bh / a.H, h = bh % a.H;
+  const int64_t k0 = (int64_t)blockIdx.y * GG_ATB_BN, c0 = k0 + warp * 16 + g, c1 = c0 + 8;   /* this thread's key rows */
   const uint16_t *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + h * a.ks[1], *V = v + b * a.vs[0] + h * a.vs[1];
   const uint16_t *G = gy + b * a.gs[0] + h * a.gs[1];
-  /* K and V rows of this warp as A fragments; the block's K tile in shared memory (dQ's operand) */
+  /* K and V rows of this warp as A fragments; the block's K tile in shared memory (dQ's operand).
+   * Where their rows are 16-byte aligned, K's tile is copied into Ks and V's into Qs (which the first
+   * query tile overwrites after the loop's first barrier) in 16-byte pieces and the fragments read
+   * through ldmatrix; else each lane loads its pairs (4 bytes of each 32-byte sector) */
   uint32_t ka[D / 16][4], va[D / 16][4];
+  if ((uintptr_t)K % 16 == 0 && a.ks[2] % 8 == 0 && (uintptr_t)V % 16 == 0 && a.vs[2] % 8 == 0) {
+    for (int i = threadIdx.x; i < GG_ATB_BN * D / 8; i += blockDim.x) {
+      const int j = i / (D / 8), e = i % (D / 8) * 8;
+      const bool in = k0 + j < a.S;
+      att_cp16(&Ks[j * DP + e], in ? K + (k0 + j) * a.ks[2] + e : K, in);
+      att_cp16(&Qs[j * DP + e], in ? V + (k0 + j) * a.vs[2] + e : V, in);
+    }
+    att_cp_commit();
+    att_cp_wait<0>();
+    __syncthreads();
 #pragma unroll
-  for (int c = 0; c < D / 16; c++) {
-    ka[c][0] = att_pair(K + c0 * a.ks[2] + c * 16 + 2 * t, c0 < a.S);
-    ka[c][1] = att_pair(K + c1 * a.ks[2] + c * 16 + 2 * t, c1 < a.S);
-    ka[c][2] = att_pair(K + c0 * a.ks[2] + c * 16 + 8 + 2 * t, c0 < a.S);
-    ka[c][3] = att_pair(K + c1 * a.ks[2] + c * 16 + 8 + 2 * t, c1 < a.S);
-    va[c][0] = att_pair(V + c0 * a.vs[2] + c * 16 + 2 * t, c0 < a.S);
-    va[c][1] = att_pair(V + c1 * a.vs[2] + c * 16 + 2 * t, c1 < a.S);
-    va[c][2] = att_pair(V + c0 * a.vs[2] + c * 16 + 8 + 2 * t, c0 < a.S);
-    va[c][3] = att_pair(V + c1 * a.vs[2] + c * 16 + 8 + 2 * t, c1 < a.S);
-  }
-  for (int i = threadIdx.x; i < GG_ATB_BN * D; i += blockDim.x) {
-    const int j = i / D, e = i % D;
-    Ks[j * DP + e] = k0 + j < a.S ? K[(k0 + j) * a.ks[2] + e] : (uint16_t)0;
+    for (int c = 0; c < D / 16; c++) {   /* matrix i: rows 8 (i % 2) on of the warp's 16, columns 8 (i / 2) on */
+      att_ldsm(ka[c], &Ks[(warp * 16 + (lm & 1) * 8 + lr) * DP + c * 16 + (lm >> 1) * 8]);
+      att_ldsm(va[c], &Qs[(warp * 16 + (lm & 1) * 8 + lr) * DP + c * 16 + (lm >> 1) * 8]);
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < D / 16; c++) {
+      ka[c][0] = att_pair(K + c0 * a.ks[2] + c * 16 + 2 * t, c0 < a.S);
+      ka[c][1] = att_pair(K + c1 * a.ks[2] + c * 16 + 2 * t, c1 < a.S);
+      ka[c][2] = att_pair(K + c0 * a.ks[2] + c * 16 + 8 + 2 * t, c0 < a.S);
+      ka[c][3] = att_pair(K + c1 * a.ks[2] + c * 16 + 8 + 2 * t, c1 < a.S);
+      va[c][0] = att_pair(V + c0 * a.vs[2] + c * 16 + 2 * t, c0 < a.S);
+      va[c][1] = att_pair(V + c1 * a.vs[2] + c * 16 + 2 * t, c1 < a.S);
+      va[c][2] = att_pair(V + c0 * a.vs[2] + c * 16 + 8 + 2 * t, c0 < a.S);
+      va[c][3] = att_pair(V + c1 * a.vs[2] + c * 16 + 8 + 2 * t, c1 < a.S);
+    }
+    for (int i = threadIdx.x; i < GG_ATB_BN * D; i += blockDim.x) {
+      const int j = i / D, e = i % D;
+      Ks[j * DP + e] = k0 + j < a.S ? K[(k0 + j) * a.ks[2] + e] : (uint16_t)0;
+    }
   }
   float dkc[D / 8][4], dvc[D / 8][4];
 #pragma unroll
@@ -803,7 +823,7 @@ template <int D> __global__ void __launch_bounds__(256, D == 64 ? 2 : 1) attenti
   float *Ks = (float *)atg_smem, *Vs = Ks + GG_ATB_BN * DP, *Qs = Vs + GG_ATB_BN * DP, *Gs = Qs + GG_ATB_BM * DP, *Ps = Gs + GG_ATB_BM * DP;
   float *Ss = Ps + GG_ATB_BN * PP, *Ls = Ss + GG_ATB_BN * PP, *Dl = Ls + GG_ATB_BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, k0 = (int64_t)blockIdx.x * GG_ATB_BN;
+  const int64_t bh = blockIdx.x, b = bh / a.H, h = bh % a.H, k0 = (int64_t)blockIdx.y * GG_ATB_BN;
   const float *Q = q + b * a.qs[0] + h * a.qs[1], *K = k + b * a.ks[0] + h * a.ks[1], *V = v + b * a.vs[0] + h * a.vs[1];
   const float *G = gy + b * a.gs[0] + h * a.gs[1];
   const bool qvec = (uintptr_t)Q % 16 == 0 && a.qs[2] % 4 == 0, kvec = (uintptr_t)K % 16 == 0 && a.ks[2] % 4 == 0,
@@ -972,7 +992,9 @@ void gg_cu_attention_backward(int dt, const gg_attn *a, const void *q, const voi
   else if (dt == 3) att_bwd_rows<3><<<rb, 256, 0, st>>>(*a, (const uint16_t *)y, (const uint16_t *)gy, dr, dqa);
   else att_bwd_rows<2><<<rb, 256, 0, st>>>(*a, (const uint16_t *)y, (const uint16_t *)gy, dr, dqa);
   pthread_once(&att_bwd_once, att_bwd_init);
-  dim3 grid((unsigned)((a->S + GG_ATB_BN - 1) / GG_ATB_BN), (unsigned)(a->B * a->H));
+  /* (batch x heads, key blocks): the causal key blocks with the most query tiles (the first) launch
+   * first, every head's at once, as the forward's grid */
+  dim3 grid((unsigned)(a->B * a->H), (unsigned)((a->S + GG_ATB_BN - 1) / GG_ATB_BN));
   if (f32) {
     const float *Q = (const float *)q, *K = (const float *)k, *V = (const float *)v, *GY = (const float *)gy;
     float *DK = (float *)dk, *DV = (float *)dv;
