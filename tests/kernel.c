@@ -94,6 +94,41 @@ static void one(int64_t M, int64_t N, int64_t K) {
   free(A), free(B), free(rb), free(cb), free(C), free(Ap), free(Bp), free(ro), free(po), free(T), free(bro);
 }
 
+/* gg_rt_pack against the layout element by element: A (side 0) and B (side 1) with rows in memory
+ * order, columns in memory order (a matrix read as its transpose: the AVX-512 paths) and a general
+ * stride (both 2), every panel shape (8 and 14 rows; 32 and 16 columns) with partial blocks of 16 */
+static void pack_layout(int side, int64_t rows, int64_t cols) {
+  float *src = fill(4 * rows * cols, 5);
+  int64_t strides[3][2] = {{cols, 1}, {1, rows}, {2 * cols * 2, 2}};
+  for (int v = 0; v < 3; v++) {
+    int64_t sr = strides[v][0], sc = strides[v][1], n = gg_rt_pack_floats(side, rows, cols);
+    float *p = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;   /* every position must be written */
+    gg_rt_pack(side, rows, cols, src, sr, sc, p);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++) {
+      float want;
+      if (side == 0) {
+        int64_t h = pk_mr(rows), ip = i / (cols * h), k = i % (cols * h) / h, r = ip * h + i % h;
+        want = r < rows ? src[r * sr + k * sc] : 0;
+      } else {
+        int64_t jp = i / (rows * PK_NR), w = pk_width(cols, jp), o = i % (rows * PK_NR), k = o / w, j = jp * PK_NR + o % w;
+        if (o >= rows * w) continue;   /* a 16-wide panel leaves the rest of its space unused */
+        want = j < cols ? src[k * sr + j * sc] : 0;
+      }
+      if (!(p[i] == want)) bad = i;
+    }
+    if (bad >= 0) {
+      printf("FAIL gg_rt_pack side %d, %lld x %lld, strides (%lld, %lld): position %lld is %g\n", side, (long long)rows, (long long)cols, (long long)sr,
+             (long long)sc, (long long)bad, p[bad]);
+      fail++;
+    } else
+      pass++;
+    free(p);
+  }
+  free(src);
+}
+
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
 
 static uint16_t to_half(int dt, float f) { return dt == 3 ? gg_f2bf(f) : gg_f2h(f); }
@@ -229,6 +264,12 @@ int main(void) {
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;
   }
+  static const int64_t Pr[] = {1, 9, 14, 15, 126, 127}, Pc[] = {1, 15, 16, 17, 40, 70};
+  for (size_t a = 0; a < sizeof Pr / sizeof *Pr; a++)
+    for (size_t b = 0; b < sizeof Pc / sizeof *Pc; b++) {
+      pack_layout(0, Pr[a], Pc[b]);
+      pack_layout(1, Pr[a], Pc[b]);
+    }
   /* M: one row, a short panel, 8 rows where 14 would pad more (127), 14 rows (126, 250) */
   static const int64_t Ms[] = {1, 9, 126, 127, 250}, Ns[] = {5, 16, 17, 40, 64}, Ks[] = {0, 3, 400};
   for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)

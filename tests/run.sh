@@ -424,6 +424,8 @@ expect 0 "node 'relu_1' (relu) applied in the epilogue of 'batch_norm_1.fold0' (
 expect 0 "node 'relu' (relu) applied in the epilogue of 'linear' (linear)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mlp/model.pt2 -o "$TMP/mlpe.so"
 # float32 gelu, hardswish, hardsigmoid (silu, sigmoid) too, with their float32 functions
 expect 0 "node 'gelu' (gelu) applied in the epilogue of 'linear_4' (linear)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/bert_tiny/model.pt2 -o "$TMP/bte.so"
+# GPT-2's Conv1D (addmm between views): the residual after it joins its epilogue on the CPU too
+expect 0 "node 'add_4.1' (add.Tensor) applied in the epilogue of 'addmm_1' (addmm)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/gpt2_tiny/model.pt2 -o "$TMP/g2e.so"
 expect 0 "node 'hardswish_.cl0' (hardswish) applied in the epilogue of 'batch_norm.fold0.cl2' (_conv_nhwc)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mobilenet_v3_small/model.pt2 -o "$TMP/mbe.so"
 expect 0 "node 'hardswish_' (hardswish) applied in the epilogue of 'batch_norm.fold0' (conv2d)" -- env GCC_GRAPH_LOGS=fusion "$GG" compile $M/mobilenet_v3_small/model.pt2 --no-channels-last -o "$TMP/mbe.so"
 env GCC_GRAPH_LOGS=fusion GCC_GRAPH_TEST_MISCOMPILE=relu "$GG" compile $M/mlp/model.pt2 -o "$TMP/mlpm.so" 2>"$TMP/err" || no "compile with the miscompile hook: $(cat "$TMP/err")"

@@ -192,10 +192,11 @@ static int64_t nhwc_tables(const gg_conv *c, const void *x, size_t es, void *col
     for (int64_t s = 0; s < S; s++)
       for (int64_t ic = 0; ic < C; ic++) ro[i++] = (r * c->dil[1] * Wp + s * c->dil[2]) * C + ic;
   _Pragma("omp parallel for schedule(static) if(M > 32768)")
-  for (int64_t o = 0; o < M + PK_MR; o++) {   /* past the last position: the first (rows of a tile that are not stored) */
-    int64_t ow = o % Wo, oh = o / Wo % Ho, n = o / (Wo * Ho);
-    po[o] = o < M ? ((n * Hp + oh * c->stride[1]) * Wp + ow * c->stride[2]) * C : 0;
+  for (int64_t t = 0; t < N * Ho; t++) {   /* an output row (n, oh) at a time: no division a position */
+    int64_t *p = po + t * Wo, at = ((t / Ho * Hp + t % Ho * c->stride[1]) * Wp) * C, step = c->stride[2] * C;
+    for (int64_t ow = 0; ow < Wo; ow++) p[ow] = at + ow * step;
   }
+  for (int64_t o = M; o < M + PK_MR; o++) po[o] = 0;   /* past the last position: the first (rows of a tile that are not stored) */
   return (int64_t)(2 * (K + 8) + 2 * (M + 16) + (ph || pw ? N * Hp * Wp * C : 0));
 }
 

@@ -89,7 +89,16 @@ int64_t gg_rt_pack_floats(int side, int64_t rows, int64_t cols) {
   return side == 0 ? (rows + h - 1) / h * h * cols : (cols + PK_NR - 1) / PK_NR * PK_NR * rows;
 }
 
+static bool pack_fast(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst);
+
+/* The packed layout (above): side 0, A (M x K, element (i, k) at src[i * srow + k * scol]) into panels
+ * of h rows, element (i, k) at panel i / h, k * h + i % h; side 1, B (K x N) into panels of PK_NR
+ * columns (a last one of at most 16: 16 wide), element (k, j) at panel j / PK_NR, k * w + j % PK_NR.
+ * Each call packs a product's activations (A, and B for a product of two activations) once per run,
+ * so it must go at memory speed: the AVX-512 paths (pack_fast) for operands whose rows or columns lie
+ * side by side; element by element otherwise. */
 void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst) {
+  if (pack_fast(side, rows, cols, src, srow, scol, dst)) return;
   if (side == 0) {
     int64_t M = rows, K = cols, h = pk_mr(M);
     _Pragma("omp parallel for schedule(static) if(M * K > 65536 && !omp_in_parallel())")
@@ -158,6 +167,87 @@ static void packed_setup(void) {
 bool gg_rt_packed_ok(void) {
   pthread_once(&packed_once, packed_setup);
   return packed_on;
+}
+
+/* r[0..15] transposed: element j of r[i] becomes element i of r[j] (three stages of shuffles) */
+static inline __attribute__((always_inline)) GG_X512 void tr16(__m512 *r) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {   /* each 128-bit lane L of r[i + c]: 4 rows' elements 4L + c */
+    __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]), c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; c++) {
+    t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+  }
+  for (int c = 0; c < 4; c++) {
+    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+/* n (<= 16) vectors of kw (<= 16) floats, vector i at src + i * ld, transposed: vector c (its n
+ * values, zeros past them) stored at d + c * ldd under the mask dm, for c < kw */
+static inline __attribute__((always_inline)) GG_X512 void tr_block(const float *src, int64_t ld, int64_t n, int64_t kw, float *d, int64_t ldd, __mmask16 dm) {
+  __m512 r[16];
+  __mmask16 km = kw >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << kw) - 1);
+  for (int i = 0; i < 16; i++) r[i] = i < n ? _mm512_maskz_loadu_ps(km, src + i * ld) : _mm512_setzero_ps();
+  tr16(r);
+  for (int c = 0; c < kw; c++) _mm512_mask_storeu_ps(d + c * ldd, dm, r[c]);
+}
+
+/* panel ip of A (gg_rt_pack side 0, h rows): blocks of h x 16 transposed in registers where the rows
+ * lie in memory order (scol 1), else (srow 1: the columns do) h values a step of K */
+static GG_X512 void pack_a_panel(int64_t M, int64_t K, const float *src, int64_t srow, int64_t scol, float *dst, int64_t ip) {
+  int64_t h = pk_mr(M), n = M - ip * h < h ? M - ip * h : h;
+  __mmask16 hm = (__mmask16)((1u << h) - 1);
+  float *d = dst + ip * K * h;
+  const float *s = src + ip * h * srow;
+  if (scol == 1)
+    for (int64_t k0 = 0; k0 < K; k0 += 16) tr_block(s + k0, srow, n, K - k0 < 16 ? K - k0 : 16, d + k0 * h, h, hm);
+  else {
+    __mmask16 nm = (__mmask16)((1u << n) - 1);
+    for (int64_t k = 0; k < K; k++) _mm512_mask_storeu_ps(d + k * h, hm, _mm512_maskz_loadu_ps(nm, s + k * scol));
+  }
+}
+
+/* panel jp of B (side 1) whose columns lie in memory order (srow 1: a matrix read as its
+ * transpose): blocks of 16 x 16 transposed */
+static GG_X512 void pack_b_panel(int64_t K, int64_t N, const float *src, int64_t scol, float *dst, int64_t jp) {
+  int64_t w = pk_width(N, jp);
+  for (int64_t half = 0; half < w; half += 16) {   /* columns j0 .. j0 + 15 of the panel */
+    int64_t j0 = jp * PK_NR + half, n = N - j0 < 0 ? 0 : N - j0 < 16 ? N - j0 : 16;
+    float *d = dst + jp * K * PK_NR + half;
+    for (int64_t k0 = 0; k0 < K; k0 += 16) tr_block(src + j0 * scol + k0, scol, n, K - k0 < 16 ? K - k0 : 16, d + k0 * w, w, 0xffff);
+  }
+}
+
+/* gg_rt_pack's AVX-512 paths; false where none applies (a general stride) */
+static bool pack_fast(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst) {
+  if (!gg_rt_packed_ok() || rows <= 0 || cols <= 0) return false;
+  if (side == 0 && (scol == 1 || srow == 1)) {
+    int64_t h = pk_mr(rows);
+    _Pragma("omp parallel for schedule(static) if(rows * cols > 65536 && !omp_in_parallel())")
+    for (int64_t ip = 0; ip < (rows + h - 1) / h; ip++) pack_a_panel(rows, cols, src, srow, scol, dst, ip);
+    return true;
+  }
+  if (side == 1 && srow == 1 && scol != 1) {
+    _Pragma("omp parallel for schedule(static) if(rows * cols > 65536 && !omp_in_parallel())")
+    for (int64_t jp = 0; jp < (cols + PK_NR - 1) / PK_NR; jp++) pack_b_panel(rows, cols, src, scol, dst, jp);
+    return true;
+  }
+  return false;
 }
 
 /* C[0:mr, 0:nr] = (acc ? C : 0) + A panel slice @ B panel slice (kc deep; nv vectors of 16 wide), then
@@ -324,6 +414,10 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
   abort();   /* nothing is packed where gg_rt_packed_ok() is false */
 }
 bool gg_rt_packed_ok(void) { return false; }
+static bool pack_fast(int side, int64_t rows, int64_t cols, const float *src, int64_t srow, int64_t scol, float *dst) {
+  (void)side; (void)rows; (void)cols; (void)src; (void)srow; (void)scol; (void)dst;
+  return false;
+}
 void gg_rt_gemm_packed(int64_t M, int64_t N, int64_t K, const float *Ap, const float *Bp, float *C, int64_t ldc, const float *row_bias,
                        const float *col_bias, const gg_epi *ep) {
   (void)M; (void)N; (void)K; (void)Ap; (void)Bp; (void)C; (void)ldc; (void)row_bias; (void)col_bias; (void)ep;
