@@ -52,7 +52,7 @@ $(BUILD)/test-golden: tests/golden.c $(BUILD)/libgg.a $(HDRS)
 	$(CC) $(CFLAGS) tests/golden.c $(BUILD)/libgg.a $(LDLIBS) -o $@
 
 # the runtime's product kernel against float64 products (it includes lib/rt/gg_rt_gemm.c whole)
-$(BUILD)/test-kernel: tests/kernel.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt.h
+$(BUILD)/test-kernel: tests/kernel.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt.h
 	$(CC) $(CFLAGS) -fopenmp -Ilib/rt -Iinclude tests/kernel.c -lopenblas -lm -o $@
 
 test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden $(BUILD)/test-kernel

@@ -55,7 +55,7 @@ static const char usage_main[] =
   "  GCC_GRAPH_PROFILE=1         compiled models print the nodes that took the most time\n"
   "  GCC_GRAPH_PROFILE=FILE.json ... and write every node of every run to FILE as a Chrome trace\n"
   "                 (Perfetto, chrome://tracing; CPU models)\n"
-  "  GCC_GRAPH_BLAS_ONLY=1       compiled CPU models leave their own AVX-512 float32 kernel for BLAS\n"
+  "  GCC_GRAPH_BLAS_ONLY=1       compiled CPU models leave their own AVX-512 float32 kernels for BLAS\n"
   "  GCC_GRAPH_NO_AMX=1          compiled CPU models run bfloat16 products in float32, not on AMX\n"
   "\n"
   "Exit status: 0 success, 1 bad input, 2 wrong usage.\n";

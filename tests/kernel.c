@@ -5,7 +5,8 @@
  * 14 rows (pk_mr), B panels of 32 columns and a last one of at most 16, K of 0, less than one slice,
  * and more than one. Operands are allocated to their exact sizes, so the sanitizer build catches a read
  * past a position table or a panel. Then float16 and bfloat16 products (gg_rt_hgemm), on AMX where the
- * CPU has it and on the float32 path. Ends with "N passed, N failed" (tests/run.sh). */
+ * CPU has it and on the float32 path; gg_rt_pack's layout at every stride; channels-last depthwise
+ * convolutions (gg_rt_conv.c, included too). Ends with "N passed, N failed" (tests/run.sh). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -21,6 +22,7 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #include "gg_rt_gemm.c"
+#include "gg_rt_conv.c"
 
 static int pass, fail, rows_seen[15];
 
@@ -127,6 +129,46 @@ static void pack_layout(int side, int64_t rows, int64_t cols) {
     free(p);
   }
   free(src);
+}
+
+/* A float32 channels-last depthwise convolution (gg_rt_conv_nhwc_f32 with groups == C) against float64:
+ * the AVX-512 rows (sums in registers, four positions at once where their taps are inside) and, with
+ * the kernel off, the generic loop; kernels of 3 and 5, strides 1 and 2, dilation 2, channels past a
+ * multiple of 16, rows narrower than four positions */
+static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int64_t st, int64_t pad, int64_t dil) {
+  int64_t Ho = (H + 2 * pad - dil * (R - 1) - 1) / st + 1, Wo = (W + 2 * pad - dil * (R - 1) - 1) / st + 1;
+  gg_conv c = {N, C, C, C, {1, H, W}, {1, R, R}, {1, Ho, Wo}, {1, st, st}, {0, pad, pad}, {1, dil, dil}, false, true};
+  float *x = fill(N * H * W * C, 7), *w = fill(C * R * R, 8), *b = fill(C, 9), *y = malloc(sizeof(float) * (size_t)(N * Ho * Wo * C)),
+        *col = malloc(sizeof(float) * (size_t)(R * R * C + C));
+  bool was = gg_rt_packed_ok();
+  for (int v = was ? 0 : 1; v < 2; v++) {
+    packed_on = v == 0;
+    gg_rt_conv_nhwc_f32(&c, x, w, NULL, b, y, col, NULL);
+    int64_t bad = -1;
+    double got = 0, want = 0;
+    for (int64_t o = 0; o < N * Ho * Wo && bad < 0; o++)
+      for (int64_t ch = 0; ch < C && bad < 0; ch++) {
+        int64_t n = o / (Ho * Wo), oh = o / Wo % Ho, ow = o % Wo;
+        double s = b[ch], a = fabs(b[ch]);
+        for (int64_t r = 0; r < R; r++)
+          for (int64_t q = 0; q < R; q++) {
+            int64_t ih = oh * st - pad + r * dil, iw = ow * st - pad + q * dil;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            double t = (double)x[((n * H + ih) * W + iw) * C + ch] * w[(ch * R + r) * R + q];
+            s += t, a += fabs(t);
+          }
+        if (!(fabs(y[o * C + ch] - s) <= (double)(R * R + 1) * 6e-8 * a + 1e-30)) bad = o * C + ch, got = y[o * C + ch], want = s;
+      }
+    if (bad >= 0) {
+      printf("FAIL depthwise %s N %lld H %lld W %lld C %lld k %lld stride %lld pad %lld dilation %lld: element %lld is %.9g, float64 says %.9g\n",
+             v ? "generic" : "AVX-512", (long long)N, (long long)H, (long long)W, (long long)C, (long long)R, (long long)st, (long long)pad, (long long)dil,
+             (long long)bad, got, want);
+      fail++;
+    } else
+      pass++;
+  }
+  packed_on = was;
+  free(x), free(w), free(b), free(y), free(col);
 }
 
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
@@ -264,6 +306,12 @@ int main(void) {
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;
   }
+  depthwise(2, 9, 11, 20, 3, 1, 1, 1);
+  depthwise(1, 14, 13, 16, 3, 2, 1, 1);
+  depthwise(2, 12, 15, 40, 5, 1, 2, 1);
+  depthwise(1, 11, 17, 72, 5, 2, 2, 1);
+  depthwise(1, 10, 12, 24, 3, 1, 2, 2);
+  depthwise(1, 5, 3, 8, 3, 1, 1, 1);
   static const int64_t Pr[] = {1, 9, 14, 15, 126, 127}, Pc[] = {1, 15, 16, 17, 40, 70};
   for (size_t a = 0; a < sizeof Pr / sizeof *Pr; a++)
     for (size_t b = 0; b < sizeof Pc / sizeof *Pc; b++) {

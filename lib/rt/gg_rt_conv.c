@@ -231,6 +231,50 @@ static int64_t nhwc_tables(const gg_conv *c, const void *x, size_t es, void *col
 DW_NHWC_ROW(dw_nhwc_row, float, , )
 DW_NHWC_ROW(dw_nhwc_row_bf16, uint16_t, gg_bf2f, gg_f2bf)
 
+#ifdef GG_X512
+/* dw_nhwc_row for float32 on AVX-512: 16 channels a vector held in registers over the taps (the
+ * generic loop's 64 sums live in memory, a load and a store a tap), four output positions at once
+ * where all their taps along the row are inside the image (each tap's weights loaded once for the
+ * four); the sums in the same order, the bias first. */
+static GG_X512 void dw_row_x512(const gg_conv *c, const float *x, const float *wt, const float *bias, float *yr, int64_t n, int64_t oh) {
+  int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];
+  int64_t sw = c->stride[2], pw = c->pad[2], dw = c->dil[2], xs = sw * C;
+  for (int64_t c0 = 0; c0 < C; c0 += 16) {
+    __mmask16 m = C - c0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - c0)) - 1);
+    __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : _mm512_setzero_ps();
+    for (int64_t ow = 0; ow < Wo;) {
+      int64_t iw0 = ow * sw - pw;
+      bool four = ow + 4 <= Wo && iw0 >= 0 && iw0 + 3 * sw + (S - 1) * dw < W;
+      __m512 a0 = b, a1 = b, a2 = b, a3 = b;
+      for (int64_t r = 0; r < R; r++) {
+        int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];
+        if (ih < 0 || ih >= H) continue;
+        const float *xr = x + (n * H + ih) * W * C + c0, *wr = wt + r * S * C + c0;
+        for (int64_t s = 0; s < S; s++) {
+          int64_t iw = iw0 + s * dw;
+          if (!four && (iw < 0 || iw >= W)) continue;
+          __m512 w = _mm512_maskz_loadu_ps(m, wr + s * C);
+          const float *xp = xr + iw * C;
+          a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), w, a0);
+          if (!four) continue;
+          a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + xs), w, a1);
+          a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 2 * xs), w, a2);
+          a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 3 * xs), w, a3);
+        }
+      }
+      float *yo = yr + ow * C + c0;
+      _mm512_mask_storeu_ps(yo, m, a0);
+      if (four) {
+        _mm512_mask_storeu_ps(yo + C, m, a1);
+        _mm512_mask_storeu_ps(yo + 2 * C, m, a2);
+        _mm512_mask_storeu_ps(yo + 3 * C, m, a3);
+      }
+      ow += four ? 4 : 1;
+    }
+  }
+}
+#endif
+
 /* h: x, w, bias and y bfloat16 (col then holds R*S*C + C floats) */
 static void dw_nhwc(const gg_conv *c, const void *x, const void *w, const void *bias, void *y, float *wt, const gg_epi *ep, bool h) {
   int64_t C = c->Cin, RS = c->k[1] * c->k[2], Ho = c->out[1], Wo = c->out[2];
@@ -239,10 +283,15 @@ static void dw_nhwc(const gg_conv *c, const void *x, const void *w, const void *
     for (int64_t t = 0; t < RS; t++) wt[t * C + ch] = h ? gg_bf2f(((const uint16_t *)w)[ch * RS + t]) : ((const float *)w)[ch * RS + t];
   if (h && bias)
     for (int64_t ch = 0; ch < C; ch++) wt[RS * C + ch] = gg_bf2f(((const uint16_t *)bias)[ch]);
+  bool x512 = gg_rt_packed_ok();   /* AVX-512 (and not GCC_GRAPH_BLAS_ONLY) */
+  (void)x512;
   _Pragma("omp parallel for schedule(static) if(c->N * Ho * Wo * C * RS > 32768)")
   for (int64_t t = 0; t < c->N * Ho; t++) {
     void *yr = (char *)y + (size_t)(t * Wo * C) * (h ? 2 : 4);
     if (h) dw_nhwc_row_bf16(c, x, wt, bf, yr, t / Ho, t % Ho);
+#ifdef GG_X512
+    else if (x512) dw_row_x512(c, x, wt, bf, yr, t / Ho, t % Ho);
+#endif
     else dw_nhwc_row(c, x, wt, bf, yr, t / Ho, t % Ho);
     epi_run(ep, yr, C, Wo, C);
   }
