@@ -135,15 +135,26 @@ static void pack_layout(int side, int64_t rows, int64_t cols) {
  * the AVX-512 rows (sums in registers, four positions at once where their taps are inside) and, with
  * the kernel off, the generic loop; kernels of 3 and 5, strides 1 and 2, dilation 2, channels past a
  * multiple of 16, rows narrower than four positions */
-static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int64_t st, int64_t pad, int64_t dil) {
+static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int64_t st, int64_t pad, int64_t dil, bool bf16) {
   int64_t Ho = (H + 2 * pad - dil * (R - 1) - 1) / st + 1, Wo = (W + 2 * pad - dil * (R - 1) - 1) / st + 1;
   gg_conv c = {N, C, C, C, {1, H, W}, {1, R, R}, {1, Ho, Wo}, {1, st, st}, {0, pad, pad}, {1, dil, dil}, false, true};
   float *x = fill(N * H * W * C, 7), *w = fill(C * R * R, 8), *b = fill(C, 9), *y = malloc(sizeof(float) * (size_t)(N * Ho * Wo * C)),
         *col = malloc(sizeof(float) * (size_t)(R * R * C + C));
+  uint16_t *x16 = malloc(2 * (size_t)(N * H * W * C)), *w16 = malloc(2 * (size_t)(C * R * R)), *b16 = malloc(2 * (size_t)C),
+           *y16 = malloc(2 * (size_t)(N * Ho * Wo * C));
+  if (bf16) {   /* the operands rounded to bfloat16, the reference computed from those */
+    for (int64_t i = 0; i < N * H * W * C; i++) x[i] = gg_bf2f(x16[i] = gg_f2bf(x[i]));
+    for (int64_t i = 0; i < C * R * R; i++) w[i] = gg_bf2f(w16[i] = gg_f2bf(w[i]));
+    for (int64_t i = 0; i < C; i++) b[i] = gg_bf2f(b16[i] = gg_f2bf(b[i]));
+  }
   bool was = gg_rt_packed_ok();
   for (int v = was ? 0 : 1; v < 2; v++) {
     packed_on = v == 0;
-    gg_rt_conv_nhwc_f32(&c, x, w, NULL, b, y, col, NULL);
+    if (bf16) {
+      gg_rt_conv_nhwc_bf16(&c, x16, w16, NULL, b16, y16, col, NULL);
+      for (int64_t i = 0; i < N * Ho * Wo * C; i++) y[i] = gg_bf2f(y16[i]);
+    } else
+      gg_rt_conv_nhwc_f32(&c, x, w, NULL, b, y, col, NULL);
     int64_t bad = -1;
     double got = 0, want = 0;
     for (int64_t o = 0; o < N * Ho * Wo && bad < 0; o++)
@@ -157,18 +168,19 @@ static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int
             double t = (double)x[((n * H + ih) * W + iw) * C + ch] * w[(ch * R + r) * R + q];
             s += t, a += fabs(t);
           }
-        if (!(fabs(y[o * C + ch] - s) <= (double)(R * R + 1) * 6e-8 * a + 1e-30)) bad = o * C + ch, got = y[o * C + ch], want = s;
+        double bound = (double)(R * R + 1) * 6e-8 * a + (bf16 ? 0x1p-8 * fabs(s) : 0) + 1e-30;   /* bfloat16: its rounding once more */
+        if (!(fabs(y[o * C + ch] - s) <= bound)) bad = o * C + ch, got = y[o * C + ch], want = s;
       }
     if (bad >= 0) {
-      printf("FAIL depthwise %s N %lld H %lld W %lld C %lld k %lld stride %lld pad %lld dilation %lld: element %lld is %.9g, float64 says %.9g\n",
-             v ? "generic" : "AVX-512", (long long)N, (long long)H, (long long)W, (long long)C, (long long)R, (long long)st, (long long)pad, (long long)dil,
+      printf("FAIL depthwise %s%s N %lld H %lld W %lld C %lld k %lld stride %lld pad %lld dilation %lld: element %lld is %.9g, float64 says %.9g\n",
+             bf16 ? "bfloat16 " : "", v ? "generic" : "AVX-512", (long long)N, (long long)H, (long long)W, (long long)C, (long long)R, (long long)st, (long long)pad, (long long)dil,
              (long long)bad, got, want);
       fail++;
     } else
       pass++;
   }
   packed_on = was;
-  free(x), free(w), free(b), free(y), free(col);
+  free(x), free(w), free(b), free(y), free(col), free(x16), free(w16), free(b16), free(y16);
 }
 
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
@@ -306,12 +318,14 @@ int main(void) {
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;
   }
-  depthwise(2, 9, 11, 20, 3, 1, 1, 1);
-  depthwise(1, 14, 13, 16, 3, 2, 1, 1);
-  depthwise(2, 12, 15, 40, 5, 1, 2, 1);
-  depthwise(1, 11, 17, 72, 5, 2, 2, 1);
-  depthwise(1, 10, 12, 24, 3, 1, 2, 2);
-  depthwise(1, 5, 3, 8, 3, 1, 1, 1);
+  for (int h = 0; h < 2; h++) {
+    depthwise(2, 9, 11, 20, 3, 1, 1, 1, h);
+    depthwise(1, 14, 13, 16, 3, 2, 1, 1, h);
+    depthwise(2, 12, 15, 40, 5, 1, 2, 1, h);
+    depthwise(1, 11, 17, 72, 5, 2, 2, 1, h);
+    depthwise(1, 10, 12, 24, 3, 1, 2, 2, h);
+    depthwise(1, 5, 3, 8, 3, 1, 1, 1, h);
+  }
   static const int64_t Pr[] = {1, 9, 14, 15, 126, 127}, Pc[] = {1, 15, 16, 17, 40, 70};
   for (size_t a = 0; a < sizeof Pr / sizeof *Pr; a++)
     for (size_t b = 0; b < sizeof Pc / sizeof *Pc; b++) {

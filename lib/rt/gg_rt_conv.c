@@ -232,48 +232,73 @@ DW_NHWC_ROW(dw_nhwc_row, float, , )
 DW_NHWC_ROW(dw_nhwc_row_bf16, uint16_t, gg_bf2f, gg_f2bf)
 
 #ifdef GG_X512
-/* dw_nhwc_row for float32 on AVX-512: 16 channels a vector held in registers over the taps (the
- * generic loop's 64 sums live in memory, a load and a store a tap), four output positions at once
- * where all their taps along the row are inside the image (each tap's weights loaded once for the
- * four); the sums in the same order, the bias first. */
-static GG_X512 void dw_row_x512(const gg_conv *c, const float *x, const float *wt, const float *bias, float *yr, int64_t n, int64_t oh) {
-  int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];
-  int64_t sw = c->stride[2], pw = c->pad[2], dw = c->dil[2], xs = sw * C;
-  for (int64_t c0 = 0; c0 < C; c0 += 16) {
-    __mmask16 m = C - c0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - c0)) - 1);
-    __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : _mm512_setzero_ps();
-    for (int64_t ow = 0; ow < Wo;) {
-      int64_t iw0 = ow * sw - pw;
-      bool four = ow + 4 <= Wo && iw0 >= 0 && iw0 + 3 * sw + (S - 1) * dw < W;
-      __m512 a0 = b, a1 = b, a2 = b, a3 = b;
-      for (int64_t r = 0; r < R; r++) {
-        int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];
-        if (ih < 0 || ih >= H) continue;
-        const float *xr = x + (n * H + ih) * W * C + c0, *wr = wt + r * S * C + c0;
-        for (int64_t s = 0; s < S; s++) {
-          int64_t iw = iw0 + s * dw;
-          if (!four && (iw < 0 || iw >= W)) continue;
-          __m512 w = _mm512_maskz_loadu_ps(m, wr + s * C);
-          const float *xp = xr + iw * C;
-          a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), w, a0);
-          if (!four) continue;
-          a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + xs), w, a1);
-          a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 2 * xs), w, a2);
-          a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 3 * xs), w, a3);
-        }
-      }
-      float *yo = yr + ow * C + c0;
-      _mm512_mask_storeu_ps(yo, m, a0);
-      if (four) {
-        _mm512_mask_storeu_ps(yo + C, m, a1);
-        _mm512_mask_storeu_ps(yo + 2 * C, m, a2);
-        _mm512_mask_storeu_ps(yo + 3 * C, m, a3);
-      }
-      ow += four ? 4 : 1;
-    }
-  }
+/* dw_nhwc_row on AVX-512: 16 channels a vector held in registers over the taps (the generic loop's
+ * 64 sums live in memory, a load and a store a tap), four output positions at once where all their
+ * taps along the row are inside the image (each tap's weights loaded once for the four); the sums in
+ * the same order, the bias first, so the outputs are the generic loop's bit for bit. float32, and
+ * bfloat16 (widened on loading, rounded once to nearest even on storing, as gg_f2bf). */
+#define GG_X512BW __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+static inline __attribute__((always_inline)) GG_X512 __m512 dw_ld_f32(__mmask16 m, const float *p) { return _mm512_maskz_loadu_ps(m, p); }
+static inline __attribute__((always_inline)) GG_X512 void dw_st_f32(float *p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+static inline __attribute__((always_inline)) GG_X512BW __m512 dw_ld_bf16(__mmask16 m, const uint16_t *p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+static inline __attribute__((always_inline)) GG_X512BW void dw_st_bf16(uint16_t *p, __mmask16 m, __m512 v) {
+  __m512i x = _mm512_castps_si512(v), hi = _mm512_srli_epi32(x, 16);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))), 16);
+  r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));   /* NaN: quiet, as gg_f2bf */
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
+}
+#define DW_ROW_X512(NAME, T, TARGET, LD, ST)                                                                            \
+  static TARGET void NAME(const gg_conv *c, const T *x, const float *wt, const float *bias, T *yr, int64_t n, int64_t oh) { \
+    int64_t H = c->in[1], W = c->in[2], C = c->Cin, R = c->k[1], S = c->k[2], Wo = c->out[2];                          \
+    int64_t sw = c->stride[2], pw = c->pad[2], dw = c->dil[2], xs = sw * C;                                            \
+    for (int64_t c0 = 0; c0 < C; c0 += 16) {                                                                           \
+      __mmask16 m = C - c0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - c0)) - 1);                             \
+      __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : _mm512_setzero_ps();                                     \
+      for (int64_t ow = 0; ow < Wo;) {                                                                                 \
+        int64_t iw0 = ow * sw - pw;                                                                                    \
+        bool four = ow + 4 <= Wo && iw0 >= 0 && iw0 + 3 * sw + (S - 1) * dw < W;                                       \
+        __m512 a0 = b, a1 = b, a2 = b, a3 = b;                                                                         \
+        for (int64_t r = 0; r < R; r++) {                                                                              \
+          int64_t ih = oh * c->stride[1] - c->pad[1] + r * c->dil[1];                                                  \
+          if (ih < 0 || ih >= H) continue;                                                                             \
+          const T *xr = x + (n * H + ih) * W * C + c0;                                                                 \
+          const float *wr = wt + r * S * C + c0;                                                                       \
+          for (int64_t s = 0; s < S; s++) {                                                                            \
+            int64_t iw = iw0 + s * dw;                                                                                 \
+            if (!four && (iw < 0 || iw >= W)) continue;                                                                \
+            __m512 w = _mm512_maskz_loadu_ps(m, wr + s * C);                                                           \
+            const T *xp = xr + iw * C;                                                                                 \
+            a0 = _mm512_fmadd_ps(LD(m, xp), w, a0);                                                                    \
+            if (!four) continue;                                                                                       \
+            a1 = _mm512_fmadd_ps(LD(m, xp + xs), w, a1);                                                               \
+            a2 = _mm512_fmadd_ps(LD(m, xp + 2 * xs), w, a2);                                                           \
+            a3 = _mm512_fmadd_ps(LD(m, xp + 3 * xs), w, a3);                                                           \
+          }                                                                                                            \
+        }                                                                                                              \
+        T *yo = yr + ow * C + c0;                                                                                      \
+        ST(yo, m, a0);                                                                                                 \
+        if (four) {                                                                                                    \
+          ST(yo + C, m, a1);                                                                                           \
+          ST(yo + 2 * C, m, a2);                                                                                       \
+          ST(yo + 3 * C, m, a3);                                                                                       \
+        }                                                                                                              \
+        ow += four ? 4 : 1;                                                                                            \
+      }                                                                                                                \
+    }                                                                                                                  \
+  }
+DW_ROW_X512(dw_row_x512, float, GG_X512, dw_ld_f32, dw_st_f32)
+DW_ROW_X512(dw_row_x512_bf16, uint16_t, GG_X512BW, dw_ld_bf16, dw_st_bf16)
 #endif
+
+static bool dw_bw_ok(void) {
+#ifdef GG_X512
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
 
 /* h: x, w, bias and y bfloat16 (col then holds R*S*C + C floats) */
 static void dw_nhwc(const gg_conv *c, const void *x, const void *w, const void *bias, void *y, float *wt, const gg_epi *ep, bool h) {
@@ -283,15 +308,17 @@ static void dw_nhwc(const gg_conv *c, const void *x, const void *w, const void *
     for (int64_t t = 0; t < RS; t++) wt[t * C + ch] = h ? gg_bf2f(((const uint16_t *)w)[ch * RS + t]) : ((const float *)w)[ch * RS + t];
   if (h && bias)
     for (int64_t ch = 0; ch < C; ch++) wt[RS * C + ch] = gg_bf2f(((const uint16_t *)bias)[ch]);
-  bool x512 = gg_rt_packed_ok();   /* AVX-512 (and not GCC_GRAPH_BLAS_ONLY) */
+  bool x512 = gg_rt_packed_ok() && (!h || dw_bw_ok());   /* AVX-512 (and not GCC_GRAPH_BLAS_ONLY); its BW and VL for bfloat16 */
   (void)x512;
   _Pragma("omp parallel for schedule(static) if(c->N * Ho * Wo * C * RS > 32768)")
   for (int64_t t = 0; t < c->N * Ho; t++) {
     void *yr = (char *)y + (size_t)(t * Wo * C) * (h ? 2 : 4);
-    if (h) dw_nhwc_row_bf16(c, x, wt, bf, yr, t / Ho, t % Ho);
 #ifdef GG_X512
+    if (x512 && h) dw_row_x512_bf16(c, x, wt, bf, yr, t / Ho, t % Ho);
     else if (x512) dw_row_x512(c, x, wt, bf, yr, t / Ho, t % Ho);
+    else
 #endif
+    if (h) dw_nhwc_row_bf16(c, x, wt, bf, yr, t / Ho, t % Ho);
     else dw_nhwc_row(c, x, wt, bf, yr, t / Ho, t % Ho);
     epi_run(ep, yr, C, Wo, C);
   }
