@@ -99,10 +99,23 @@ void load_f(FILE *f, DType d, const char *ptr, const char *idx) {
   else fprintf(f, "(double)%s[%s]", ptr, idx);
 }
 
-/* The type pointwise arithmetic runs in for a computation in dtype comp: on the GPU float for float32,
- * float16 and bfloat16 (PyTorch's opmath; scalar.h's functions are templates there), else double. */
+/* The type reductions, norms and softmax accumulate in for a computation in dtype comp: on the GPU
+ * float for float32, float16 and bfloat16 (PyTorch's opmath), else double. */
 const char *real_type(const Em *e, DType comp) {
   return e->cuda && (comp == DT_F32 || comp == DT_F16 || comp == DT_BF16) ? "float" : "double";
+}
+
+/* The type pointwise arithmetic runs in: float for float32, float16 and bfloat16 on both targets (as
+ * PyTorch's kernels compute them; scalar.h's templates on the GPU, its float pass on the CPU, whose
+ * loops then vectorize twice as wide with no conversions), else double. */
+const char *pw_type(const Em *e, DType comp) {
+  (void)e;
+  return comp == DT_F32 || comp == DT_F16 || comp == DT_BF16 ? "float" : "double";
+}
+
+/* scalar.h's function fname for arithmetic in rt: in C, float's are the float pass's (f_add_f) */
+static const char *fn_in(const Em *e, const char *fname, const char *rt) {
+  return !e->cuda && !strcmp(rt, "float") && fname[0] == 'f' ? arena_printf(e->a, "%s_f", fname) : fname;
 }
 
 /* Reading an element as real_type rt */
@@ -339,7 +352,7 @@ void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *
     if (ops[j].is_tensor) fprintf(f, ", const %s *x%d", ctype(ops[j].t.dt), j);
   ksyms(e);
   int closers = open_loops(e, dst->rank, dst->sizes, true);
-  const char *rt = real_type(e, comp);
+  const char *rt = pw_type(e, comp);
   fprintf(f, "    %s a[%d];\n", use_float ? rt : "int64_t", nops ? nops : 1);
   for (int j = 0; j < nops; j++) {
     fprintf(f, "    a[%d] = ", j);
@@ -353,7 +366,7 @@ void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *
     fputs(";\n", f);
   }
   fprintf(f, "    ");
-  store(f, dst->dt, use_float, "y", index_of(e, dst, dst->rank), arena_printf(e->a, "%s(a)", fname));
+  store(f, dst->dt, use_float, "y", index_of(e, dst, dst->rank), arena_printf(e->a, "%s(a)", use_float ? fn_in(e, fname, rt) : fname));
   close_loops(e, closers);
   fputs("}\n", f);
   /* the call */
@@ -472,7 +485,7 @@ static const char *fused_cat(Em *e, FILE *f, Node *n, int rank, const Expr *cons
   Value *y = n->outs[0];
   int d = dim_wrap(node_int_arg(n, "dim", 0), y->rank) + rank - y->rank;
   bool fl = dtype_is_float(y->dtype);
-  const char *T = fl ? real_type(e, y->dtype) : "int64_t";
+  const char *T = fl ? pw_type(e, y->dtype) : "int64_t";
   const Expr *const *saved = e->shift, *sh[R];
   const char *lin = e->lin_index;
   e->lin_index = NULL;   /* inputs are not laid out as the reduced value */
@@ -576,7 +589,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   Operand ops[8];
   int nops;
   if (operands_of(e, n, ops, &nops)) return NULL;
-  const char *rt = real_type(e, plan.comp);
+  const char *rt = pw_type(e, plan.comp);
   bool real_float = plan.use_float && !strcmp(rt, "float");
   const char *arg[8];
   for (int j = 0; j < nops; j++) {
@@ -610,12 +623,12 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
   for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
   fputs(nops ? "};\n" : "0};\n", f);
-  const char *fn = scalar_fn(e, n, &plan);
+  const char *fn = plan.use_float ? fn_in(e, scalar_fn(e, n, &plan), rt) : scalar_fn(e, n, &plan);
   DType dt = n->outs[0]->dtype;
   /* round as storing and reloading a tensor of dt would */
   const char *val = arena_printf(e->a, "%s(a%d)", fn, id);
   bool out_float = dtype_is_float(dt);
-  if (real_float && dt == DT_F32) fprintf(f, "    const float r%d = %s;\n", id, val);
+  if (real_float && (dt == DT_F32 || ((dt == DT_F16 || dt == DT_BF16) && picks_input(n)))) fprintf(f, "    const float r%d = %s;\n", id, val);   /* already of dt */
   else if (real_float && dt == DT_F16) fprintf(f, "    const float r%d = gg_h2f(gg_f2h(%s));\n", id, val);
   else if (real_float && dt == DT_BF16) fprintf(f, "    const float r%d = gg_bf2f(gg_f2bf(%s));\n", id, val);
   else if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);
@@ -807,7 +820,7 @@ int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body_out, const
   char *ld = NULL;
   size_t ldlen = 0;
   FILE *lf = open_memstream(&ld, &ldlen);
-  load_r(lf, v->dtype, "yr", "j", real_type(e, v->dtype));   /* float on the GPU for float32 and half types */
+  load_r(lf, v->dtype, "yr", "j", pw_type(e, v->dtype));   /* float for float32 and half types */
   fclose(lf);
   e->tv[seed->id] = (TV){.ok = true, .cexpr = arena_strdup(e->a, ld), .dt = seed->dtype, .rank = 1, .sizes = {ne}, .strides = {C(e, 1)}, .offset = C(e, 0)};
   free(ld);

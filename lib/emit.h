@@ -189,7 +189,8 @@ void comment(FILE *f, const char *s);          /* model text made safe inside a 
 void emit_c_string(FILE *f, const char *s);    /* a C string literal, every unusual byte escaped */
 const char *ctype(DType d);
 void load_f(FILE *f, DType d, const char *ptr, const char *idx);
-const char *real_type(const Em *e, DType comp);   /* the C type pointwise arithmetic runs in */
+const char *real_type(const Em *e, DType comp);   /* the C type reductions, norms and softmax accumulate in */
+const char *pw_type(const Em *e, DType comp);     /* the C type pointwise arithmetic runs in */
 void load_r(FILE *f, DType d, const char *ptr, const char *idx, const char *rt);   /* an element as real type rt */
 void load_i(FILE *f, DType d, const char *ptr, const char *idx);
 void store(FILE *f, DType d, bool from_float, const char *ptr, const char *idx, const char *val);

@@ -1,9 +1,11 @@
-/* scalar.h: the scalar function of every pointwise op, on float64 or int64 operands.
- * One definition serves the reference interpreter (through the op table) and the generated C code
- * (gcc-graph embeds this file into every compiled model), so compiled code computes what the oracle
- * computes (float32 tensors on the CPU take the float32 versions near the end for exp, erf, gelu,
- * sigmoid and silu). Plain C99 with <math.h>, <stdint.h> and <string.h> only; also valid CUDA C++.
- * Operands arrive in schema order. */
+/* scalar.h: the scalar function of every pointwise op, on float64 or int64 operands, and in C again on
+ * float (the float pass: f_add_f) for the arithmetic of float32 and half tensors, as PyTorch's opmath.
+ * One definition serves the reference interpreter (through the op table, in double) and the generated
+ * code (gcc-graph embeds this file into every compiled model), so compiled code computes what the oracle
+ * computes, in the tensors' own precision (float32 tensors on the CPU take the float32 versions near the
+ * end for exp, erf, gelu, sigmoid and silu). Plain C99 with <math.h>, <stdint.h> and <string.h> only;
+ * also valid CUDA C++, where the functions are templates. Operands arrive in schema order. */
+#if !defined(GG_SCALAR_H) || defined(GG_SCALAR_FLOAT_PASS)   /* entered again for the float pass (below) */
 #ifndef GG_SCALAR_H
 #define GG_SCALAR_H
 #include <math.h>
@@ -31,6 +33,16 @@
 #define GG_K(c) (c)
 #define GG_R double
 #endif
+/* a sixth of v: on the GPU and in the float pass a division (in float, PyTorch's); in C's double a
+ * product by 1 / 6, within a unit of double's last place of the quotient, so the same float32 after
+ * rounding (a vector of double divisions costs ~16 cycles: most of MobileNetV3's hardswish epilogues
+ * on the CPU when they ran in double) */
+#ifdef __CUDACC__
+#define GG_SIXTH(v) ((v) / 6)
+#else
+#define GG_SIXTH(v) ((v) * (1.0 / 6))
+#endif
+#endif   /* GG_SCALAR_H: the prelude */
 
 GG_FN(f_abs) { return fabs(x[0]); }
 GG_FN(f_neg) { return -x[0]; }
@@ -47,14 +59,6 @@ GG_FN(f_reciprocal) { return GG_K(1.0) / x[0]; }
 GG_FN(f_relu) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : GG_K(0.0); }
 GG_FN(f_silu) { return x[0] / (GG_K(1.0) + exp(-x[0])); }
 GG_TFN(relu6, v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
-/* a sixth of v: on the GPU a division (in float, PyTorch's); in C's double a product by 1 / 6, within
- * a unit of double's last place of the quotient, so the same float32 after rounding (a vector of double
- * divisions costs ~16 cycles: most of MobileNetV3's hardswish epilogues on the CPU) */
-#ifdef __CUDACC__
-#define GG_SIXTH(v) ((v) / 6)
-#else
-#define GG_SIXTH(v) ((v) * (1.0 / 6))
-#endif
 GG_FN(f_hardswish) { return GG_SIXTH(x[0] * relu6(x[0] + 3)); }
 GG_FN(f_hardsigmoid) { return GG_SIXTH(relu6(x[0] + 3)); }
 GG_FN(f_leaky_relu) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
@@ -154,6 +158,47 @@ GG_FN(f_where) { return x[0] != 0 ? x[1] : x[2]; }
 GG_FN(f_addcmul) { return x[0] + x[3] * (x[1] * x[2]); }
 GG_FN(f_addcdiv) { return x[0] + x[3] * (x[1] / x[2]); }
 GG_FN(f_masked_fill) { return x[1] != 0 ? x[2] : x[0]; }
+GG_FN(f_logical_not) { return x[0] == 0; }
+/* Variants that an op picks by an argument (gelu's approximation, division's rounding mode). */
+GG_FN(f_gelu_erf) { return GG_K(0.5) * x[0] * (1 + erf(x[0] * GG_K(0.70710678118654752440))); }
+GG_FN(f_gelu_tanh) {
+  const GG_R k = GG_K(0.79788456080286535588);  /* sqrt(2/pi) */
+  return GG_K(0.5) * x[0] * (1 + tanh(k * (x[0] + GG_K(0.044715) * x[0] * x[0] * x[0])));
+}
+GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
+
+#ifndef GG_SCALAR_FLOAT_PASS
+#ifndef __CUDACC__
+/* C has no templates: the functions above again on float, each name suffixed _f (f_add_f), for the
+ * pointwise arithmetic of float32, float16 and bfloat16 tensors on the CPU, in float as PyTorch's
+ * CPU kernels compute it (the GPU's templates give it there); the math library's functions in them
+ * still run on double, rounded to float once. The interpreter, the oracle, keeps double. */
+#define GG_SCALAR_FLOAT_PASS
+#undef GG_FN
+#undef GG_TFN
+#undef GG_K
+#undef GG_R
+#undef GG_SIXTH
+#define GG_FN(name) static inline float name##_f(const float *x)
+#define GG_TFN(name, v) static inline float name##_f(float v)
+#define GG_K(c) ((float)(c))
+#define GG_R float
+#define GG_SIXTH(v) ((v) / 6)
+#define relu6(v) relu6_f(v)
+#include "scalar.h"
+#undef relu6
+#undef GG_FN
+#undef GG_TFN
+#undef GG_K
+#undef GG_R
+#undef GG_SIXTH
+#define GG_FN(name) static inline double name(const double *x)
+#define GG_TFN(name, v) static inline double name(double v)
+#define GG_K(c) (c)
+#define GG_R double
+#define GG_SIXTH(v) ((v) * (1.0 / 6))
+#undef GG_SCALAR_FLOAT_PASS
+#endif
 
 /* Integer versions use unsigned arithmetic where C would overflow: PyTorch wraps around. */
 #define WRAP(expr) ((int64_t)(expr))
@@ -214,12 +259,6 @@ GG_SCALAR int64_t i_lor(const int64_t *x) { return x[0] != 0 || x[1] != 0; }
 GG_SCALAR int64_t i_where(const int64_t *x) { return x[0] != 0 ? x[1] : x[2]; }
 GG_SCALAR int64_t i_masked_fill(const int64_t *x) { return x[1] != 0 ? x[2] : x[0]; }
 
-/* Variants that an op picks by an argument (gelu's approximation, division's rounding mode). */
-GG_FN(f_gelu_erf) { return GG_K(0.5) * x[0] * (1 + erf(x[0] * GG_K(0.70710678118654752440))); }
-GG_FN(f_gelu_tanh) {
-  const GG_R k = GG_K(0.79788456080286535588);  /* sqrt(2/pi) */
-  return GG_K(0.5) * x[0] * (1 + tanh(k * (x[0] + GG_K(0.044715) * x[0] * x[0] * x[0])));
-}
 /* float32 versions of the costly functions, which compiled float32 kernels use on the CPU (PyTorch
  * computes these in float32 with vectorized approximations too). Straight-line code, no calls, so
  * that GCC vectorizes the loops around them (with -fno-trapping-math for the selects). gg_expf:
@@ -262,23 +301,22 @@ static inline float gg_tanhf(float x) {
   float l = copysignf(1.0f - 2.0f / (gg_expf(2.0f * (a < 9.02f ? a : 9.02f)) + 1.0f), x);
   return x != x ? x : a < 0.625f ? p : a >= 9.02f ? copysignf(1.0f, x) : l;
 }
-static inline double f32_exp(const double *x) { return gg_expf((float)x[0]); }
-static inline double f32_sigmoid(const double *x) { return 1.0f / (1.0f + gg_expf(-(float)x[0])); }
-static inline double f32_silu(const double *x) { return (float)x[0] / (1.0f + gg_expf(-(float)x[0])); }
-static inline double f32_erf(const double *x) { return gg_erff((float)x[0]); }
-static inline double f32_gelu_erf(const double *x) { float v = (float)x[0]; return 0.5f * v * (1.0f + gg_erff(v * 0.70710678118654752440f)); }
-static inline double f32_tanh(const double *x) { return gg_tanhf((float)x[0]); }
-static inline double f32_gelu_tanh(const double *x) {
-  float v = (float)x[0];
-  return 0.5f * v * (1.0f + gg_tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
-}
+/* each on float operands (the float pass's names, f32_exp_f) and on double ones rounded to float */
+#define GG_F32(name, body)                                                  \
+  static inline float name##_f(const float *x) { float v = x[0]; body }      \
+  static inline double name(const double *x) { float v = (float)x[0]; body }
+GG_F32(f32_exp, return gg_expf(v);)
+GG_F32(f32_sigmoid, return 1.0f / (1.0f + gg_expf(-v));)
+GG_F32(f32_silu, return v / (1.0f + gg_expf(-v));)
+GG_F32(f32_erf, return gg_erff(v);)
+GG_F32(f32_gelu_erf, return 0.5f * v * (1.0f + gg_erff(v * 0.70710678118654752440f));)
+GG_F32(f32_tanh, return gg_tanhf(v);)
+GG_F32(f32_gelu_tanh, return 0.5f * v * (1.0f + gg_tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));)
 /* pow with a constant exponent of 2 or 3 (GPT-2's GELU): products, as PyTorch's pow kernel computes them */
-static inline double f32_pow2(const double *x) { float v = (float)x[0]; return v * v; }
-static inline double f32_pow3(const double *x) { float v = (float)x[0]; return v * v * v; }
+GG_F32(f32_pow2, return v * v;)
+GG_F32(f32_pow3, return v * v * v;)
 #endif
-GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 GG_SCALAR int64_t i_div_trunc(const int64_t *x) { return x[1] == 0 ? 0 : (x[0] == INT64_MIN && x[1] == -1) ? INT64_MIN : x[0] / x[1]; }
-GG_FN(f_logical_not) { return x[0] == 0; }
 
 /* sort and topk: a stable bottom-up merge sort of a row's indices ix[0..n) by their keys, ascending or
  * descending, NaN above every number (PyTorch's order); tmp holds n more. Shared by the interpreter
@@ -342,4 +380,5 @@ GG_SCALAR double gg_rand_n01(uint64_t seed, uint64_t draw, uint64_t i) {
 /* random bits for a dtype's uniform: its significand's precision */
 GG_SCALAR int gg_rand_bits(int dtype_bits, int is_bf16) { return dtype_bits == 64 ? 53 : dtype_bits == 32 ? 24 : is_bf16 ? 8 : 11; }
 
+#endif   /* GG_SCALAR_FLOAT_PASS */
 #endif

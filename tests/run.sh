@@ -509,17 +509,18 @@ if grep -q "folded into" "$TMP/err"; then no "a bfloat16 norm folded under --no-
 # resblock_bf16's convolutions take their ReLU and residual add in the epilogue (batch norm folded into
 # them), and a ReLU of bfloat16 values is not rounded again (its value is one of its input's)
 if "$GG" compile tests/extra/resblock_bf16/model.pt2 -S -o "$TMP/rb_src" 2>"$TMP/err" && grep -q "epilogue of node batch_norm_2.fold0.cl0: add.cl0 relu_2.cl0" "$TMP/rb_src/model.c" &&
-   grep -q "const double r[0-9]* = f_relu(a[0-9]*);" "$TMP/rb_src/model.c" && ! grep -q "gg_f2bf((float)f_relu" "$TMP/rb_src/model.c"; then ok;
+   grep -q "const float r[0-9]* = f_relu_f(a[0-9]*);" "$TMP/rb_src/model.c" && ! grep -q "gg_f2bf(f_relu" "$TMP/rb_src/model.c"; then ok;
 else no "resblock_bf16: the residual and ReLU are not in a bfloat16 convolution's epilogue, or the ReLU is rounded ($(cat "$TMP/err"))"; fi
 # dropout in eval mode is the identity: its output is its input's storage, no kernel of its own
 # kernels that differ only in their sizes (squeezenet's fire modules) are one function given its sizes
 if "$GG" compile $M/squeezenet1_1/model.pt2 -S -o "$TMP/sq_src" 2>"$TMP/err" && grep -q "the same code, other sizes" "$TMP/sq_src/model.c" &&
    grep -q "const int64_t \*restrict gg_kc" "$TMP/sq_src/model.c"; then ok; else no "squeezenet's kernels that differ only in sizes are compiled apart ($(cat "$TMP/err"))"; fi
 if "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/bt_src" 2>"$TMP/err" && grep -q "node layer_norm" "$TMP/bt_src/model.c" && ! grep -q "node dropout" "$TMP/bt_src/model.c"; then ok; else no "dropout in eval mode has a kernel of its own (or compile -S failed: $(cat "$TMP/err"))"; fi
-# float32 gelu and softmax compute with scalar.h's float32 functions, in kernels built for AVX-512 too
-if grep -q "f32_gelu_erf(a" "$TMP/bt_src/model.c" && grep -q "ex\[j\] = gg_expf(x\[" "$TMP/bt_src/model.c" && grep -q "^GG_VEC static \(GG_NOINLINE \)\?void" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's gelu or softmax not on the float32 functions"; fi
+# float32 gelu and softmax compute with scalar.h's float32 functions (the float pass's, on float
+# operands), in kernels built for AVX-512 too
+if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && grep -q "ex\[j\] = gg_expf(x\[" "$TMP/bt_src/model.c" && grep -q "^GG_VEC static \(GG_NOINLINE \)\?void" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's gelu or softmax not on the float32 functions"; fi
 # GPT-2's tanh GELU written out (pow(x, 3), tanh) on the float32 functions too: x*x*x and gg_tanhf, not libm in double
-if "$GG" compile $M/gpt2_tiny/model.pt2 -S -o "$TMP/g2_src" 2>"$TMP/err" && grep -q "f32_pow3(a" "$TMP/g2_src/model.c" && grep -q "f32_tanh(a" "$TMP/g2_src/model.c"; then ok; else no "gpt2_tiny's pow and tanh not on the float32 functions ($(cat "$TMP/err"))"; fi
+if "$GG" compile $M/gpt2_tiny/model.pt2 -S -o "$TMP/g2_src" 2>"$TMP/err" && grep -q "f32_pow3_f(a" "$TMP/g2_src/model.c" && grep -q "f32_tanh_f(a" "$TMP/g2_src/model.c"; then ok; else no "gpt2_tiny's pow and tanh not on the float32 functions ($(cat "$TMP/err"))"; fi
 env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"
 if grep -q "folded into" "$TMP/err"; then no "weights folded with --weights external"; else ok; fi
 expect 0 "partitioned (forward, then backward)   agrees" -- "$GG" check tests/corpus/train/cnn_train/model.pt2 --train --inputs tests/corpus/train/cnn_train/io.safetensors
