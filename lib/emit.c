@@ -623,7 +623,8 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   fprintf(f, "    const %s a%d[%d] = {", T, id, nops ? nops : 1);
   for (int j = 0; j < nops; j++) fprintf(f, "%s%s", j ? ", " : "", arg[j]);
   fputs(nops ? "};\n" : "0};\n", f);
-  const char *fn = plan.use_float ? fn_in(e, scalar_fn(e, n, &plan), rt) : scalar_fn(e, n, &plan);
+  const char *fn = scalar_fn(e, n, &plan);
+  if (plan.use_float) fn = fn_in(e, fn, rt);
   DType dt = n->outs[0]->dtype;
   /* round as storing and reloading a tensor of dt would */
   const char *val = arena_printf(e->a, "%s(a%d)", fn, id);

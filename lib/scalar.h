@@ -33,15 +33,6 @@
 #define GG_K(c) (c)
 #define GG_R double
 #endif
-/* a sixth of v: on the GPU and in the float pass a division (in float, PyTorch's); in C's double a
- * product by 1 / 6, within a unit of double's last place of the quotient, so the same float32 after
- * rounding (a vector of double divisions costs ~16 cycles: most of MobileNetV3's hardswish epilogues
- * on the CPU when they ran in double) */
-#ifdef __CUDACC__
-#define GG_SIXTH(v) ((v) / 6)
-#else
-#define GG_SIXTH(v) ((v) * (1.0 / 6))
-#endif
 #endif   /* GG_SCALAR_H: the prelude */
 
 GG_FN(f_abs) { return fabs(x[0]); }
@@ -59,8 +50,8 @@ GG_FN(f_reciprocal) { return GG_K(1.0) / x[0]; }
 GG_FN(f_relu) { return isnan(x[0]) ? x[0] : x[0] > 0 ? x[0] : GG_K(0.0); }
 GG_FN(f_silu) { return x[0] / (GG_K(1.0) + exp(-x[0])); }
 GG_TFN(relu6, v) { return v < 0 ? 0 : v > 6 ? 6 : v; }
-GG_FN(f_hardswish) { return GG_SIXTH(x[0] * relu6(x[0] + 3)); }
-GG_FN(f_hardsigmoid) { return GG_SIXTH(relu6(x[0] + 3)); }
+GG_FN(f_hardswish) { return x[0] * relu6(x[0] + 3) / 6; }
+GG_FN(f_hardsigmoid) { return relu6(x[0] + 3) / 6; }
 GG_FN(f_leaky_relu) { return x[0] > 0 ? x[0] : x[0] * x[1]; }
 GG_FN(f_sign) { return isnan(x[0]) ? 0 : (x[0] > 0) - (x[0] < 0); }
 GG_FN(f_floor) { return floor(x[0]); }
@@ -178,12 +169,10 @@ GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 #undef GG_TFN
 #undef GG_K
 #undef GG_R
-#undef GG_SIXTH
 #define GG_FN(name) static inline float name##_f(const float *x)
 #define GG_TFN(name, v) static inline float name##_f(float v)
 #define GG_K(c) ((float)(c))
 #define GG_R float
-#define GG_SIXTH(v) ((v) / 6)
 #define relu6(v) relu6_f(v)
 #include "scalar.h"
 #undef relu6
@@ -191,12 +180,10 @@ GG_FN(f_div_trunc) { return trunc(x[0] / x[1]); }
 #undef GG_TFN
 #undef GG_K
 #undef GG_R
-#undef GG_SIXTH
 #define GG_FN(name) static inline double name(const double *x)
 #define GG_TFN(name, v) static inline double name(double v)
 #define GG_K(c) (c)
 #define GG_R double
-#define GG_SIXTH(v) ((v) * (1.0 / 6))
 #undef GG_SCALAR_FLOAT_PASS
 #endif
 
