@@ -9,7 +9,7 @@ BUILD   ?= build
 LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o) $(BUILD)/gen/embedded.o $(BUILD)/gen/report_page.o
 # Files every compiled model is built with, embedded into gcc-graph.
-EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt_common.c lib/rt/gg_rt_cuda.cu lib/rt/gg_rt_cuda_attn.cu lib/rt/gg_rt_cuda_dw.cu lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
+EMBED   := lib/rt/gg_rt.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt_attn.c lib/rt/gg_rt_common.c lib/rt/gg_rt_cuda.cu lib/rt/gg_rt_cuda_attn.cu lib/rt/gg_rt_cuda_dw.cu lib/rt/gg_rt.h lib/scalar.h include/gcc_graph.h
 HDRS    := lib/gg.h lib/emit.h lib/ops.def lib/scalar.h lib/rewrite.h
 
 all: $(BUILD)/gcc-graph
@@ -52,7 +52,7 @@ $(BUILD)/test-golden: tests/golden.c $(BUILD)/libgg.a $(HDRS)
 	$(CC) $(CFLAGS) tests/golden.c $(BUILD)/libgg.a $(LDLIBS) -o $@
 
 # the runtime's product kernel against float64 products (it includes lib/rt/gg_rt_gemm.c whole)
-$(BUILD)/test-kernel: tests/kernel.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt.h
+$(BUILD)/test-kernel: tests/kernel.c lib/rt/gg_rt_gemm.c lib/rt/gg_rt_gemm_t.h lib/rt/gg_rt_conv.c lib/rt/gg_rt_conv_t.h lib/rt/gg_rt_attn.c lib/rt/gg_rt.h
 	$(CC) $(CFLAGS) -fopenmp -Ilib/rt -Iinclude tests/kernel.c -lopenblas -lm -o $@
 
 test: $(BUILD)/gcc-graph $(BUILD)/test-unit $(BUILD)/test-golden $(BUILD)/test-kernel

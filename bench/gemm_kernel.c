@@ -6,7 +6,9 @@
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
  * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
  * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
- * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD):
+ * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD, PK_TILE_ROWS,
+ * PK_TILE_ROWS_MANY, PK_MANY_THREADS, PK_TILE_PANELS, PK_GRID_SPLIT_N; a compiled model takes them in
+ * --cflags, which is how they were chosen: in the model, on the 16-core host):
  *   cc -O3 -fno-math-errno -fno-trapping-math -fopenmp -Ilib/rt -Iinclude bench/gemm_kernel.c -lopenblas -lm -o gemm_kernel
  *   OMP_NUM_THREADS=2 taskset -c 0,1 ./gemm_kernel
  * (no BLAS call is timed; the runtime's BLAS paths only need the symbols.) */
@@ -128,6 +130,31 @@ static void hlinear(int64_t M, int64_t N, int64_t K) {
   free(xf), free(wf), free(X), free(W), free(Y), free(pk);
 }
 
+/* a 1x1 convolution of a channels-last image: A (M x K) read in place (as gg_rt_conv_nhwc_f32 reads it),
+ * the weight packed once */
+static void linear_inplace(int64_t M, int64_t N, int64_t K) {
+  float *A = filled(M * K, 0), *B = filled(K * N, 1), *C = aligned(M * N), *Bp = aligned(gg_rt_pack_floats(1, K, N));
+  int64_t *ro = malloc(sizeof(int64_t) * K), *po = malloc(sizeof(int64_t) * (M + PK_MR));
+  for (int64_t k = 0; k < K; k++) ro[k] = k;
+  for (int64_t o = 0; o < M + PK_MR; o++) po[o] = o < M ? o * K : 0;
+  rows_src a = {A, ro, po};
+  gg_rt_pack(1, K, N, B, N, 1, Bp);
+  double best = 1e9, err = 0;
+  for (int r = 0; r < 5; r++) {
+    double t = now();
+    gemm_run(M, N, K, NULL, &a, Bp, NULL, C, N, NULL, NULL, NULL, NULL, 0);
+    t = now() - t;
+    if (t < best) best = t;
+  }
+  for (int64_t i = 0; i < M; i += 37)
+    for (int64_t j = 0; j < N; j += 11) {
+      double s = 0;
+      for (int64_t k = 0; k < K; k++) s += (double)A[i * K + k] * B[k * N + j];
+      err = fmax(err, fabs(s - C[i * N + j]));
+    }
+  printf("1x1    M %6lld N %5lld K %5lld  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)N, (long long)K,
+         2.0 * (double)M * (double)N * (double)K / best / 1e9, err);
+}
 int main(void) {
   /* bfloat16 (gg_rt_hgemm; any x86-64): BERT-base at batch 4, sequence 128, and GPT-2 at 4 x 256 */
   hlinear(512, 768, 768);
@@ -139,7 +166,8 @@ int main(void) {
     puts("no AVX-512 here (or GCC_GRAPH_BLAS_ONLY is set): the runtime's kernel does not run");
     return 0;
   }
-  printf("threads %d, PK_KC %d, PK_TALL_MIN %d\n", omp_get_max_threads(), PK_KC, PK_TALL_MIN);
+  printf("threads %d, PK_KC %d, PK_TALL_MIN %d, PK_TILES_PER_THREAD %d, PK_TILE_ROWS %d (%d at %d threads or more)\n", omp_get_max_threads(), PK_KC,
+         PK_TALL_MIN, PK_TILES_PER_THREAD, PK_TILE_ROWS, PK_TILE_ROWS_MANY, PK_MANY_THREADS);
   /* BERT-base at batch 4, sequence 128: the QKV / out projections, FFN up, FFN down; GPT-2 at batch 4, 256: c_attn */
   linear(512, 768, 768);
   linear(512, 3072, 768);
@@ -151,5 +179,9 @@ int main(void) {
   conv3x3(8, 28, 128, 128);
   conv3x3(8, 14, 256, 256);
   conv3x3(8, 7, 512, 512);
+  /* ... and its 1x1 convolutions, one of each shape */
+  linear_inplace(8 * 3136, 64, 64), linear_inplace(8 * 3136, 256, 64), linear_inplace(8 * 3136, 64, 256), linear_inplace(8 * 3136, 128, 256);
+  linear_inplace(8 * 784, 512, 128), linear_inplace(8 * 784, 128, 512), linear_inplace(8 * 196, 1024, 256), linear_inplace(8 * 196, 256, 1024);
+  linear_inplace(8 * 49, 2048, 512), linear_inplace(8 * 49, 512, 2048);
   return 0;
 }

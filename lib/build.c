@@ -268,7 +268,7 @@ static int finish_overlapped(Ctx *c, const char *so, const char *to, struct Blob
 #define BUILD_MAX_UNITS 16
 
 static void remove_dir(const char *dir) {
-  static const char *names[] = {"model.c", "model.cu", "kernels.c", "model.fatbin", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt_cuda_attn.cu", "gg_rt_cuda_dw.cu",
+  static const char *names[] = {"model.c", "model.cu", "kernels.c", "model.fatbin", "weights.bin", "gg_rt.c", "gg_rt_gemm.c", "gg_rt_gemm_t.h", "gg_rt_conv.c", "gg_rt_conv_t.h", "gg_rt_attn.c", "gg_rt_common.c", "gg_rt_cuda.cu", "gg_rt_cuda_attn.cu", "gg_rt_cuda_dw.cu",
                                 "gg_rt.h", "scalar.h", "gcc_graph.h", "model.so", "model.o", "gg_rt.o", "gg_rt_attn.o", "gg_rt_dw.o", "cc.log", NULL};
   char p[4096];
   for (const char **n = names; *n; n++) { snprintf(p, sizeof p, "%s/%s", dir, *n); remove(p); }

@@ -1574,11 +1574,11 @@ bool decompose_has_training_rule(const OpDef *op) {
 
 bool decompose_has_rule(const OpDef *op) { return op->decomp != decomp_none && !decompose_has_training_rule(op); }
 
-/* Ops the target runs whole: attention as one fused kernel on the GPU (--train's pair, forward and
- * backward, where kernels for its dtype exist). */
+/* Ops the target runs whole: attention as one fused kernel (inference; on the GPU also --train's pair,
+ * forward and backward, where kernels for its dtype exist). */
 static bool target_keeps(const Graph *g, const Node *n, bool training) {
+  if (n->op->decomp == decomp_sdpa) return !training && attention_fits(g, n);
   if (!g->ctx->cuda) return false;
-  if (n->op->decomp == decomp_sdpa) return !training && cuda_attention_fits(g, n);
   return (n->op->decomp == decomp_attention_train || n->op->decomp == decomp_attention_backward) && cuda_attention_fits(g, n);
 }
 

@@ -229,6 +229,11 @@ TV *contiguous_of(Em *e, Node *n, Value *v);
 int operands_of(Em *e, Node *n, Operand *ops, int *nops);
 const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float);
 int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body, const char **val, bool *fl);
+/* attention kept whole (emit_ops.c): its operands, the gg_attn the host function fills, its forward */
+typedef struct AttnIn { TV *t[3]; TV mb; bool masked; const Expr *bhls[4]; int64_t D; double scale; } AttnIn;
+int attn_in(Em *e, Node *n, AttnIn *in);
+void attn_struct(Em *e, Node *n, TV *const t[3], const TV *y, const TV *mb, const Expr *const bhls[4], int64_t D, double scale, const char *lse, const TV *gy);
+int attn_forward(Em *e, Node *n, const AttnIn *in, const char *what, const char *et, const char *call);
 
 /* ---- emit_ops.c: shared by the targets' products and convolutions */
 void epi_params(Em *e, const Epi *ep);   /* the epilogue's tensors as kernel parameters */

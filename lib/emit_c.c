@@ -346,4 +346,11 @@ static void prelude_c(Graph *g, FILE *out) {
 
 static void finish_c(FILE *out, const char *errs) { (void)out; (void)errs; }
 
-const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, NULL, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};
+/* scaled_dot_product_attention kept whole (cpu_attention_fits): the runtime's fused kernel */
+static int attention_c(Em *e, Node *n) {
+  AttnIn in;
+  if (!cpu_attention_fits(e->g, n)) return efail(e, n, "reached the code generator undecomposed (internal error)");
+  return attn_in(e, n, &in) ? -1 : attn_forward(e, n, &in, "attention (fused, float32)", "float", "gg_rt_attention_f32(&a, ");
+}
+
+const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, attention_c, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};

@@ -294,64 +294,15 @@ bool cuda_attention_backward_fits(DType dt, int64_t D) {
 }
 
 /* Whether the runtime's fused attention (gg_cu_attention) takes this scaled_dot_product_attention,
- * which decompose() then keeps whole: float16, bfloat16 or float32 on sm_80 or later, rank 3 or 4, a static
- * head size the kernel is built for (32, 64, 96, 128) shared by the values, no dropout, the key/value
- * heads dividing the query heads (grouped-query attention), equal batch sizes, and a mask that is bool
- * or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
+ * which decompose() then keeps whole: float16, bfloat16 or float32 on sm_80 or later, a head size the
+ * kernel is built for (32, 64, 96, 128), and attention_shape_fits's shapes. */
 bool cuda_attention_fits(const Graph *g, const Node *n) {
-  Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask");
-  const Arg *dp = rw_arg(n, "dropout_p"), *sc = rw_arg(n, "scale"), *gq = rw_arg(n, "enable_gqa"), *ca = rw_arg(n, "is_causal");
+  Value *q = rw_targ(n, "query");
   /* --train's pair (_attention_train, _attention_train_backward): where the backward has a kernel */
   bool train = n->op && strcmp(n->op->name, "scaled_dot_product_attention");
-  if (g->ctx->cuda_sm < 80 || !q || !k || !v || n->nouts != (train ? (int)n->op->nrets : 1)) return false;
-  if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != DT_F16 && q->dtype != DT_BF16 && q->dtype != DT_F32)) return false;
-  int r = q->rank;
-  if ((r != 3 && r != 4) || k->rank != r || v->rank != r) return false;
-  int64_t D, Dk, Dv, hq, hk, hv, zero;
-  if (!expr_is_const(q->sizes[r - 1], &D) || !expr_is_const(k->sizes[r - 1], &Dk) || !expr_is_const(v->sizes[r - 1], &Dv) || D != Dk || D != Dv ||
-      (D != 32 && D != 64 && D != 96 && D != 128) || (train && !cuda_attention_backward_fits(q->dtype, D)))
-    return false;
-  if (dp && !(dp->k == AK_FLOAT ? dp->u.f == 0 : dp->k == AK_INT ? expr_is_const(dp->u.i, &zero) && zero == 0 : dp->k == AK_NONE)) return false;
-  if (sc && sc->k != AK_FLOAT && sc->k != AK_NONE) return false;
-  if ((gq && gq->k != AK_BOOL && gq->k != AK_NONE) || (ca && ca->k != AK_BOOL && ca->k != AK_NONE)) return false;
-  if (!expr_is_const(q->sizes[r - 3], &hq) || !expr_is_const(k->sizes[r - 3], &hk) || !expr_is_const(v->sizes[r - 3], &hv) || hk != hv || hk <= 0 ||
-      hq % hk || (hq != hk && !(gq && gq->k == AK_BOOL && gq->u.b)))
-    return false;
-  if (r == 4 && (!expr_same(g, q->sizes[0], k->sizes[0]) || !expr_same(g, q->sizes[0], v->sizes[0]))) return false;
-  if (!expr_same(g, k->sizes[r - 2], v->sizes[r - 2])) return false;
-  if (m) {
-    if ((m->dtype != DT_BOOL && m->dtype != q->dtype) || m->rank > r) return false;
-    for (int d = 0; d < m->rank; d++) {   /* right-aligned against [batch..., heads, L, S] */
-      int qd = d + r - m->rank;
-      const Expr *want = qd == r - 1 ? k->sizes[r - 2] : q->sizes[qd];
-      int64_t one;
-      if (!(expr_is_const(m->sizes[d], &one) && one == 1) && !expr_same(g, m->sizes[d], want)) return false;
-    }
-  }
-  return true;
-}
-
-static const char *strides3(Em *e, const TV *t, int r, int j) { return r == 3 && j == 0 ? "0" : cx(e, t->strides[j - (4 - r)]); }
-
-/* The host function's gg_attn: the sizes, the strides of q, k and v (t) and of the output (y: the
- * forward's; in the backward, the forward output's), the mask's (mb, or NULL), causal, the scale,
- * the log-sum-exp (a pointer expression, or "NULL") and grad_out's strides (gy, or NULL). */
-static void attn_struct(Em *e, Node *n, TV *const t[3], const TV *y, const TV *mb, const Expr *const bhls[4], int64_t D, double scale, const char *lse,
-                        const TV *gy) {
-  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *mv = rw_targ(n, "attn_mask");
-  const Arg *ca = rw_arg(n, "is_causal");
-  int r = qv->rank;
-  const TV *ops[5] = {t[0], t[1], t[2], y, gy};
-  const char *st[5][3];
-  for (int i = 0; i < 5; i++)
-    for (int j = 0; j < 3; j++) st[i][j] = ops[i] ? strides3(e, ops[i], r, j) : "0";
-  FILE *f = e->k;
-  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
-          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
-          st[2][1], st[2][2], st[3][0], st[3][1], st[3][2]);
-  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb->strides[0]), cx(e, mb->strides[1]), cx(e, mb->strides[2]), cx(e, mb->strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
-  else fputs("{0, 0, 0, 0}, 0, ", f);
-  fprintf(f, "%d, %.17g, %s, {%s, %s, %s}};\n", ca && ca->k == AK_BOOL && ca->u.b, scale, lse, st[4][0], st[4][1], st[4][2]);
+  int64_t D;
+  if (g->ctx->cuda_sm < 80 || !q || (q->dtype != DT_F16 && q->dtype != DT_BF16 && q->dtype != DT_F32) || !attention_shape_fits(g, n, &D)) return false;
+  return (D == 32 || D == 64 || D == 96 || D == 128) && (!train || cuda_attention_backward_fits(q->dtype, D));
 }
 
 /* --train's attention backward (_attention_train_backward): gg_cu_attention_backward with the
@@ -390,51 +341,16 @@ static int attention_backward_cuda(Em *e, Node *n, TV *const t[3], const TV *mb,
   return 0;
 }
 
-/* A fused attention kernel: a host function filling gg_attn and calling the runtime. Operands with a
- * strided last dim are copied contiguous first; the mask is read through its broadcast strides. */
+/* The GPU's fused attention (attn_forward), or --train's backward */
 static int attention_cuda(Em *e, Node *n) {
-  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *vv = rw_targ(n, "value"), *mv = rw_targ(n, "attn_mask");
+  AttnIn in;
   if (!cuda_attention_fits(e->g, n)) return efail(e, n, "reached the code generator undecomposed (internal error)");
-  Value *ins[3] = {qv, kv, vv};
-  TV *t[3];
-  for (int i = 0; i < 3; i++) {
-    int64_t unit;
-    t[i] = tv_of(e, n, ins[i]);
-    if (t[i] && !(expr_is_const(t[i]->strides[t[i]->rank - 1], &unit) && unit == 1)) t[i] = contiguous_of(e, n, ins[i]);
-    if (!t[i]) return -1;
-  }
-  int r = qv->rank;
-  const Expr *bhls[4] = {r == 4 ? qv->sizes[0] : C(e, 1), qv->sizes[r - 3], qv->sizes[r - 2], kv->sizes[r - 2]};
-  TV mb = {0};
-  if (mv) {
-    TV *m = tv_of(e, n, mv);
-    if (!m) return -1;
-    mb = broadcast_tv(e, m, 4, bhls);
-  }
-  const Arg *sc = rw_arg(n, "scale");
-  int64_t D;
-  expr_is_const(qv->sizes[r - 1], &D);
-  double scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)D);
-  bool bwd = n->nouts == 3, fwd_train = n->nouts == 2;
-  if (bwd) return attention_backward_cuda(e, n, t, mv ? &mb : NULL, bhls);
-  TV *out = alloc_value(e, n->outs[0]), *lse = fwd_train ? alloc_value(e, n->outs[1]) : NULL;
-  if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
-  FILE *f = e->k;
-  int id = e->nk++;
+  if (attn_in(e, n, &in)) return -1;
+  if (n->nouts == 3) return attention_backward_cuda(e, n, in.t, in.masked ? &in.mb : NULL, in.bhls);
+  Value *qv = rw_targ(n, "query");
   const bool f32 = qv->dtype == DT_F32;
-  const char *et = f32 ? "float" : "uint16_t";
-  kernel_begin(e, n, f32 ? "attention (fused, float32)" : "attention (fused, tensor cores)");
-  kopen(e, id, false, true);
-  fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m%s", et, et, et, et, mv ? ctype(mv->dtype) : "void", lse ? ", float *lse" : "");
-  ksyms(e);
-  attn_struct(e, n, t, out, mv ? &mb : NULL, bhls, D, scale, lse ? "lse" : "NULL", NULL);
-  fprintf(f, "  gg_cu_attention(%d, &a, q + %s, k + %s, v + %s, %s, y);\n}\n", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2, cx(e, t[0]->offset), cx(e, t[1]->offset),
-          cx(e, t[2]->offset), mv ? arena_printf(e->a, "m + %s", cx(e, mb.offset)) : "NULL");
-  kcall(e, id);
-  fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, t[0]->stor), sname(e, t[1]->stor), sname(e, t[2]->stor), mv ? sname(e, mb.stor) : "NULL");
-  if (lse) fprintf(e->r, ", %s", sname(e, lse->stor));
-  kcall_end(e);
-  return 0;
+  return attn_forward(e, n, &in, f32 ? "attention (fused, float32)" : "attention (fused, tensor cores)", f32 ? "float" : "uint16_t",
+                      arena_printf(e->a, "gg_cu_attention(%d, &a, ", f32 ? rt_f32(e) : qv->dtype == DT_BF16 ? 3 : 2));
 }
 
 /* ---------------------------------------------------------------- norms */

@@ -4,6 +4,7 @@
  * emit_c.c, emit_cuda.c), pooling, data movement, creation.
  * Requires and guarantees: as emit.c. */
 #include "emit.h"
+#include "rewrite.h"
 #include "scalar.h"
 
 #include <inttypes.h>
@@ -1589,6 +1590,127 @@ int emit_linspace(Em *e, Node *n) {
   fputs("  }\n}\n", f);
   kcall(e, id);
   fprintf(e->r, "%s", sname(e, out->stor));
+  kcall_end(e);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- attention kept whole */
+
+/* The shapes a fused attention kernel (the GPU's gg_cu_attention, the CPU's gg_rt_attention_f32)
+ * takes: q, k and v of one dtype, rank 3 or 4, a static head size *D shared by the values, no
+ * dropout, the key/value heads dividing the query heads (grouped-query attention), equal batch sizes,
+ * and a mask that is bool or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
+bool attention_shape_fits(const Graph *g, const Node *n, int64_t *D_) {
+  Value *q = rw_targ(n, "query"), *k = rw_targ(n, "key"), *v = rw_targ(n, "value"), *m = rw_targ(n, "attn_mask");
+  const Arg *dp = rw_arg(n, "dropout_p"), *sc = rw_arg(n, "scale"), *gq = rw_arg(n, "enable_gqa"), *ca = rw_arg(n, "is_causal");
+  bool train = n->op && strcmp(n->op->name, "scaled_dot_product_attention");
+  if (!q || !k || !v || n->nouts != (train ? (int)n->op->nrets : 1)) return false;
+  if (q->dtype != k->dtype || q->dtype != v->dtype) return false;
+  int r = q->rank;
+  if ((r != 3 && r != 4) || k->rank != r || v->rank != r) return false;
+  int64_t D, Dk, Dv, hq, hk, hv, zero;
+  if (!expr_is_const(q->sizes[r - 1], &D) || !expr_is_const(k->sizes[r - 1], &Dk) || !expr_is_const(v->sizes[r - 1], &Dv) || D != Dk || D != Dv) return false;
+  if (dp && !(dp->k == AK_FLOAT ? dp->u.f == 0 : dp->k == AK_INT ? expr_is_const(dp->u.i, &zero) && zero == 0 : dp->k == AK_NONE)) return false;
+  if (sc && sc->k != AK_FLOAT && sc->k != AK_NONE) return false;
+  if ((gq && gq->k != AK_BOOL && gq->k != AK_NONE) || (ca && ca->k != AK_BOOL && ca->k != AK_NONE)) return false;
+  if (!expr_is_const(q->sizes[r - 3], &hq) || !expr_is_const(k->sizes[r - 3], &hk) || !expr_is_const(v->sizes[r - 3], &hv) || hk != hv || hk <= 0 ||
+      hq % hk || (hq != hk && !(gq && gq->k == AK_BOOL && gq->u.b)))
+    return false;
+  if (r == 4 && (!expr_same(g, q->sizes[0], k->sizes[0]) || !expr_same(g, q->sizes[0], v->sizes[0]))) return false;
+  if (!expr_same(g, k->sizes[r - 2], v->sizes[r - 2])) return false;
+  if (m) {
+    if ((m->dtype != DT_BOOL && m->dtype != q->dtype) || m->rank > r) return false;
+    for (int d = 0; d < m->rank; d++) {   /* right-aligned against [batch..., heads, L, S] */
+      int qd = d + r - m->rank;
+      const Expr *want = qd == r - 1 ? k->sizes[r - 2] : q->sizes[qd];
+      int64_t one;
+      if (!(expr_is_const(m->sizes[d], &one) && one == 1) && !expr_same(g, m->sizes[d], want)) return false;
+    }
+  }
+  *D_ = D;
+  return true;
+}
+
+/* Whether the CPU's fused attention (gg_rt_attention_f32) takes this scaled_dot_product_attention
+ * (inference): float32, a head size of at most 256, and attention_shape_fits's shapes. */
+bool cpu_attention_fits(const Graph *g, const Node *n) {
+  Value *q = rw_targ(n, "query");
+  int64_t D;
+  return n->op && !strcmp(n->op->name, "scaled_dot_product_attention") && q && q->dtype == DT_F32 && attention_shape_fits(g, n, &D) && D >= 1 && D <= 256;
+}
+
+/* Whether this target runs this attention whole */
+bool attention_fits(const Graph *g, const Node *n) { return g->ctx->cuda ? cuda_attention_fits(g, n) : cpu_attention_fits(g, n); }
+
+static const char *strides3(Em *e, const TV *t, int r, int j) { return r == 3 && j == 0 ? "0" : cx(e, t->strides[j - (4 - r)]); }
+
+/* The host function's gg_attn: the sizes, the strides of q, k and v (t) and of the output (y: the
+ * forward's; in the backward, the forward output's), the mask's (mb, or NULL), causal, the scale,
+ * the log-sum-exp (a pointer expression, or "NULL") and grad_out's strides (gy, or NULL). */
+void attn_struct(Em *e, Node *n, TV *const t[3], const TV *y, const TV *mb, const Expr *const bhls[4], int64_t D, double scale, const char *lse,
+                        const TV *gy) {
+  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *mv = rw_targ(n, "attn_mask");
+  const Arg *ca = rw_arg(n, "is_causal");
+  int r = qv->rank;
+  const TV *ops[5] = {t[0], t[1], t[2], y, gy};
+  const char *st[5][3];
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < 3; j++) st[i][j] = ops[i] ? strides3(e, ops[i], r, j) : "0";
+  FILE *f = e->k;
+  fprintf(f, "  const gg_attn a = {%s, %s, %s, %s, %s, INT64_C(%lld), {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, {%s, %s, %s}, ", cx(e, bhls[0]), cx(e, bhls[1]),
+          cx(e, kv->sizes[r - 3]), cx(e, bhls[2]), cx(e, bhls[3]), (long long)D, st[0][0], st[0][1], st[0][2], st[1][0], st[1][1], st[1][2], st[2][0],
+          st[2][1], st[2][2], st[3][0], st[3][1], st[3][2]);
+  if (mv) fprintf(f, "{%s, %s, %s, %s}, %d, ", cx(e, mb->strides[0]), cx(e, mb->strides[1]), cx(e, mb->strides[2]), cx(e, mb->strides[3]), mv->dtype == DT_BOOL ? 1 : 2);
+  else fputs("{0, 0, 0, 0}, 0, ", f);
+  fprintf(f, "%d, %.17g, %s, {%s, %s, %s}};\n", ca && ca->k == AK_BOOL && ca->u.b, scale, lse, st[4][0], st[4][1], st[4][2]);
+}
+
+/* A fused attention's operands: q, k and v (a strided last dim copied contiguous first), the sizes
+ * [B, H, L, S], the mask read through its broadcast strides, the head size and the scale. */
+int attn_in(Em *e, Node *n, AttnIn *in) {
+  Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *vv = rw_targ(n, "value"), *mv = rw_targ(n, "attn_mask");
+  Value *ins[3] = {qv, kv, vv};
+  for (int i = 0; i < 3; i++) {
+    int64_t unit;
+    in->t[i] = tv_of(e, n, ins[i]);
+    if (in->t[i] && !(expr_is_const(in->t[i]->strides[in->t[i]->rank - 1], &unit) && unit == 1)) in->t[i] = contiguous_of(e, n, ins[i]);
+    if (!in->t[i]) return -1;
+  }
+  int r = qv->rank;
+  in->bhls[0] = r == 4 ? qv->sizes[0] : C(e, 1), in->bhls[1] = qv->sizes[r - 3], in->bhls[2] = qv->sizes[r - 2], in->bhls[3] = kv->sizes[r - 2];
+  in->mb = (TV){0};
+  in->masked = mv != NULL;
+  if (mv) {
+    TV *m = tv_of(e, n, mv);
+    if (!m) return -1;
+    in->mb = broadcast_tv(e, m, 4, in->bhls);
+  }
+  const Arg *sc = rw_arg(n, "scale");
+  expr_is_const(qv->sizes[r - 1], &in->D);
+  in->scale = sc && sc->k == AK_FLOAT ? sc->u.f : 1.0 / sqrt((double)in->D);
+  return 0;
+}
+
+/* A fused attention's forward: a host function filling gg_attn and calling the runtime (call: the
+ * call up to its operands, "gg_cu_attention(3, &a, "); its output laid out [B, L, H, D] where only a
+ * transpose reads it (sched_attention_bshd); with two outputs (--train's), the log-sum-exp too. */
+int attn_forward(Em *e, Node *n, const AttnIn *in, const char *what, const char *et, const char *call) {
+  Value *mv = rw_targ(n, "attn_mask");
+  TV *out = alloc_value(e, n->outs[0]), *lse = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
+  if (!out || (n->nouts == 2 && !lse)) return -1;
+  if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
+  FILE *f = e->k;
+  int id = e->nk++;
+  kernel_begin(e, n, what);
+  kopen(e, id, false, true);
+  fprintf(f, "%s *y, const %s *q, const %s *k, const %s *v, const %s *m%s", et, et, et, et, mv ? ctype(mv->dtype) : "void", lse ? ", float *lse" : "");
+  ksyms(e);
+  attn_struct(e, n, in->t, out, mv ? &in->mb : NULL, in->bhls, in->D, in->scale, lse ? "lse" : "NULL", NULL);
+  fprintf(f, "  %sq + %s, k + %s, v + %s, %s, y);\n}\n", call, cx(e, in->t[0]->offset), cx(e, in->t[1]->offset), cx(e, in->t[2]->offset),
+          mv ? arena_printf(e->a, "m + %s", cx(e, in->mb.offset)) : "NULL");
+  kcall(e, id);
+  fprintf(e->r, "%s, %s, %s, %s, %s", sname(e, out->stor), sname(e, in->t[0]->stor), sname(e, in->t[1]->stor), sname(e, in->t[2]->stor), mv ? sname(e, in->mb.stor) : "NULL");
+  if (lse) fprintf(e->r, ", %s", sname(e, lse->stor));
   kcall_end(e);
   return 0;
 }

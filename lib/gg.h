@@ -317,8 +317,12 @@ int dim_wrap(int64_t d, int rank);              /* a negative dim counted from t
 int64_t const_numel(const Value *v);            /* elements at static sizes; -1 when symbolic */
 const Expr *view_diagonal_len(Arena *a, const Expr *n1, const Expr *n2, int64_t off);   /* diagonal's length */   /* view, reshape, flatten...: a copy keeps the input's order */
 int emit_view(struct Em *e, struct Node *n);
-/* whether --target cuda runs this scaled_dot_product_attention as one fused kernel (emit_cuda.c) */
+/* whether --target cuda runs this scaled_dot_product_attention as one fused kernel (emit_cuda.c); the
+ * CPU's (emit_ops.c); this target's; the shapes both take (*D: the head size) */
 bool cuda_attention_fits(const struct Graph *g, const struct Node *n);
+bool cpu_attention_fits(const struct Graph *g, const struct Node *n);
+bool attention_fits(const struct Graph *g, const struct Node *n);
+bool attention_shape_fits(const struct Graph *g, const struct Node *n, int64_t *D);
 /* whether the runtime has a fused attention backward for this dtype and head size (--train keeps attention whole for it) */
 bool cuda_attention_backward_fits(DType dt, int64_t D);
 int pad_mode(const struct Node *n);   /* padding mode of a pad op: 0 constant, 1 reflect, 2 replicate, 3 circular, -1 unknown (decompose.c) */

@@ -347,12 +347,12 @@ static void epilogue(Schedule *s, Node *n) {
   }
 }
 
-/* A fused attention (kept whole for the GPU's kernel) of rank 4 and static sizes whose only reader
+/* A fused attention (kept whole for the target's kernel) of rank 4 and static sizes whose only reader
  * swaps its heads and rows (transpose(1, 2), as every transformer does before merging the heads):
  * its output is laid out [batch, L, heads, D], so that the transpose is contiguous and the reshape
  * after it a view, not a copy. */
 bool sched_attention_bshd(const Schedule *s, const Node *n) {
-  if (!s->g->ctx->cuda || !n->op || strcmp(n->op->name, "scaled_dot_product_attention") || n->nouts != 1 || n->outs[0]->rank != 4) return false;
+  if (!n->op || strcmp(n->op->name, "scaled_dot_product_attention") || n->nouts != 1 || n->outs[0]->rank != 4) return false;
   Value *y = n->outs[0];
   const Node *u = s->reader[y->id];
   int64_t k;

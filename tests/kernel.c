@@ -6,7 +6,8 @@
  * and more than one. Operands are allocated to their exact sizes, so the sanitizer build catches a read
  * past a position table or a panel. Then float16 and bfloat16 products (gg_rt_hgemm), on AMX where the
  * CPU has it and on the float32 path; gg_rt_pack's layout at every stride; channels-last depthwise
- * convolutions (gg_rt_conv.c, included too). Ends with "N passed, N failed" (tests/run.sh). */
+ * convolutions (gg_rt_conv.c, included too); attention (gg_rt_attn.c, included too). Ends with "N
+ * passed, N failed" (tests/run.sh). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -23,6 +24,7 @@
 #define CAT(a, b) CAT_(a, b)
 #include "gg_rt_gemm.c"
 #include "gg_rt_conv.c"
+#include "gg_rt_attn.c"
 
 static int pass, fail, rows_seen[15];
 
@@ -183,6 +185,72 @@ static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int
   free(x), free(w), free(b), free(y), free(col), free(x16), free(w16), free(b16), free(y16);
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* gg_rt_attention_f32 against float64, on the AVX-512 path and the portable one: B batches, H query
+ * heads sharing Hk key heads, L queries (blocks of 32 and a partial one), S keys (not a multiple of the
+ * key block), head size D (a partial vector; past 64: two passes of P V); q, k and v with rows wider
+ * than D, the output laid out [B, L, H, D]. mask 0 none, 1 bool (row 3 of each head all false: zeros),
+ * 2 float [B, 1, L, S] (read through gathers), 3 float [B, 1, 1, S] broadcast along the queries, with
+ * -inf at key 1. The bound: float32's error in a row's scores (D + 8 terms) and softmax (S terms),
+ * through the probabilities to the weighted values. */
+static void attention(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t D, int mask, bool causal) {
+  int64_t Dq = D + 3;   /* the rows' stride */
+  float *q = fill(B * H * L * Dq, 21), *k = fill(B * Hk * S * Dq, 22), *v = fill(B * Hk * S * Dq, 23), *mf = fill(B * L * S, 24);
+  float *y = malloc(sizeof(float) * (size_t)(B * L * H * D));
+  uint8_t *mb = malloc((size_t)(B * L * S));
+  double *sc = malloc(sizeof(double) * (size_t)S);
+  for (int64_t i = 0; i < B * L * S; i++) mb[i] = (i / S) % L != 3 && (i * 7) % 5 != 0;
+  for (int64_t b = 0; b < B; b++) mf[b * L * S + 1] = -INFINITY;
+  gg_attn a = {B, H, Hk, L, S, D, {H * L * Dq, L * Dq, Dq}, {Hk * S * Dq, S * Dq, Dq}, {Hk * S * Dq, S * Dq, Dq}, {L * H * D, D, H * D},
+               {L * S, 0, mask == 3 ? 0 : S, 1}, mask == 0 ? 0 : mask == 1 ? 1 : 2, causal, 1.0 / sqrt((double)D), NULL, {0, 0, 0}};
+  const void *m = mask == 1 ? (const void *)mb : mask ? (const void *)mf : NULL;
+  bool was = gg_rt_packed_ok();
+  for (int path = was ? 0 : 1; path < 2; path++) {
+    packed_on = path == 0;
+    for (int64_t i = 0; i < B * L * H * D; i++) y[i] = NAN;
+    gg_rt_attention_f32(&a, q, k, v, m, y);
+    int64_t bad = -1;
+    double got = 0, want = 0;
+    for (int64_t b = 0; b < B && bad < 0; b++)
+      for (int64_t h = 0; h < H && bad < 0; h++)
+        for (int64_t i = 0; i < L && bad < 0; i++) {
+          int64_t hk = h / (H / Hk);
+          const float *qi = q + b * a.qs[0] + h * a.qs[1] + i * Dq;
+          double mx = -INFINITY, z = 0, amax = 0;
+          for (int64_t j = 0; j < S; j++) {
+            double s = 0, t = 0;
+            for (int64_t d = 0; d < D; d++) s += (double)qi[d] * k[b * a.ks[0] + hk * a.ks[1] + j * Dq + d], t += fabs((double)qi[d] * k[b * a.ks[0] + hk * a.ks[1] + j * Dq + d]);
+            s *= a.scale, t *= a.scale;
+            if (causal && j > i) s = -INFINITY;
+            if (mask == 1 && !mb[(b * L + i) * S + j]) s = -INFINITY;
+            if (mask == 2) s += mf[(b * L + i) * S + j];
+            if (mask == 3) s += mf[b * L * S + j];
+            sc[j] = s;
+            mx = s > mx ? s : mx;
+            amax = t > amax ? t : amax;
+          }
+          for (int64_t j = 0; j < S; j++) z += sc[j] = mx == -INFINITY ? 0 : exp(sc[j] - mx);
+          for (int64_t d = 0; d < D && bad < 0; d++) {
+            double o = 0, ao = 0;
+            for (int64_t j = 0; j < S; j++) o += sc[j] * v[b * a.vs[0] + hk * a.vs[1] + j * Dq + d], ao += sc[j] * fabs(v[b * a.vs[0] + hk * a.vs[1] + j * Dq + d]);
+            o = z > 0 ? o / z : 0, ao = z > 0 ? ao / z : 0;
+            double bound = 2 * (double)(D + S + 16) * 6e-8 * (1 + amax) * ao + 1e-30;
+            float g = y[b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + d];
+            if (!(fabs(g - o) <= bound)) bad = ((b * H + h) * L + i) * D + d, got = g, want = o;
+          }
+        }
+    if (bad >= 0) {
+      printf("FAIL attention %s B %lld H %lld Hk %lld L %lld S %lld D %lld mask %d%s: element %lld is %.9g, float64 says %.9g\n", path ? "portable" : "AVX-512", (long long)B,
+             (long long)H, (long long)Hk, (long long)L, (long long)S, (long long)D, mask, causal ? " causal" : "", (long long)bad, got, want);
+      fail++;
+    } else
+      pass++;
+  }
+  packed_on = was;
+  free(q), free(k), free(v), free(mf), free(y), free(mb), free(sc);
+}
+
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
 
 static uint16_t to_half(int dt, float f) { return dt == 3 ? gg_f2bf(f) : gg_f2h(f); }
@@ -314,6 +382,39 @@ int main(void) {
   } else
     puts("(no AMX on this machine: bfloat16 products checked on the float32 path only)");
 #endif
+  /* attention's exp against exp(), every 1/64 over its range, within 2 units in the last place; -inf and
+   * what would be a denormal give 0 */
+#ifdef GG_X512
+  if (gg_rt_packed_ok()) {
+    int64_t bad = 0;
+    float worst = 0;
+    for (int64_t t = -87 * 64; t <= 88 * 64; t += 16) {
+      float x[16], e[16];
+      for (int u = 0; u < 16; u++) x[u] = (float)(t + u) / 64.0f;
+      att_exp16(x, e);
+      for (int u = 0; u < 16; u++) {
+        double want = exp((double)x[u]), err = fabs(e[u] - want) / (nextafterf((float)want, INFINITY) - (float)want);
+        worst = err > worst ? (float)err : worst;
+        if (!(err <= 2) || (x[u] < -87.3f && e[u] != 0)) bad++;
+      }
+    }
+    float sp[16] = {-INFINITY, -100, -87.5f, 0, 1}, se[16];
+    att_exp16(sp, se);
+    if (bad || se[0] != 0 || se[1] != 0 || se[2] != 0 || se[3] != 1 || fabsf(se[4] - 2.71828183f) > 3e-7f) {
+      printf("FAIL attention's exp: %lld values past 2 ulp (worst %.2f), exp(-inf) %g, exp(-100) %g, exp(0) %g, exp(1) %.9g\n", (long long)bad, worst, se[0], se[1], se[3], se[4]);
+      fail++;
+    } else
+      pass++;
+  }
+#endif
+  /* attention: shapes of real models and odd ones, every mask kind, causal (L = S, L < S) */
+  attention(2, 4, 4, 45, 37, 64, 0, false);
+  attention(1, 4, 2, 70, 70, 16, 0, true);
+  attention(2, 2, 1, 33, 50, 8, 1, false);
+  attention(2, 3, 3, 40, 29, 80, 2, false);
+  attention(1, 2, 2, 20, 100, 130, 3, true);
+  attention(1, 2, 2, 5, 7, 64, 2, true);
+  attention(1, 1, 1, 1, 1, 3, 0, false);
   if (!gg_rt_packed_ok()) {   /* no AVX-512: the kernel never runs here */
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;

@@ -517,8 +517,18 @@ if "$GG" compile $M/squeezenet1_1/model.pt2 -S -o "$TMP/sq_src" 2>"$TMP/err" && 
    grep -q "const int64_t \*restrict gg_kc" "$TMP/sq_src/model.c"; then ok; else no "squeezenet's kernels that differ only in sizes are compiled apart ($(cat "$TMP/err"))"; fi
 if "$GG" compile $M/bert_tiny/model.pt2 -S -o "$TMP/bt_src" 2>"$TMP/err" && grep -q "node layer_norm" "$TMP/bt_src/model.c" && ! grep -q "node dropout" "$TMP/bt_src/model.c"; then ok; else no "dropout in eval mode has a kernel of its own (or compile -S failed: $(cat "$TMP/err"))"; fi
 # float32 gelu and softmax compute with scalar.h's float32 functions (the float pass's, on float
-# operands), in kernels built for AVX-512 too
-if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && grep -q "ex\[j\] = gg_expf(x\[" "$TMP/bt_src/model.c" && grep -q "^GG_VEC static \(GG_NOINLINE \)\?void" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's gelu or softmax not on the float32 functions"; fi
+# operands), in kernels built for AVX-512 too (mlp's softmax: bert_tiny's attention is one kernel)
+if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && "$GG" compile $M/mlp/model.pt2 -S -o "$TMP/mlp_src" 2>"$TMP/err" && grep -q "ex\[j\] = gg_expf(x\[" "$TMP/mlp_src/model.c" &&
+   grep -q "^GG_VEC static \(GG_NOINLINE \)\?void" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's gelu or mlp's softmax not on the float32 functions ($(cat "$TMP/err"))"; fi
+# float32 attention on the CPU is the runtime's fused kernel (gg_rt_attn.c), no score matrix: bert_tiny's
+# reads q, k and v in place from the stacked product and writes [batch, L, heads, D], so that the
+# transpose after it is a view (no copy kernel before the output projection)
+if grep -q "gg_rt_attention_f32(&a, q + " "$TMP/bt_src/model.c" && ! grep -q "node scaled_dot_product_attention.*softmax\|(torch.ops.aten.softmax" "$TMP/bt_src/model.c" &&
+   ! grep -q "copy.*node transpose" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's attention is not the fused CPU kernel"; fi
+# ... and so are the six forms of tests/extra/attention_f32 (masks, causal, grouped heads, head sizes)
+"$GG" compile tests/extra/attention_f32/model.pt2 -S -o "$TMP/af_cpu" >/dev/null 2>&1
+got="$(grep -c 'attention (fused, float32): node' "$TMP/af_cpu/model.c")|$(grep -c 'softmax' "$TMP/af_cpu/model.c")"
+if [ "$got" = "6|0" ]; then ok; else no "attention_f32 on the CPU: $got fused|softmax kernels, expected 6|0"; fi
 # GPT-2's tanh GELU written out (pow(x, 3), tanh) on the float32 functions too: x*x*x and gg_tanhf, not libm in double
 if "$GG" compile $M/gpt2_tiny/model.pt2 -S -o "$TMP/g2_src" 2>"$TMP/err" && grep -q "f32_pow3_f(a" "$TMP/g2_src/model.c" && grep -q "f32_tanh_f(a" "$TMP/g2_src/model.c"; then ok; else no "gpt2_tiny's pow and tanh not on the float32 functions ($(cat "$TMP/err"))"; fi
 env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"

@@ -368,3 +368,4 @@ GG_EXPORT int gg_train_step(gg_model *m, gg_train_state *st, const DLTensor *in,
 
 #include "gg_rt_gemm.c"
 #include "gg_rt_conv.c"
+#include "gg_rt_attn.c"

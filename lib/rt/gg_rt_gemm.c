@@ -71,6 +71,23 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
 #ifndef PK_TILES_PER_THREAD
 #define PK_TILES_PER_THREAD 2
 #endif
+/* The most rows of a thread's tile: 128, or 64 with PK_MANY_THREADS (8) threads or more, and the most
+ * B panels (8, 256 columns). Smaller tiles balance many threads better: on the 16-core host, 64 rows
+ * took ResNet-50 b8 from 68 to 62 ms, BERT-base b4 s128 from 88 to 83, GPT-2 b4 s256 from 153 to 146
+ * (medians of 3 alternating rounds, session 56); on 1 and 2 threads (the 2-core VM) they cost 13%
+ * at BERT's and GPT-2's batch 1, where the second row of tiles reads a 7 MB weight again. */
+#ifndef PK_TILE_ROWS
+#define PK_TILE_ROWS 128
+#endif
+#ifndef PK_TILE_ROWS_MANY
+#define PK_TILE_ROWS_MANY 64
+#endif
+#ifndef PK_MANY_THREADS
+#define PK_MANY_THREADS 8
+#endif
+#ifndef PK_TILE_PANELS
+#define PK_TILE_PANELS 8
+#endif
 
 static int64_t pk_width(int64_t N, int64_t jp) { return N - jp * PK_NR <= 16 ? 16 : PK_NR; }
 
@@ -135,7 +152,8 @@ void gg_rt_pack(int side, int64_t rows, int64_t cols, const float *src, int64_t 
  * uneven split left one thread idle for a quarter of resnet18's 784-column products). Each row of
  * tiles reads all of B, each column all of A: refined along the smaller operand's side (wide: A has
  * no more rows than B columns; a 7x7 convolution's 9.4 MB of weights read twice had made it
- * memory-bound). */
+ * memory-bound), also when making the count a multiple of the threads (splitting B's columns there
+ * had read ResNet-50's images twice and more). */
 static void tile_grid(int64_t pm, int64_t pn, int64_t tm, int64_t tn, int nt, bool wide, int64_t *gm_, int64_t *gn_) {
   int64_t gm = (pm + tm - 1) / tm, gn = (pn + tn - 1) / tn;
   while (gm * gn < PK_TILES_PER_THREAD * nt && (gm < pm || gn < pn)) {
@@ -143,7 +161,11 @@ static void tile_grid(int64_t pm, int64_t pn, int64_t tm, int64_t tn, int nt, bo
     else gm++;
   }
   for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
+#ifndef PK_GRID_SPLIT_N   /* (the old rule, for comparison: split B's columns first) */
+    if (gn < pn && (wide || gm == pm)) gn++;
+#else
     if (gn < pn) gn++;
+#endif
     else if (gm < pm) gm++;
   }
   *gm_ = gm;
@@ -356,9 +378,9 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
    * threads read its weight faster than one (resnet18's 2 MB classifier: 0.27 ms on one thread of the
    * 16-core host) */
   if ((double)M * (double)N * (double)K < 2e5 && (double)(M + N) * (double)K < 65536) nt = 1;
-  /* tiles of at most 128 rows (16 or 9 panels) x 8 panels (256 columns) */
+  /* tiles of at most PK_TILE_ROWS (128) or PK_TILE_ROWS_MANY (64) rows x PK_TILE_PANELS (8) panels (256 columns) */
   int64_t gm, gn;
-  tile_grid(pm, pn, 128 / h, 8, nt, M <= N, &gm, &gn);
+  tile_grid(pm, pn, (nt >= PK_MANY_THREADS ? PK_TILE_ROWS_MANY : PK_TILE_ROWS) / h, PK_TILE_PANELS, nt, M <= N, &gm, &gn);
   if (K == 0) {   /* no slice of K: the epilogue on zeros */
     static const float zeros[PK_MR * PK_NR];
     for (int64_t ip = 0; ip < pm; ip++)

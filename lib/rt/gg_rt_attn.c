@@ -1,0 +1,226 @@
+/* gg_rt_attn.c: attention on the CPU, part of the runtime (gg_rt.c includes it: one translation unit).
+ *
+ * scaled_dot_product_attention kept whole (decompose.c keeps it where attention_fits_cpu says so),
+ * float32: y[b, h] = softmax(q k^T * scale + mask) v, with the semantics of the decomposition it
+ * replaces and of the interpreter (eval_sdpa): the scores are the float32 products times the scale,
+ * the mask added (float) or its false positions and, causal, the keys after each query left out; a
+ * row with every key left out gives zeros. The softmax is computed in float, as PyTorch's CPU kernels
+ * compute it.
+ *
+ * A task is a block of up to 32 query rows of one batch and head; the tasks share one parallel
+ * region. On AVX-512 a task transposes its queries (Q^T, D x 32, in the thread's scratch), computes
+ * the block's scores with the queries along the vector lanes (S^T, keys x 32: 24 sums in registers,
+ * 12 keys x 32 queries, the keys' elements broadcast from the key rows as they lie), takes each
+ * query's softmax down the lanes (no horizontal sums), then P V with 6 query rows x 64 values in
+ * registers over the keys, each row scaled by 1 / its sum at the store. The block's scores (S x 32
+ * floats) stay in L1/L2; the head's score matrix is never written. Keys past a causal block's last
+ * query are skipped. Elsewhere (no AVX-512, GCC_GRAPH_BLAS_ONLY=1, or no memory for the scratch) a
+ * row at a time in two passes over the keys (the maximum, then the exponentials and the sums),
+ * recomputing the products: no scratch at all. */
+
+#define ATT_BQ 32   /* query rows of a task */
+#define ATT_MAXD 256   /* the largest head size (attention_fits_cpu) */
+
+/* the mask's value at (b, h, i, j) as an addition to the score: -inf where a bool mask is false */
+static inline float att_mask_at(const gg_attn *a, const void *mask, int64_t b, int64_t h, int64_t i, int64_t j) {
+  int64_t o = b * a->ms[0] + h * a->ms[1] + i * a->ms[2] + j * a->ms[3];
+  if (a->mask == 1) return ((const uint8_t *)mask)[o] ? 0.0f : -INFINITY;
+  return ((const float *)mask)[o];
+}
+
+/* the last key (exclusive) that query rows up to i_end (exclusive) can see */
+static inline int64_t att_keys(const gg_attn *a, int64_t i_end) { return a->causal && i_end < a->S ? i_end : a->S; }
+
+/* One query row, two passes over its keys (the portable path) */
+static void att_row(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y, int64_t b, int64_t h, int64_t i) {
+  int64_t hk = h / (a->H / a->Hk), D = a->D, S = att_keys(a, i + 1);
+  const float *qi = q + b * a->qs[0] + h * a->qs[1] + i * a->qs[2], *kb = k + b * a->ks[0] + hk * a->ks[1], *vb = v + b * a->vs[0] + hk * a->vs[1];
+  float *yi = y + b * a->ys[0] + h * a->ys[1] + i * a->ys[2];
+  float mx = -INFINITY, acc[ATT_MAXD], sum = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t j = 0; j < S; j++) {
+      const float *kj = kb + j * a->ks[2];
+      float s = 0;
+      for (int64_t d = 0; d < D; d++) s += qi[d] * kj[d];
+      s *= (float)a->scale;
+      if (a->mask) s += att_mask_at(a, mask, b, h, i, j);
+      if (!pass) {
+        mx = s > mx ? s : mx;
+        continue;
+      }
+      float p = expf(s - mx);
+      sum += p;
+      const float *vj = vb + j * a->vs[2];
+      for (int64_t d = 0; d < D; d++) acc[d] += p * vj[d];
+    }
+    if (!pass) {
+      if (mx == -INFINITY) break;   /* every key left out */
+      for (int64_t d = 0; d < D; d++) acc[d] = 0;
+    }
+  }
+  float r = mx == -INFINITY || !(sum > 0) ? 0.0f : 1.0f / sum;
+  for (int64_t d = 0; d < D; d++) yi[d] = mx == -INFINITY ? 0.0f : acc[d] * r;
+}
+
+#ifdef GG_X512
+/* exp on 16 floats: 2^n e^r with n = round(x log2 e) and |r| <= ln2 / 2 (the constant split in two,
+ * Cody and Waite), e^r by its Taylor polynomial of degree 7 (relative error < 1e-8 there), n applied
+ * by scalef; below -87.3 (a denormal result or -inf) exactly 0. Within 2 ulp of expf. */
+static inline __attribute__((always_inline)) GG_X512 __m512 att_exp(__m512 x) {
+  __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+static GG_X512 void att_exp16(const float *x, float *y) { _mm512_storeu_ps(y, att_exp(_mm512_loadu_ps(x))); }   /* for tests/kernel.c */
+
+#define ATT_KB 12   /* keys of a block of scores (x 32 queries: 24 sums) */
+#define ATT_PR 6    /* query rows of a block of P V (x 64 values: 24 sums) */
+
+/* One task: query rows [i0, i0 + bq) of batch b, head h. qt: D x 32 floats, st: S x 32 floats. */
+static GG_X512 void att_block(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y, int64_t b, int64_t h, int64_t i0,
+                              int64_t bq, float *qt, float *st) {
+  int64_t hk = h / (a->H / a->Hk), D = a->D, S = att_keys(a, i0 + bq);
+  const float *qb = q + b * a->qs[0] + h * a->qs[1] + i0 * a->qs[2], *kb = k + b * a->ks[0] + hk * a->ks[1], *vb = v + b * a->vs[0] + hk * a->vs[1];
+  float *yb = y + b * a->ys[0] + h * a->ys[1] + i0 * a->ys[2];
+  for (int64_t d = 0; d < D; d++)   /* Q^T, zeros past the block's rows */
+    for (int64_t i = 0; i < ATT_BQ; i++) qt[d * ATT_BQ + i] = i < bq ? qb[i * a->qs[2] + d] : 0.0f;
+  const __m512 scale = _mm512_set1_ps((float)a->scale), ninf = _mm512_set1_ps(-INFINITY);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  /* a float mask's rows gathered: offsets i * ms[2] (within int32) */
+  bool mgather = a->mask == 2 && a->ms[2] >= 0 && a->ms[2] < INT32_MAX / 32;
+  const __m512i mrow = _mm512_mullo_epi32(lane, _mm512_set1_epi32(mgather ? (int)a->ms[2] : 0));
+  const __mmask16 bq0 = bq >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << bq) - 1), bq1 = bq >= 32 ? (__mmask16)0xffff : bq > 16 ? (__mmask16)((1u << (bq - 16)) - 1) : 0;
+  /* S^T: row j holds key j's scores against the 32 queries */
+  for (int64_t j0 = 0; j0 < S; j0 += ATT_KB) {
+    const float *kr[ATT_KB];
+    for (int t = 0; t < ATT_KB; t++) kr[t] = kb + (j0 + t < S ? j0 + t : j0) * a->ks[2];   /* past the last key: the first again, not stored */
+    __m512 c0[ATT_KB], c1[ATT_KB];
+    for (int t = 0; t < ATT_KB; t++) c0[t] = c1[t] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+      __m512 q0 = _mm512_load_ps(qt + d * ATT_BQ), q1 = _mm512_load_ps(qt + d * ATT_BQ + 16);
+      for (int t = 0; t < ATT_KB; t++) {
+        __m512 kv = _mm512_set1_ps(kr[t][d]);
+        c0[t] = _mm512_fmadd_ps(kv, q0, c0[t]);
+        c1[t] = _mm512_fmadd_ps(kv, q1, c1[t]);
+      }
+    }
+    for (int t = 0; t < ATT_KB && j0 + t < S; t++) {
+      int64_t j = j0 + t;
+      __m512 s0 = _mm512_mul_ps(c0[t], scale), s1 = _mm512_mul_ps(c1[t], scale);
+      float *sj = st + j * ATT_BQ;
+      _mm512_store_ps(sj, s0);
+      _mm512_store_ps(sj + 16, s1);
+      if (a->mask == 2 && mgather) {   /* a float mask: its column j for the block's queries, 16 at a time */
+        const float *mj = (const float *)mask + b * a->ms[0] + h * a->ms[1] + i0 * a->ms[2] + j * a->ms[3];
+        _mm512_store_ps(sj, _mm512_add_ps(s0, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), bq0, mrow, mj, 4)));
+        if (bq > 16) _mm512_store_ps(sj + 16, _mm512_add_ps(s1, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), bq1, mrow, mj + 16 * a->ms[2], 4)));
+      } else if (a->mask)
+        for (int64_t i = 0; i < bq; i++) sj[i] += att_mask_at(a, mask, b, h, i0 + i, j);
+      if (a->causal && j > i0) {   /* query i0 + i sees key j where j <= i0 + i */
+        __m512i rel = _mm512_set1_epi32((int)(j - i0));
+        _mm512_mask_store_ps(sj, _mm512_cmplt_epi32_mask(lane, rel), ninf);
+        _mm512_mask_store_ps(sj + 16, _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), rel), ninf);
+      }
+    }
+  }
+  /* each query's softmax down its lane: the maximum, the exponentials in place, the sum */
+  __m512 m0 = ninf, m1 = ninf, z0 = _mm512_setzero_ps(), z1 = z0;
+  for (int64_t j = 0; j < S; j++) {
+    m0 = _mm512_max_ps(m0, _mm512_load_ps(st + j * ATT_BQ));
+    m1 = _mm512_max_ps(m1, _mm512_load_ps(st + j * ATT_BQ + 16));
+  }
+  __mmask16 e0 = _mm512_cmp_ps_mask(m0, ninf, _CMP_EQ_OQ), e1 = _mm512_cmp_ps_mask(m1, ninf, _CMP_EQ_OQ);   /* every key left out */
+  m0 = _mm512_mask_mov_ps(m0, e0, _mm512_setzero_ps());
+  m1 = _mm512_mask_mov_ps(m1, e1, _mm512_setzero_ps());
+  for (int64_t j = 0; j < S; j++) {
+    __m512 p0 = att_exp(_mm512_sub_ps(_mm512_load_ps(st + j * ATT_BQ), m0)), p1 = att_exp(_mm512_sub_ps(_mm512_load_ps(st + j * ATT_BQ + 16), m1));
+    _mm512_store_ps(st + j * ATT_BQ, p0);
+    _mm512_store_ps(st + j * ATT_BQ + 16, p1);
+    z0 = _mm512_add_ps(z0, p0);
+    z1 = _mm512_add_ps(z1, p1);
+  }
+  float rs[ATT_BQ];   /* 1 / each row's sum; 0 for a row with every key left out */
+  __mmask16 g0 = _mm512_cmp_ps_mask(z0, _mm512_setzero_ps(), _CMP_GT_OQ), g1 = _mm512_cmp_ps_mask(z1, _mm512_setzero_ps(), _CMP_GT_OQ);
+  _mm512_storeu_ps(rs, _mm512_maskz_div_ps(g0 & (__mmask16)~e0, _mm512_set1_ps(1.0f), z0));
+  _mm512_storeu_ps(rs + 16, _mm512_maskz_div_ps(g1 & (__mmask16)~e1, _mm512_set1_ps(1.0f), z1));
+  /* P V: ATT_PR rows x 64 values in registers over the keys */
+  for (int64_t d0 = 0; d0 < D; d0 += 64) {
+    int64_t dn = D - d0 < 64 ? D - d0 : 64;
+    __mmask16 dm[4];
+    for (int u = 0; u < 4; u++) {
+      int64_t w = dn - 16 * u;
+      dm[u] = w >= 16 ? (__mmask16)0xffff : w > 0 ? (__mmask16)((1u << w) - 1) : 0;
+    }
+    for (int64_t r0 = 0; r0 < bq; r0 += ATT_PR) {
+      __m512 acc[ATT_PR][4];
+      for (int r = 0; r < ATT_PR; r++)
+        for (int u = 0; u < 4; u++) acc[r][u] = _mm512_setzero_ps();
+      for (int64_t j = 0; j < S; j++) {
+        const float *vj = vb + j * a->vs[2] + d0, *pj = st + j * ATT_BQ + r0;
+        __m512 v0 = _mm512_maskz_loadu_ps(dm[0], vj), v1 = _mm512_maskz_loadu_ps(dm[1], vj + 16), v2 = _mm512_maskz_loadu_ps(dm[2], vj + 32),
+               v3 = _mm512_maskz_loadu_ps(dm[3], vj + 48);
+        for (int r = 0; r < ATT_PR; r++) {   /* rows past the block read lanes of zeros' neighbours: not stored */
+          __m512 p = _mm512_set1_ps(pj[r]);
+          acc[r][0] = _mm512_fmadd_ps(p, v0, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_ps(p, v1, acc[r][1]);
+          acc[r][2] = _mm512_fmadd_ps(p, v2, acc[r][2]);
+          acc[r][3] = _mm512_fmadd_ps(p, v3, acc[r][3]);
+        }
+      }
+      for (int r = 0; r < ATT_PR && r0 + r < bq; r++) {
+        __m512 rr = _mm512_set1_ps(rs[r0 + r]);
+        float *yr = yb + (r0 + r) * a->ys[2] + d0;
+        for (int u = 0; u < 4; u++)
+          if (dm[u]) _mm512_mask_storeu_ps(yr + 16 * u, dm[u], _mm512_mul_ps(acc[r][u], rr));
+      }
+    }
+  }
+}
+#endif
+
+void gg_rt_attention_f32(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y) {
+  int64_t nb = (a->L + ATT_BQ - 1) / ATT_BQ, tasks = a->B * a->H * nb;
+  if (tasks <= 0 || a->S <= 0 || a->D <= 0) {   /* no keys: every row left out */
+    for (int64_t t = 0; t < a->B * a->H * a->L; t++)
+      for (int64_t d = 0; d < a->D; d++) y[t / (a->H * a->L) * a->ys[0] + t / a->L % a->H * a->ys[1] + t % a->L * a->ys[2] + d] = 0.0f;
+    return;
+  }
+  bool par = (double)a->B * (double)a->H * (double)a->L * (double)a->S * (double)a->D > 65536 && !omp_in_parallel();
+#ifdef GG_X512
+  /* rows padded to 32 for the blocks past the last key block (ATT_PR rows read 6 at a time) */
+  size_t floats = (size_t)(a->D * ATT_BQ + (a->S + ATT_KB) * ATT_BQ + ATT_BQ);
+  if (gg_rt_packed_ok()) {
+    bool ok = true;
+    _Pragma("omp parallel if(par)")
+    {
+      float *qt = half_scratch(sizeof(float) * floats);
+      if (!qt) {
+        _Pragma("omp atomic write")
+        ok = false;
+      }
+      _Pragma("omp barrier")
+      if (ok) {
+        _Pragma("omp for schedule(dynamic)")
+        for (int64_t t = 0; t < tasks; t++) {
+          int64_t i0 = t % nb * ATT_BQ, bh = t / nb;
+          att_block(a, q, k, v, mask, y, bh / a->H, bh % a->H, i0, a->L - i0 < ATT_BQ ? a->L - i0 : ATT_BQ, qt, qt + a->D * ATT_BQ);
+        }
+      }
+    }
+    if (ok) return;
+  }
+#endif
+  _Pragma("omp parallel for schedule(static) if(par)")
+  for (int64_t t = 0; t < a->B * a->H * a->L; t++) att_row(a, q, k, v, mask, y, t / (a->H * a->L), t / a->L % a->H, t % a->L);
+}
