@@ -2,7 +2,7 @@
  * alone at the shapes of the CPU suite's models (bfloat16 linears first: gg_rt_hgemm, AMX where the CPU
  * has it; then float32), to tune it without compiling a model: the linears of
  * BERT-base and GPT-2 (A packed per call, the weight packed once, as a compiled model does) and 3x3
- * convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
+ * and 1x1 convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
  * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
  * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
@@ -72,15 +72,15 @@ static void linear(int64_t M, int64_t N, int64_t K) {
   free(A), free(B), free(C), free(Ap), free(Bp);
 }
 
-/* a 3x3 stride-1 convolution of B images [H+2, H+2, C] (padded channels-last) to Co channels */
-static void conv3x3(int64_t Bn, int64_t H, int64_t C, int64_t Co) {
-  int64_t Hp = H + 2, M = Bn * H * H, K = 9 * C;
+/* an R x R (1 or 3) stride-1 convolution of B images [H+R-1, H+R-1, C] (padded channels-last) to Co channels */
+static void conv(int64_t Bn, int64_t H, int64_t C, int64_t Co, int64_t R) {
+  int64_t Hp = H + R - 1, M = Bn * H * H, K = R * R * C;
   float *x = filled(Bn * Hp * Hp * C, 0), *W = filled(K * Co, 1), *y = aligned(M * Co), *Wp = aligned(gg_rt_pack_floats(1, K, Co));
   int64_t *ro = malloc(sizeof(int64_t) * (size_t)K), *po = malloc(sizeof(int64_t) * (size_t)(M + PK_MR));
   if (!ro || !po) exit(1);
   gg_rt_pack(1, K, Co, W, Co, 1, Wp);
-  for (int64_t r = 0, i = 0; r < 3; r++)
-    for (int64_t s = 0; s < 3; s++)
+  for (int64_t r = 0, i = 0; r < R; r++)
+    for (int64_t s = 0; s < R; s++)
       for (int64_t c = 0; c < C; c++) ro[i++] = (r * Hp + s) * C + c;
   for (int64_t o = 0; o < M + PK_MR; o++) po[o] = o < M ? ((o / (H * H) * Hp + o / H % H) * Hp + o % H) * C : 0;
   rows_src a = {x, ro, po};
@@ -97,7 +97,7 @@ static void conv3x3(int64_t Bn, int64_t H, int64_t C, int64_t Co) {
       for (int64_t k = 0; k < K; k++) s += (double)x[ro[k] + po[o]] * W[k * Co + j];
       err = fmax(err, fabs(s - y[o * Co + j]));
     }
-  printf("conv3x3 M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)Co, (long long)K, pk_mr(M),
+  printf("conv%lldx%lld M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s  max diff %.2g\n", (long long)R, (long long)R, (long long)M, (long long)Co, (long long)K, pk_mr(M),
          2.0 * (double)M * (double)Co * (double)K / best / 1e9, err);
   free(x), free(W), free(y), free(Wp), free(ro), free(po);
 }
@@ -130,31 +130,6 @@ static void hlinear(int64_t M, int64_t N, int64_t K) {
   free(xf), free(wf), free(X), free(W), free(Y), free(pk);
 }
 
-/* a 1x1 convolution of a channels-last image: A (M x K) read in place (as gg_rt_conv_nhwc_f32 reads it),
- * the weight packed once */
-static void linear_inplace(int64_t M, int64_t N, int64_t K) {
-  float *A = filled(M * K, 0), *B = filled(K * N, 1), *C = aligned(M * N), *Bp = aligned(gg_rt_pack_floats(1, K, N));
-  int64_t *ro = malloc(sizeof(int64_t) * K), *po = malloc(sizeof(int64_t) * (M + PK_MR));
-  for (int64_t k = 0; k < K; k++) ro[k] = k;
-  for (int64_t o = 0; o < M + PK_MR; o++) po[o] = o < M ? o * K : 0;
-  rows_src a = {A, ro, po};
-  gg_rt_pack(1, K, N, B, N, 1, Bp);
-  double best = 1e9, err = 0;
-  for (int r = 0; r < 5; r++) {
-    double t = now();
-    gemm_run(M, N, K, NULL, &a, Bp, NULL, C, N, NULL, NULL, NULL, NULL, 0);
-    t = now() - t;
-    if (t < best) best = t;
-  }
-  for (int64_t i = 0; i < M; i += 37)
-    for (int64_t j = 0; j < N; j += 11) {
-      double s = 0;
-      for (int64_t k = 0; k < K; k++) s += (double)A[i * K + k] * B[k * N + j];
-      err = fmax(err, fabs(s - C[i * N + j]));
-    }
-  printf("1x1    M %6lld N %5lld K %5lld  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)N, (long long)K,
-         2.0 * (double)M * (double)N * (double)K / best / 1e9, err);
-}
 int main(void) {
   /* bfloat16 (gg_rt_hgemm; any x86-64): BERT-base at batch 4, sequence 128, and GPT-2 at 4 x 256 */
   hlinear(512, 768, 768);
@@ -175,13 +150,13 @@ int main(void) {
   linear(1024, 2304, 768);
   linear(2048, 2048, 2048);
   /* ResNet-50 at batch 8: the 3x3 convolutions of its four stages */
-  conv3x3(8, 56, 64, 64);
-  conv3x3(8, 28, 128, 128);
-  conv3x3(8, 14, 256, 256);
-  conv3x3(8, 7, 512, 512);
+  conv(8, 56, 64, 64, 3);
+  conv(8, 28, 128, 128, 3);
+  conv(8, 14, 256, 256, 3);
+  conv(8, 7, 512, 512, 3);
   /* ... and its 1x1 convolutions, one of each shape */
-  linear_inplace(8 * 3136, 64, 64), linear_inplace(8 * 3136, 256, 64), linear_inplace(8 * 3136, 64, 256), linear_inplace(8 * 3136, 128, 256);
-  linear_inplace(8 * 784, 512, 128), linear_inplace(8 * 784, 128, 512), linear_inplace(8 * 196, 1024, 256), linear_inplace(8 * 196, 256, 1024);
-  linear_inplace(8 * 49, 2048, 512), linear_inplace(8 * 49, 512, 2048);
+  conv(8, 56, 64, 64, 1), conv(8, 56, 64, 256, 1), conv(8, 56, 256, 64, 1), conv(8, 56, 256, 128, 1);
+  conv(8, 28, 128, 512, 1), conv(8, 28, 512, 128, 1), conv(8, 14, 256, 1024, 1), conv(8, 14, 1024, 256, 1);
+  conv(8, 7, 512, 2048, 1), conv(8, 7, 2048, 512, 1);
   return 0;
 }
