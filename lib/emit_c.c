@@ -350,7 +350,10 @@ static void finish_c(FILE *out, const char *errs) { (void)out; (void)errs; }
 static int attention_c(Em *e, Node *n) {
   AttnIn in;
   if (!cpu_attention_fits(e->g, n)) return efail(e, n, "reached the code generator undecomposed (internal error)");
-  return attn_in(e, n, &in) ? -1 : attn_forward(e, n, &in, "attention (fused, float32)", "float", "gg_rt_attention_f32(&a, ");
+  DType dt = n->outs[0]->dtype;   /* the operands' (cpu_attention_fits) */
+  return attn_in(e, n, &in) ? -1
+                            : attn_forward(e, n, &in, dt == DT_F32 ? "attention (fused, float32)" : "attention (fused, in float)", dt == DT_F32 ? "float" : "uint16_t",
+                                           dt == DT_F32 ? "gg_rt_attention(0, &a, " : dt == DT_BF16 ? "gg_rt_attention(3, &a, " : "gg_rt_attention(2, &a, ");
 }
 
 const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, attention_c, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};

@@ -1596,7 +1596,7 @@ int emit_linspace(Em *e, Node *n) {
 
 /* ---------------------------------------------------------------- attention kept whole */
 
-/* The shapes a fused attention kernel (the GPU's gg_cu_attention, the CPU's gg_rt_attention_f32)
+/* The shapes a fused attention kernel (the GPU's gg_cu_attention, the CPU's gg_rt_attention)
  * takes: q, k and v of one dtype, rank 3 or 4, a static head size *D shared by the values, no
  * dropout, the key/value heads dividing the query heads (grouped-query attention), equal batch sizes,
  * and a mask that is bool or of the operands' dtype and broadcasts to [batch, heads, L, S]. */
@@ -1631,12 +1631,13 @@ bool attention_shape_fits(const Graph *g, const Node *n, int64_t *D_) {
   return true;
 }
 
-/* Whether the CPU's fused attention (gg_rt_attention_f32) takes this scaled_dot_product_attention
- * (inference): float32, a head size of at most 256, and attention_shape_fits's shapes. */
+/* Whether the CPU's fused attention (gg_rt_attention) takes this scaled_dot_product_attention
+ * (inference): float32, float16 or bfloat16, a head size of at most 256, and attention_shape_fits's shapes. */
 bool cpu_attention_fits(const Graph *g, const Node *n) {
   Value *q = rw_targ(n, "query");
   int64_t D;
-  return n->op && !strcmp(n->op->name, "scaled_dot_product_attention") && q && q->dtype == DT_F32 && attention_shape_fits(g, n, &D) && D >= 1 && D <= 256;
+  return n->op && !strcmp(n->op->name, "scaled_dot_product_attention") && q && (q->dtype == DT_F32 || q->dtype == DT_F16 || q->dtype == DT_BF16) &&
+         attention_shape_fits(g, n, &D) && D >= 1 && D <= 256;
 }
 
 /* Whether this target runs this attention whole */

@@ -187,29 +187,40 @@ static void depthwise(int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int
 
 /* ---------------------------------------------------------------- attention */
 
-/* gg_rt_attention_f32 against float64, on the AVX-512 path and the portable one: B batches, H query
- * heads sharing Hk key heads, L queries (blocks of 32 and a partial one), S keys (not a multiple of the
- * key block), head size D (a partial vector; past 64: two passes of P V); q, k and v with rows wider
- * than D, the output laid out [B, L, H, D]. mask 0 none, 1 bool (row 3 of each head all false: zeros),
- * 2 float [B, 1, L, S] (read through gathers), 3 float [B, 1, 1, S] broadcast along the queries, with
- * -inf at key 1. The bound: float32's error in a row's scores (D + 8 terms) and softmax (S terms),
- * through the probabilities to the weighted values. */
-static void attention(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t D, int mask, bool causal) {
-  int64_t Dq = D + 3;   /* the rows' stride */
-  float *q = fill(B * H * L * Dq, 21), *k = fill(B * Hk * S * Dq, 22), *v = fill(B * Hk * S * Dq, 23), *mf = fill(B * L * S, 24);
-  float *y = malloc(sizeof(float) * (size_t)(B * L * H * D));
+/* gg_rt_attention against float64, on the AVX-512 path and the portable one, in float32 (dt 0), float16
+ * (2) and bfloat16 (3; the operands and mask rounded first, the reference computed from those): B
+ * batches, H query heads sharing Hk key heads, L queries (blocks of 32 and a partial one), S keys (not a
+ * multiple of the key block), head size D (a partial vector; past 64: two passes of P V); q, k and v
+ * with rows wider than D, the output laid out [B, L, H, D]. mask 0 none, 1 bool (row 3 of each head all
+ * false: zeros), 2 float [B, 1, L, S] (read through gathers in float32), 3 float [B, 1, 1, S] broadcast
+ * along the queries, with -inf at key 1. The bound: float32's error in a row's scores (D + 8 terms) and
+ * softmax (S terms), through the probabilities to the weighted values, and a 16-bit output's rounding. */
+static void attention(int dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, int64_t D, int mask, bool causal) {
+  int64_t Dq = D + 3, nq = B * H * L * Dq, nk = B * Hk * S * Dq, ny = B * L * H * D;   /* Dq: the rows' stride */
+  float *q = fill(nq, 21), *k = fill(nk, 22), *v = fill(nk, 23), *mf = fill(B * L * S, 24), *y = malloc(sizeof(float) * (size_t)ny);
+  uint16_t *q16 = malloc(2 * (size_t)nq), *k16 = malloc(2 * (size_t)nk), *v16 = malloc(2 * (size_t)nk), *m16 = malloc(2 * (size_t)(B * L * S)), *y16 = malloc(2 * (size_t)ny);
   uint8_t *mb = malloc((size_t)(B * L * S));
   double *sc = malloc(sizeof(double) * (size_t)S);
   for (int64_t i = 0; i < B * L * S; i++) mb[i] = (i / S) % L != 3 && (i * 7) % 5 != 0;
   for (int64_t b = 0; b < B; b++) mf[b * L * S + 1] = -INFINITY;
+  float *ops[4] = {q, k, v, mf};
+  uint16_t *o16[4] = {q16, k16, v16, m16};
+  int64_t on[4] = {nq, nk, nk, B * L * S};
+  for (int o = 0; dt && o < 4; o++)   /* rounded to the 16-bit type, the reference computed from those */
+    for (int64_t i = 0; i < on[o]; i++) ops[o][i] = dt == 3 ? gg_bf2f(o16[o][i] = gg_f2bf(ops[o][i])) : gg_h2f(o16[o][i] = gg_f2h(ops[o][i]));
   gg_attn a = {B, H, Hk, L, S, D, {H * L * Dq, L * Dq, Dq}, {Hk * S * Dq, S * Dq, Dq}, {Hk * S * Dq, S * Dq, Dq}, {L * H * D, D, H * D},
                {L * S, 0, mask == 3 ? 0 : S, 1}, mask == 0 ? 0 : mask == 1 ? 1 : 2, causal, 1.0 / sqrt((double)D), NULL, {0, 0, 0}};
-  const void *m = mask == 1 ? (const void *)mb : mask ? (const void *)mf : NULL;
+  const void *m = mask == 1 ? (const void *)mb : mask ? (dt ? (const void *)m16 : (const void *)mf) : NULL;
+  double half = dt == 3 ? 0x1p-8 : dt == 2 ? 0x1p-11 : 0;   /* the output's rounding, relative */
   bool was = gg_rt_packed_ok();
   for (int path = was ? 0 : 1; path < 2; path++) {
     packed_on = path == 0;
-    for (int64_t i = 0; i < B * L * H * D; i++) y[i] = NAN;
-    gg_rt_attention_f32(&a, q, k, v, m, y);
+    for (int64_t i = 0; i < ny; i++) y[i] = NAN, y16[i] = 0x7fc1;
+    if (dt) {
+      gg_rt_attention(dt, &a, q16, k16, v16, m, y16);
+      for (int64_t i = 0; i < ny; i++) y[i] = dt == 3 ? gg_bf2f(y16[i]) : gg_h2f(y16[i]);
+    } else
+      gg_rt_attention(0, &a, q, k, v, m, y);
     int64_t bad = -1;
     double got = 0, want = 0;
     for (int64_t b = 0; b < B && bad < 0; b++)
@@ -235,20 +246,21 @@ static void attention(int64_t B, int64_t H, int64_t Hk, int64_t L, int64_t S, in
             double o = 0, ao = 0;
             for (int64_t j = 0; j < S; j++) o += sc[j] * v[b * a.vs[0] + hk * a.vs[1] + j * Dq + d], ao += sc[j] * fabs(v[b * a.vs[0] + hk * a.vs[1] + j * Dq + d]);
             o = z > 0 ? o / z : 0, ao = z > 0 ? ao / z : 0;
-            double bound = 2 * (double)(D + S + 16) * 6e-8 * (1 + amax) * ao + 1e-30;
+            double bound = 2 * (double)(D + S + 16) * 6e-8 * (1 + amax) * ao * (1 + half) + half * fabs(o) + 1e-30;
             float g = y[b * a.ys[0] + h * a.ys[1] + i * a.ys[2] + d];
             if (!(fabs(g - o) <= bound)) bad = ((b * H + h) * L + i) * D + d, got = g, want = o;
           }
         }
     if (bad >= 0) {
-      printf("FAIL attention %s B %lld H %lld Hk %lld L %lld S %lld D %lld mask %d%s: element %lld is %.9g, float64 says %.9g\n", path ? "portable" : "AVX-512", (long long)B,
-             (long long)H, (long long)Hk, (long long)L, (long long)S, (long long)D, mask, causal ? " causal" : "", (long long)bad, got, want);
+      printf("FAIL attention %s %s B %lld H %lld Hk %lld L %lld S %lld D %lld mask %d%s: element %lld is %.9g, float64 says %.9g\n",
+             dt == 3 ? "bfloat16" : dt == 2 ? "float16" : "float32", path ? "portable" : "AVX-512", (long long)B, (long long)H, (long long)Hk, (long long)L,
+             (long long)S, (long long)D, mask, causal ? " causal" : "", (long long)bad, got, want);
       fail++;
     } else
       pass++;
   }
   packed_on = was;
-  free(q), free(k), free(v), free(mf), free(y), free(mb), free(sc);
+  free(q), free(k), free(v), free(mf), free(y), free(q16), free(k16), free(v16), free(m16), free(y16), free(mb), free(sc);
 }
 
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
@@ -407,14 +419,17 @@ int main(void) {
       pass++;
   }
 #endif
-  /* attention: shapes of real models and odd ones, every mask kind, causal (L = S, L < S) */
-  attention(2, 4, 4, 45, 37, 64, 0, false);
-  attention(1, 4, 2, 70, 70, 16, 0, true);
-  attention(2, 2, 1, 33, 50, 8, 1, false);
-  attention(2, 3, 3, 40, 29, 80, 2, false);
-  attention(1, 2, 2, 20, 100, 130, 3, true);
-  attention(1, 2, 2, 5, 7, 64, 2, true);
-  attention(1, 1, 1, 1, 1, 3, 0, false);
+  /* attention in float32, float16 and bfloat16: shapes of real models and odd ones, every mask kind, causal (L = S, L < S) */
+  for (int dt = 0; dt <= 3; dt++) {
+    if (dt == 1) continue;
+    attention(dt, 2, 4, 4, 45, 37, 64, 0, false);
+    attention(dt, 1, 4, 2, 70, 70, 16, 0, true);
+    attention(dt, 2, 2, 1, 33, 50, 8, 1, false);
+    attention(dt, 2, 3, 3, 40, 29, 80, 2, false);
+    attention(dt, 1, 2, 2, 20, 100, 130, 3, true);
+    attention(dt, 1, 2, 2, 5, 7, 64, 2, true);
+    attention(dt, 1, 1, 1, 1, 1, 3, 0, false);
+  }
   if (!gg_rt_packed_ok()) {   /* no AVX-512: the kernel never runs here */
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;

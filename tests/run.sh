@@ -523,12 +523,16 @@ if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && "$GG" compile $M/mlp/mode
 # float32 attention on the CPU is the runtime's fused kernel (gg_rt_attn.c), no score matrix: bert_tiny's
 # reads q, k and v in place from the stacked product and writes [batch, L, heads, D], so that the
 # transpose after it is a view (no copy kernel before the output projection)
-if grep -q "gg_rt_attention_f32(&a, q + " "$TMP/bt_src/model.c" && ! grep -q "node scaled_dot_product_attention.*softmax\|(torch.ops.aten.softmax" "$TMP/bt_src/model.c" &&
+if grep -q "gg_rt_attention(0, &a, q + " "$TMP/bt_src/model.c" && ! grep -q "node scaled_dot_product_attention.*softmax\|(torch.ops.aten.softmax" "$TMP/bt_src/model.c" &&
    ! grep -q "copy.*node transpose" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's attention is not the fused CPU kernel"; fi
-# ... and so are the six forms of tests/extra/attention_f32 (masks, causal, grouped heads, head sizes)
-"$GG" compile tests/extra/attention_f32/model.pt2 -S -o "$TMP/af_cpu" >/dev/null 2>&1
-got="$(grep -c 'attention (fused, float32): node' "$TMP/af_cpu/model.c")|$(grep -c 'softmax' "$TMP/af_cpu/model.c")"
-if [ "$got" = "6|0" ]; then ok; else no "attention_f32 on the CPU: $got fused|softmax kernels, expected 6|0"; fi
+# ... and so are the six forms of tests/extra/attention_f32 (masks, causal, grouped heads, head sizes),
+# and of attention_bf16 and attention_f16 (widened in the kernel, dt 3 and 2; make test checks all
+# their answers)
+for c in f32:0 bf16:3 f16:2; do
+  "$GG" compile tests/extra/attention_${c%:*}/model.pt2 -S -o "$TMP/af_cpu" >/dev/null 2>&1
+  got="$(grep -c 'attention (fused, .*): node' "$TMP/af_cpu/model.c")|$(grep -c "gg_rt_attention(${c#*:}, " "$TMP/af_cpu/model.c")|$(grep -c 'softmax' "$TMP/af_cpu/model.c")"
+  if [ "$got" = "6|5|0" ]; then ok; else no "attention_${c%:*} on the CPU: $got fused|runtime calls (two the same code)|softmax kernels, expected 6|5|0"; fi
+done
 # GPT-2's tanh GELU written out (pow(x, 3), tanh) on the float32 functions too: x*x*x and gg_tanhf, not libm in double
 if "$GG" compile $M/gpt2_tiny/model.pt2 -S -o "$TMP/g2_src" 2>"$TMP/err" && grep -q "f32_pow3_f(a" "$TMP/g2_src/model.c" && grep -q "f32_tanh_f(a" "$TMP/g2_src/model.c"; then ok; else no "gpt2_tiny's pow and tanh not on the float32 functions ($(cat "$TMP/err"))"; fi
 env GCC_GRAPH_LOGS=fusion "$GG" compile $M/cnn_small/model.pt2 --weights external -o "$TMP/fold.so" 2>"$TMP/err" || no "compile --weights external: $(cat "$TMP/err")"

@@ -464,9 +464,10 @@ typedef struct gg_attn {
   int64_t gs[3];               /* the backward: grad_out's strides along batch, head and row (ys: the forward's output's) */
 } gg_attn;
 void gg_cu_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y);
-/* The same on the CPU in float32 (gg_rt_attn.c): head sizes up to 256 (D of the values too), q, k and v
- * with a unit stride along their last dim; a->lse unused. */
-void gg_rt_attention_f32(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y);
+/* The same on the CPU (gg_rt_attn.c) in float32 (dt 0), float16 (2) or bfloat16 (3), computed in float
+ * and rounded once: head sizes up to 256 (D of the values too), q, k and v with a unit stride along their
+ * last dim, a float mask in their dtype; a->lse unused. */
+void gg_rt_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y);
 /* The backward of a 16-bit attention (a->Hk == a->H) from its output y, grad_out gy and a->lse: dq, dk
  * and dv contiguous [B, H, rows, D]; work: B H L (D + 1) floats of scratch. */
 void gg_cu_attention_backward(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, const void *y, const void *gy, void *dq,

@@ -1,11 +1,11 @@
 /* gg_rt_attn.c: attention on the CPU, part of the runtime (gg_rt.c includes it: one translation unit).
  *
- * scaled_dot_product_attention kept whole (decompose.c keeps it where attention_fits_cpu says so),
- * float32: y[b, h] = softmax(q k^T * scale + mask) v, with the semantics of the decomposition it
+ * scaled_dot_product_attention kept whole (decompose.c keeps it where cpu_attention_fits says so),
+ * float32, float16 or bfloat16: y[b, h] = softmax(q k^T * scale + mask) v, with the semantics of the decomposition it
  * replaces and of the interpreter (eval_sdpa): the scores are the float32 products times the scale,
  * the mask added (float) or its false positions and, causal, the keys after each query left out; a
- * row with every key left out gives zeros. The softmax is computed in float, as PyTorch's CPU kernels
- * compute it.
+ * row with every key left out gives zeros. Everything is computed in float, as PyTorch's CPU kernels
+ * compute it (16-bit operands widened, the output rounded once).
  *
  * A task is a block of up to 32 query rows of one batch and head; the tasks share one parallel
  * region. On AVX-512 a task transposes its queries (Q^T, D x 32, in the thread's scratch), computes
@@ -14,44 +14,65 @@
  * query's softmax down the lanes (no horizontal sums), then P V with 6 query rows x 64 values in
  * registers over the keys, each row scaled by 1 / its sum at the store. The block's scores (S x 32
  * floats) stay in L1/L2; the head's score matrix is never written. Keys past a causal block's last
- * query are skipped. Elsewhere (no AVX-512, GCC_GRAPH_BLAS_ONLY=1, or no memory for the scratch) a
+ * query are skipped. A 16-bit task first widens its queries, keys, values and mask block into the
+ * thread's scratch (a 64th of its arithmetic at 32 queries) and rounds its rows of output last. Elsewhere (no AVX-512, GCC_GRAPH_BLAS_ONLY=1, or no memory for the scratch) a
  * row at a time in two passes over the keys (the maximum, then the exponentials and the sums),
  * recomputing the products: no scratch at all. */
 
 #define ATT_BQ 32   /* query rows of a task */
-#define ATT_MAXD 256   /* the largest head size (attention_fits_cpu) */
+#define ATT_MAXD 256   /* the largest head size (cpu_attention_fits) */
 
-/* the mask's value at (b, h, i, j) as an addition to the score: -inf where a bool mask is false */
-static inline float att_mask_at(const gg_attn *a, const void *mask, int64_t b, int64_t h, int64_t i, int64_t j) {
-  int64_t o = b * a->ms[0] + h * a->ms[1] + i * a->ms[2] + j * a->ms[3];
-  if (a->mask == 1) return ((const uint8_t *)mask)[o] ? 0.0f : -INFINITY;
-  return ((const float *)mask)[o];
+/* A task: query rows [i0, i0 + bq) of one batch and head, its operands at their first rows (dt: 0
+ * float32, 2 float16, 3 bfloat16; row strides in elements), the S keys it can see, the mask's block
+ * (mtype 0 none, 1 bool, 2 added in mdt) at m[i * mi + j * mj], the output's rows. */
+typedef struct att_task {
+  int dt, mtype, mdt;
+  const void *q, *k, *v, *m;
+  void *y;
+  int64_t qs, ks, vs, ys, mi, mj, i0, bq, S, D;
+  bool causal;
+  float scale;
+} att_task;
+
+static inline void att_st(int dt, void *p, int64_t i, float v) {
+  if (dt == 0) ((float *)p)[i] = v;
+  else ((uint16_t *)p)[i] = dt == 2 ? gg_f2h(v) : gg_f2bf(v);
 }
 
-/* the last key (exclusive) that query rows up to i_end (exclusive) can see */
-static inline int64_t att_keys(const gg_attn *a, int64_t i_end) { return a->causal && i_end < a->S ? i_end : a->S; }
+static att_task att_task_of(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y, int64_t t, int64_t nb) {
+  int64_t i0 = t % nb * ATT_BQ, bh = t / nb, b = bh / a->H, h = bh % a->H, hk = h / (a->H / a->Hk), es = dt ? 2 : 4;
+  int64_t bq = a->L - i0 < ATT_BQ ? a->L - i0 : ATT_BQ, S = a->causal && i0 + bq < a->S ? i0 + bq : a->S;   /* causal: no key after the block's last query */
+  att_task k_ = {dt, a->mask, dt, (const char *)q + (b * a->qs[0] + h * a->qs[1] + i0 * a->qs[2]) * es, (const char *)k + (b * a->ks[0] + hk * a->ks[1]) * es,
+                 (const char *)v + (b * a->vs[0] + hk * a->vs[1]) * es, mask ? (const char *)mask + (b * a->ms[0] + h * a->ms[1] + i0 * a->ms[2]) * (a->mask == 1 ? 1 : es) : NULL,
+                 (char *)y + (b * a->ys[0] + h * a->ys[1] + i0 * a->ys[2]) * es, a->qs[2], a->ks[2], a->vs[2], a->ys[2], a->ms[2], a->ms[3], i0, bq, S, a->D,
+                 a->causal != 0, (float)a->scale};
+  return k_;
+}
 
-/* One query row, two passes over its keys (the portable path) */
-static void att_row(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y, int64_t b, int64_t h, int64_t i) {
-  int64_t hk = h / (a->H / a->Hk), D = a->D, S = att_keys(a, i + 1);
-  const float *qi = q + b * a->qs[0] + h * a->qs[1] + i * a->qs[2], *kb = k + b * a->ks[0] + hk * a->ks[1], *vb = v + b * a->vs[0] + hk * a->vs[1];
-  float *yi = y + b * a->ys[0] + h * a->ys[1] + i * a->ys[2];
+/* the mask's value at (i, j) of the task as an addition to the score: -inf where a bool mask is false */
+static inline float att_mask(const att_task *t, int64_t i, int64_t j) {
+  int64_t o = i * t->mi + j * t->mj;
+  if (t->mtype == 1) return ((const uint8_t *)t->m)[o] ? 0.0f : -INFINITY;
+  return half_at(t->mdt, t->m, o);
+}
+
+/* Row i of a task in two passes over its keys (the portable path: no scratch) */
+static void att_row(const att_task *t, int64_t i) {
+  int64_t D = t->D, S = t->causal && t->i0 + i + 1 < t->S ? t->i0 + i + 1 : t->S;
   float mx = -INFINITY, acc[ATT_MAXD], sum = 0;
   for (int pass = 0; pass < 2; pass++) {
     for (int64_t j = 0; j < S; j++) {
-      const float *kj = kb + j * a->ks[2];
       float s = 0;
-      for (int64_t d = 0; d < D; d++) s += qi[d] * kj[d];
-      s *= (float)a->scale;
-      if (a->mask) s += att_mask_at(a, mask, b, h, i, j);
+      for (int64_t d = 0; d < D; d++) s += half_at(t->dt, t->q, i * t->qs + d) * half_at(t->dt, t->k, j * t->ks + d);
+      s *= t->scale;
+      if (t->mtype) s += att_mask(t, i, j);
       if (!pass) {
         mx = s > mx ? s : mx;
         continue;
       }
       float p = expf(s - mx);
       sum += p;
-      const float *vj = vb + j * a->vs[2];
-      for (int64_t d = 0; d < D; d++) acc[d] += p * vj[d];
+      for (int64_t d = 0; d < D; d++) acc[d] += p * half_at(t->dt, t->v, j * t->vs + d);
     }
     if (!pass) {
       if (mx == -INFINITY) break;   /* every key left out */
@@ -59,7 +80,7 @@ static void att_row(const gg_attn *a, const float *q, const float *k, const floa
     }
   }
   float r = mx == -INFINITY || !(sum > 0) ? 0.0f : 1.0f / sum;
-  for (int64_t d = 0; d < D; d++) yi[d] = mx == -INFINITY ? 0.0f : acc[d] * r;
+  for (int64_t d = 0; d < D; d++) att_st(t->dt, t->y, i * t->ys + d, mx == -INFINITY ? 0.0f : acc[d] * r);
 }
 
 #ifdef GG_X512
@@ -87,47 +108,46 @@ static GG_X512 void att_exp16(const float *x, float *y) { _mm512_storeu_ps(y, at
 #define ATT_KB 12   /* keys of a block of scores (x 32 queries: 24 sums) */
 #define ATT_PR 6    /* query rows of a block of P V (x 64 values: 24 sums) */
 
-/* One task: query rows [i0, i0 + bq) of batch b, head h. qt: D x 32 floats, st: S x 32 floats. */
-static GG_X512 void att_block(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y, int64_t b, int64_t h, int64_t i0,
-                              int64_t bq, float *qt, float *st) {
-  int64_t hk = h / (a->H / a->Hk), D = a->D, S = att_keys(a, i0 + bq);
-  const float *qb = q + b * a->qs[0] + h * a->qs[1] + i0 * a->qs[2], *kb = k + b * a->ks[0] + hk * a->ks[1], *vb = v + b * a->vs[0] + hk * a->vs[1];
-  float *yb = y + b * a->ys[0] + h * a->ys[1] + i0 * a->ys[2];
+/* One float32 task (t->dt 0). qt: D x 32 floats, st: (S + ATT_KB) x 32 + 32. */
+static GG_X512 void att_block(const att_task *t, float *qt, float *st) {
+  int64_t D = t->D, S = t->S, bq = t->bq, i0 = t->i0;
+  const float *qb = t->q, *kb = t->k, *vb = t->v;
+  float *yb = t->y;
   for (int64_t d = 0; d < D; d++)   /* Q^T, zeros past the block's rows */
-    for (int64_t i = 0; i < ATT_BQ; i++) qt[d * ATT_BQ + i] = i < bq ? qb[i * a->qs[2] + d] : 0.0f;
-  const __m512 scale = _mm512_set1_ps((float)a->scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < ATT_BQ; i++) qt[d * ATT_BQ + i] = i < bq ? qb[i * t->qs + d] : 0.0f;
+  const __m512 scale = _mm512_set1_ps(t->scale), ninf = _mm512_set1_ps(-INFINITY);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  /* a float mask's rows gathered: offsets i * ms[2] (within int32) */
-  bool mgather = a->mask == 2 && a->ms[2] >= 0 && a->ms[2] < INT32_MAX / 32;
-  const __m512i mrow = _mm512_mullo_epi32(lane, _mm512_set1_epi32(mgather ? (int)a->ms[2] : 0));
+  /* a float32 mask's rows gathered: offsets i * mi (within int32) */
+  bool mgather = t->mtype == 2 && t->mdt == 0 && t->mi >= 0 && t->mi < INT32_MAX / 32;
+  const __m512i mrow = _mm512_mullo_epi32(lane, _mm512_set1_epi32(mgather ? (int)t->mi : 0));
   const __mmask16 bq0 = bq >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << bq) - 1), bq1 = bq >= 32 ? (__mmask16)0xffff : bq > 16 ? (__mmask16)((1u << (bq - 16)) - 1) : 0;
   /* S^T: row j holds key j's scores against the 32 queries */
   for (int64_t j0 = 0; j0 < S; j0 += ATT_KB) {
     const float *kr[ATT_KB];
-    for (int t = 0; t < ATT_KB; t++) kr[t] = kb + (j0 + t < S ? j0 + t : j0) * a->ks[2];   /* past the last key: the first again, not stored */
+    for (int u = 0; u < ATT_KB; u++) kr[u] = kb + (j0 + u < S ? j0 + u : j0) * t->ks;   /* past the last key: the first again, not stored */
     __m512 c0[ATT_KB], c1[ATT_KB];
-    for (int t = 0; t < ATT_KB; t++) c0[t] = c1[t] = _mm512_setzero_ps();
+    for (int u = 0; u < ATT_KB; u++) c0[u] = c1[u] = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d++) {
       __m512 q0 = _mm512_load_ps(qt + d * ATT_BQ), q1 = _mm512_load_ps(qt + d * ATT_BQ + 16);
-      for (int t = 0; t < ATT_KB; t++) {
-        __m512 kv = _mm512_set1_ps(kr[t][d]);
-        c0[t] = _mm512_fmadd_ps(kv, q0, c0[t]);
-        c1[t] = _mm512_fmadd_ps(kv, q1, c1[t]);
+      for (int u = 0; u < ATT_KB; u++) {
+        __m512 kv = _mm512_set1_ps(kr[u][d]);
+        c0[u] = _mm512_fmadd_ps(kv, q0, c0[u]);
+        c1[u] = _mm512_fmadd_ps(kv, q1, c1[u]);
       }
     }
-    for (int t = 0; t < ATT_KB && j0 + t < S; t++) {
-      int64_t j = j0 + t;
-      __m512 s0 = _mm512_mul_ps(c0[t], scale), s1 = _mm512_mul_ps(c1[t], scale);
+    for (int u = 0; u < ATT_KB && j0 + u < S; u++) {
+      int64_t j = j0 + u;
+      __m512 s0 = _mm512_mul_ps(c0[u], scale), s1 = _mm512_mul_ps(c1[u], scale);
       float *sj = st + j * ATT_BQ;
       _mm512_store_ps(sj, s0);
       _mm512_store_ps(sj + 16, s1);
-      if (a->mask == 2 && mgather) {   /* a float mask: its column j for the block's queries, 16 at a time */
-        const float *mj = (const float *)mask + b * a->ms[0] + h * a->ms[1] + i0 * a->ms[2] + j * a->ms[3];
+      if (mgather) {   /* a float32 mask: its column j for the block's queries, 16 at a time */
+        const float *mj = (const float *)t->m + j * t->mj;
         _mm512_store_ps(sj, _mm512_add_ps(s0, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), bq0, mrow, mj, 4)));
-        if (bq > 16) _mm512_store_ps(sj + 16, _mm512_add_ps(s1, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), bq1, mrow, mj + 16 * a->ms[2], 4)));
-      } else if (a->mask)
-        for (int64_t i = 0; i < bq; i++) sj[i] += att_mask_at(a, mask, b, h, i0 + i, j);
-      if (a->causal && j > i0) {   /* query i0 + i sees key j where j <= i0 + i */
+        if (bq > 16) _mm512_store_ps(sj + 16, _mm512_add_ps(s1, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), bq1, mrow, mj + 16 * t->mi, 4)));
+      } else if (t->mtype)
+        for (int64_t i = 0; i < bq; i++) sj[i] += att_mask(t, i, j);
+      if (t->causal && j > i0) {   /* query i0 + i sees key j where j <= i0 + i */
         __m512i rel = _mm512_set1_epi32((int)(j - i0));
         _mm512_mask_store_ps(sj, _mm512_cmplt_epi32_mask(lane, rel), ninf);
         _mm512_mask_store_ps(sj + 16, _mm512_cmplt_epi32_mask(_mm512_add_epi32(lane, _mm512_set1_epi32(16)), rel), ninf);
@@ -167,7 +187,7 @@ static GG_X512 void att_block(const gg_attn *a, const float *q, const float *k, 
       for (int r = 0; r < ATT_PR; r++)
         for (int u = 0; u < 4; u++) acc[r][u] = _mm512_setzero_ps();
       for (int64_t j = 0; j < S; j++) {
-        const float *vj = vb + j * a->vs[2] + d0, *pj = st + j * ATT_BQ + r0;
+        const float *vj = vb + j * t->vs + d0, *pj = st + j * ATT_BQ + r0;
         __m512 v0 = _mm512_maskz_loadu_ps(dm[0], vj), v1 = _mm512_maskz_loadu_ps(dm[1], vj + 16), v2 = _mm512_maskz_loadu_ps(dm[2], vj + 32),
                v3 = _mm512_maskz_loadu_ps(dm[3], vj + 48);
         for (int r = 0; r < ATT_PR; r++) {   /* rows past the block read lanes of zeros' neighbours: not stored */
@@ -180,26 +200,59 @@ static GG_X512 void att_block(const gg_attn *a, const float *q, const float *k, 
       }
       for (int r = 0; r < ATT_PR && r0 + r < bq; r++) {
         __m512 rr = _mm512_set1_ps(rs[r0 + r]);
-        float *yr = yb + (r0 + r) * a->ys[2] + d0;
+        float *yr = yb + (r0 + r) * t->ys + d0;
         for (int u = 0; u < 4; u++)
           if (dm[u]) _mm512_mask_storeu_ps(yr + 16 * u, dm[u], _mm512_mul_ps(acc[r][u], rr));
       }
     }
   }
 }
+
+/* n elements of dt at src as float32 at dst */
+static GG_X512 void att_widen(int dt, const void *src, int64_t n, float *dst) {
+  const uint16_t *h = src;
+  int64_t i = 0;
+  if (dt == 3)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(h + i))), 16)));
+  else if (dt == 2)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+  for (; i < n; i++) dst[i] = half_at(dt, src, i);
+}
+
+/* A 16-bit task: its queries, keys, values and mask block widened into f (bq D + 2 S D + bq S floats,
+ * then bq D for the output), the float32 task run on them, its output rounded once into its rows. */
+static GG_X512 void att_block16(const att_task *t, float *qt, float *st, float *f) {
+  int64_t D = t->D, S = t->S, bq = t->bq;
+  float *qf = f, *kf = qf + bq * D, *vf = kf + S * D, *mf = vf + S * D, *yf = mf + bq * S;
+  for (int64_t i = 0; i < bq; i++) att_widen(t->dt, (const uint16_t *)t->q + i * t->qs, D, qf + i * D);
+  for (int64_t j = 0; j < S; j++) {
+    att_widen(t->dt, (const uint16_t *)t->k + j * t->ks, D, kf + j * D);
+    att_widen(t->dt, (const uint16_t *)t->v + j * t->vs, D, vf + j * D);
+  }
+  att_task w = *t;
+  w.dt = 0, w.q = qf, w.k = kf, w.v = vf, w.y = yf, w.qs = w.ks = w.vs = w.ys = D;
+  if (t->mtype == 2) {   /* the mask's block in float32, rows of S */
+    for (int64_t i = 0; i < bq; i++)
+      for (int64_t j = 0; j < S; j++) mf[i * S + j] = att_mask(t, i, j);
+    w.m = mf, w.mdt = 0, w.mi = S, w.mj = 1;
+  }
+  att_block(&w, qt, st);
+  for (int64_t i = 0; i < bq; i++)
+    for (int64_t d = 0; d < D; d++) att_st(t->dt, t->y, i * t->ys + d, yf[i * D + d]);
+}
 #endif
 
-void gg_rt_attention_f32(const gg_attn *a, const float *q, const float *k, const float *v, const void *mask, float *y) {
+void gg_rt_attention(int dt, const gg_attn *a, const void *q, const void *k, const void *v, const void *mask, void *y) {
   int64_t nb = (a->L + ATT_BQ - 1) / ATT_BQ, tasks = a->B * a->H * nb;
-  if (tasks <= 0 || a->S <= 0 || a->D <= 0) {   /* no keys: every row left out */
+  if (tasks <= 0 || a->D <= 0) return;
+  if (a->S <= 0) {   /* no keys: every row left out */
     for (int64_t t = 0; t < a->B * a->H * a->L; t++)
-      for (int64_t d = 0; d < a->D; d++) y[t / (a->H * a->L) * a->ys[0] + t / a->L % a->H * a->ys[1] + t % a->L * a->ys[2] + d] = 0.0f;
+      for (int64_t d = 0; d < a->D; d++) att_st(dt, y, t / (a->H * a->L) * a->ys[0] + t / a->L % a->H * a->ys[1] + t % a->L * a->ys[2] + d, 0.0f);
     return;
   }
   bool par = (double)a->B * (double)a->H * (double)a->L * (double)a->S * (double)a->D > 65536 && !omp_in_parallel();
 #ifdef GG_X512
-  /* rows padded to 32 for the blocks past the last key block (ATT_PR rows read 6 at a time) */
-  size_t floats = (size_t)(a->D * ATT_BQ + (a->S + ATT_KB) * ATT_BQ + ATT_BQ);
+  size_t floats = (size_t)(a->D * ATT_BQ + (a->S + ATT_KB) * ATT_BQ + ATT_BQ) + (dt ? (size_t)(2 * ATT_BQ * a->D + 2 * a->S * a->D + ATT_BQ * a->S) : 0);
   if (gg_rt_packed_ok()) {
     bool ok = true;
     _Pragma("omp parallel if(par)")
@@ -211,16 +264,21 @@ void gg_rt_attention_f32(const gg_attn *a, const float *q, const float *k, const
       }
       _Pragma("omp barrier")
       if (ok) {
+        float *st = qt + a->D * ATT_BQ, *f = st + (a->S + ATT_KB) * ATT_BQ + ATT_BQ;
         _Pragma("omp for schedule(dynamic)")
         for (int64_t t = 0; t < tasks; t++) {
-          int64_t i0 = t % nb * ATT_BQ, bh = t / nb;
-          att_block(a, q, k, v, mask, y, bh / a->H, bh % a->H, i0, a->L - i0 < ATT_BQ ? a->L - i0 : ATT_BQ, qt, qt + a->D * ATT_BQ);
+          att_task k_ = att_task_of(dt, a, q, k, v, mask, y, t, nb);
+          if (dt) att_block16(&k_, qt, st, f);
+          else att_block(&k_, qt, st);
         }
       }
     }
     if (ok) return;
   }
 #endif
-  _Pragma("omp parallel for schedule(static) if(par)")
-  for (int64_t t = 0; t < a->B * a->H * a->L; t++) att_row(a, q, k, v, mask, y, t / (a->H * a->L), t / a->L % a->H, t % a->L);
+  _Pragma("omp parallel for schedule(dynamic) if(par)")
+  for (int64_t t = 0; t < tasks; t++) {
+    att_task k_ = att_task_of(dt, a, q, k, v, mask, y, t, nb);
+    for (int64_t i = 0; i < k_.bq; i++) att_row(&k_, i);
+  }
 }
