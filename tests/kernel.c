@@ -202,7 +202,7 @@ static void attention(int dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64
   uint8_t *mb = malloc((size_t)(B * L * S));
   double *sc = malloc(sizeof(double) * (size_t)S);
   for (int64_t i = 0; i < B * L * S; i++) mb[i] = (i / S) % L != 3 && (i * 7) % 5 != 0;
-  for (int64_t b = 0; b < B; b++) mf[b * L * S + 1] = -INFINITY;
+  for (int64_t b = 0; b < B && L * S > 1; b++) mf[b * L * S + 1] = -INFINITY;
   float *ops[4] = {q, k, v, mf};
   uint16_t *o16[4] = {q16, k16, v16, m16};
   int64_t on[4] = {nq, nk, nk, B * L * S};
