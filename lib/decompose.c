@@ -1907,8 +1907,86 @@ static int wide_product_bias(Graph *g) {
   return 0;
 }
 
+/* a number given for a Tensor argument (a wrapped scalar: div(scores, 8.0)) */
+static bool number_arg(const Arg *a, double *f) {
+  int64_t i;
+  if (a && a->k == AK_FLOAT) { *f = a->u.f; return true; }
+  if (a && a->k == AK_INT && expr_is_const(a->u.i, &i)) { *f = (double)i; return true; }
+  return false;
+}
+
+static bool node_is(const Node *n, const char *op) { return n && n->op && !strcmp(n->op->name, op); }
+
+/* the nodes attention_from_primitives leaves unread */
+static bool attention_piece(const Node *n) {
+  static const char *const ops[] = {"matmul", "div.Tensor", "mul.Tensor", "add.Tensor", "softmax.int", "_softmax", "transpose.int", NULL};
+  for (const char *const *o = ops; *o; o++)
+    if (node_is(n, *o)) return true;
+  return false;
+}
+
+/* Attention written out (as Inductor's fuse_attention patterns find it): matmul(q, k.transpose(-2,
+ * -1)), divided or multiplied by a number or neither, a float mask added or not, softmax over the last
+ * dim, matmul with v, each intermediate read by the next alone. The last matmul becomes
+ * scaled_dot_product_attention (scale: the number's, the mask as attn_mask) where the target's fused
+ * kernel takes it (attention_fits; float32 only, so that no 16-bit rounding between the steps is
+ * skipped), and the pieces go. Inference only. */
+static int attention_from_primitives(Graph *g) {
+  Ctx *c = g->ctx;
+  const OpDef *sdpa = ops_find("scaled_dot_product_attention.default");
+  int *uses = graph_uses(g, NULL), changed = 0;
+  for (int k = 0; sdpa && k < g->nnodes; k++) {
+    Node *pv = g->nodes[k];
+    if (!node_is(pv, "matmul") || pv->nouts != 1 || pv->outs[0]->dtype != DT_F32) continue;
+    Value *p = rw_targ(pv, "self"), *v = rw_targ(pv, "other"), *s, *mask = NULL, *q, *kt, *key;
+    Node *sm = p ? p->def : NULL, *sn;
+    if (!v || !sm || uses[p->id] != 1 || !(node_is(sm, "softmax.int") ? rw_arg(sm, "dtype")->k == AK_NONE : node_is(sm, "_softmax") && !rw_arg(sm, "half_to_float")->u.b))
+      continue;
+    if (!(s = rw_targ(sm, "self")) || dim_wrap(node_int_arg(sm, "dim", 0), s->rank) != s->rank - 1 || uses[s->id] != 1) continue;
+    sn = s->def;
+    if (node_is(sn, "add.Tensor") && rw_arg_one(sn, "alpha")) {   /* scores + mask, either way round */
+      Value *a = rw_targ(sn, "self"), *b = rw_targ(sn, "other");
+      bool first = a && a->def && (node_is(a->def, "matmul") || node_is(a->def, "div.Tensor") || node_is(a->def, "mul.Tensor"));
+      mask = first ? b : a;
+      s = first ? a : b;
+      if (!s || !mask || uses[s->id] != 1 || mask->dtype != DT_F32) continue;
+      sn = s->def;
+    }
+    double scale = 1, f;
+    if ((node_is(sn, "div.Tensor") && number_arg(rw_arg(sn, "other"), &f) && f != 0) || (node_is(sn, "mul.Tensor") && number_arg(rw_arg(sn, "other"), &f))) {
+      scale = node_is(sn, "div.Tensor") ? 1 / f : f;
+      if (!(s = rw_targ(sn, "self")) || uses[s->id] != 1) continue;
+      sn = s->def;
+    }
+    if (!node_is(sn, "matmul") || !(q = rw_targ(sn, "self")) || !(kt = rw_targ(sn, "other")) || !node_is(kt->def, "transpose.int") || uses[kt->id] != 1) continue;
+    key = rw_targ(kt->def, "self");
+    int r = q->rank, d0 = dim_wrap(node_int_arg(kt->def, "dim0", 0), kt->rank), d1 = dim_wrap(node_int_arg(kt->def, "dim1", 0), kt->rank);
+    if (!key || (r != 3 && r != 4) || key->rank != r || v->rank != r || !((d0 == r - 2 && d1 == r - 1) || (d0 == r - 1 && d1 == r - 2))) continue;
+    bool same = true;   /* no broadcasting between the products' batch dims */
+    for (int d = 0; d < r - 2; d++) same &= expr_same(g, q->sizes[d], key->sizes[d]) && expr_same(g, q->sizes[d], v->sizes[d]);
+    if (!same) continue;
+    const OpDef *was_op = pv->op;
+    Arg *was_args = pv->args, *a = arena_array(c->arena, (size_t)sdpa->nargs + 1, sizeof *a);
+    for (int i = 0; i < sdpa->nargs; i++) a[i] = sdpa->args[i].has_default ? sdpa->args[i].def : NONE();
+    a[ops_arg_index(sdpa, "query")] = T(q), a[ops_arg_index(sdpa, "key")] = T(key), a[ops_arg_index(sdpa, "value")] = T(v);
+    a[ops_arg_index(sdpa, "attn_mask")] = T(mask), a[ops_arg_index(sdpa, "scale")] = FL(scale);
+    pv->op = sdpa, pv->args = a;
+    if (!attention_fits(g, pv)) {
+      pv->op = was_op, pv->args = was_args;
+      continue;
+    }
+    pv->target = "torch.ops.aten.scaled_dot_product_attention.default";
+    gg_log(c, LOG_DECOMP, "node %s: attention written out (matmul, %s, softmax, matmul) as one scaled_dot_product_attention, scale %.9g", gg_quote(c, pv->name),
+           mask ? "a mask added" : "no mask", scale);
+    changed++;
+  }
+  if (changed) graph_drop_dead(g, attention_piece);
+  return changed;
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
+  if (!training) attention_from_primitives(g);
   if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
   if (!training) skip_identities(g);
   if (training) return 0;

@@ -525,6 +525,12 @@ if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && "$GG" compile $M/mlp/mode
 # transpose after it is a view (no copy kernel before the output projection)
 if grep -q "gg_rt_attention(0, &a, q + " "$TMP/bt_src/model.c" && ! grep -q "node scaled_dot_product_attention.*softmax\|(torch.ops.aten.softmax" "$TMP/bt_src/model.c" &&
    ! grep -q "copy.*node transpose" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's attention is not the fused CPU kernel"; fi
+# attention written out as its pieces (tests/extra/attention_written: matmul with k transposed, a
+# division or multiplication by a number or none, a float mask added either way round, softmax,
+# matmul) becomes one fused attention, three times; the fourth, whose scores are also summed, stays
+GCC_GRAPH_LOGS=decomp "$GG" compile tests/extra/attention_written/model.pt2 -S -o "$TMP/aw" >"$TMP/err" 2>&1
+got="$(grep -c 'attention written out' "$TMP/err")|$(grep -c 'attention (fused, float32): node' "$TMP/aw/model.c")|$(grep -c '^/\* softmax: node' "$TMP/aw/model.c")"
+if [ "$got" = "3|3|1" ]; then ok; else no "attention_written on the CPU: $got rewritten|fused|softmax kernels, expected 3|3|1 ($(head -c 300 "$TMP/err"))"; fi
 # ... and so are the six forms of tests/extra/attention_f32 (masks, causal, grouped heads, head sizes),
 # and of attention_bf16 and attention_f16 (widened in the kernel, dt 3 and 2; make test checks all
 # their answers)

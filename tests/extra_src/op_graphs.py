@@ -908,6 +908,35 @@ def attention_f32():   # float32 attention, which --target cuda runs as one fuse
 
 
 @case
+def attention_written():   # attention written out as its pieces (matmul, k transposed, scale, mask, softmax, matmul): compile makes the
+    # float32 ones one fused kernel (decompose.c's attention_from_primitives); a scores tensor read twice stays as written
+    x, kv = torch.randn(2, 40, 128), torch.randn(2, 50, 128)
+    ma = torch.randn(2, 1, 1, 50)
+    g = Graph("attention_written", x=x, kv=kv, ma=ma)
+    X, KV, MA = Ref("x"), Ref("kv"), Ref("ma")
+    def heads(t, n):   # [2, n, 128] -> [2, 4, n, 32]
+        v = g.node("view.default", [("self", t), ("size", [2, n, 4, 32])], lambda a, sz: a.view(sz), out=False)
+        return g.node("transpose.int", [("self", v), ("dim0", 1), ("dim1", 2)], lambda a, d0, d1: a.transpose(d0, d1), out=False)
+    def kt(t, d0=-2, d1=-1):
+        return g.node("transpose.int", [("self", t), ("dim0", d0), ("dim1", d1)], lambda a, u, w: a.transpose(u, w), out=False)
+    def mm(a, b, out=False):
+        return g.node("matmul.default", [("self", a), ("other", b)], torch.matmul, out=out)
+    def sm(t):
+        return g.node("softmax.int", [("self", t), ("dim", -1)], lambda a, d: torch.softmax(a, d), out=False)
+    q, k, v = heads(X, 40), heads(KV, 50), heads(KV, 50)
+    s = g.node("div.Tensor", [("self", mm(q, kt(k))), ("other", 5.656854249492381)], torch.div, out=False)
+    mm(sm(s), v, out=True)                                                                   # div by sqrt(d), no mask
+    s = g.node("mul.Tensor", [("self", mm(q, kt(k, 3, 2))), ("other", 0.2)], torch.mul, out=False)
+    mm(sm(g.node("add.Tensor", [("self", s), ("other", MA)], torch.add, out=False)), v, out=True)   # mul, the mask added
+    s = mm(q, kt(k))
+    mm(sm(g.node("add.Tensor", [("self", MA), ("other", s)], torch.add, out=False)), v, out=True)   # no scale, mask first
+    s = mm(q, kt(k))
+    mm(sm(s), v, out=True)
+    g.node("sum.default", [("self", s)], torch.sum)                                          # the scores read again: stays
+    return g
+
+
+@case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
     g = Graph("random_ops", x=x)
