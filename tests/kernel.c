@@ -263,6 +263,28 @@ static void attention(int dt, int64_t B, int64_t H, int64_t Hk, int64_t L, int64
   free(q), free(k), free(v), free(mf), free(y), free(q16), free(k16), free(v16), free(m16), free(y16), free(mb), free(sc);
 }
 
+/* a NaN in a query gives NaN in its row's outputs and nowhere else, on both paths */
+static void attention_nan(void) {
+  int64_t L = 40, S = 30, D = 16;
+  float *q = fill(L * D, 31), *k = fill(S * D, 32), *v = fill(S * D, 33), *y = malloc(sizeof(float) * (size_t)(L * D));
+  q[5 * D + 3] = NAN;
+  gg_attn a = {1, 1, 1, L, S, D, {0, 0, D}, {0, 0, D}, {0, 0, D}, {0, 0, D}, {0, 0, 0, 0}, 0, 0, 0.25, NULL, {0, 0, 0}};
+  bool was = gg_rt_packed_ok();
+  for (int path = was ? 0 : 1; path < 2; path++) {
+    packed_on = path == 0;
+    gg_rt_attention(0, &a, q, k, v, NULL, y);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < L * D; i++) bad += (i / D == 5) != (y[i] != y[i]);
+    if (bad) {
+      printf("FAIL attention %s: a NaN in query 5 gave %lld outputs wrong (NaN outside its row, or a number in it)\n", path ? "portable" : "AVX-512", (long long)bad);
+      fail++;
+    } else
+      pass++;
+  }
+  packed_on = was;
+  free(q), free(k), free(v), free(y);
+}
+
 /* ---------------------------------------------------------------- float16 and bfloat16 products */
 
 static uint16_t to_half(int dt, float f) { return dt == 3 ? gg_f2bf(f) : gg_f2h(f); }
@@ -430,6 +452,7 @@ int main(void) {
     attention(dt, 1, 2, 2, 5, 7, 64, 2, true);
     attention(dt, 1, 1, 1, 1, 1, 3, 0, false);
   }
+  attention_nan();
   if (!gg_rt_packed_ok()) {   /* no AVX-512: the kernel never runs here */
     printf("(no AVX-512 on this machine: the runtime's float32 product kernel is not used; not run)\n%d passed, %d failed\n", pass, fail);
     return fail != 0;

@@ -15,12 +15,13 @@
  * registers over the keys, each row scaled by 1 / its sum at the store. The block's scores (S x 32
  * floats) stay in L1/L2; the head's score matrix is never written. Keys past a causal block's last
  * query are skipped. A 16-bit task first widens its queries, keys, values and mask block into the
- * thread's scratch (a 64th of its arithmetic at 32 queries) and rounds its rows of output last. Elsewhere (no AVX-512, GCC_GRAPH_BLAS_ONLY=1, or no memory for the scratch) a
- * row at a time in two passes over the keys (the maximum, then the exponentials and the sums),
- * recomputing the products: no scratch at all. */
+ * thread's scratch (a 64th of its arithmetic at 32 queries) and rounds its rows of output last.
+ * Elsewhere (no AVX-512, GCC_GRAPH_BLAS_ONLY=1, or no memory for the scratch) a row at a time in two
+ * passes over the keys (the maximum, then the exponentials and the sums), recomputing the products:
+ * no scratch at all. */
 
 #define ATT_BQ 32   /* query rows of a task */
-#define ATT_MAXD 256   /* the largest head size (cpu_attention_fits) */
+#define ATT_MAXD 256   /* the largest head size (cpu_attention_fits); the portable path takes any, this many values at a time */
 
 /* A task: query rows [i0, i0 + bq) of one batch and head, its operands at their first rows (dt: 0
  * float32, 2 float16, 3 bfloat16; row strides in elements), the S keys it can see, the mask's block
@@ -56,31 +57,35 @@ static inline float att_mask(const att_task *t, int64_t i, int64_t j) {
   return half_at(t->mdt, t->m, o);
 }
 
-/* Row i of a task in two passes over its keys (the portable path: no scratch) */
+/* the score of query i and key j of a task */
+static inline float att_score(const att_task *t, int64_t i, int64_t j) {
+  float s = 0;
+  for (int64_t d = 0; d < t->D; d++) s += half_at(t->dt, t->q, i * t->qs + d) * half_at(t->dt, t->k, j * t->ks + d);
+  s *= t->scale;
+  return t->mtype ? s + att_mask(t, i, j) : s;
+}
+
+/* Row i of a task in two passes over its keys (the portable path: no scratch): the maximum, then the
+ * exponentials, their sum and the weighted values, ATT_MAXD of them at a time */
 static void att_row(const att_task *t, int64_t i) {
   int64_t D = t->D, S = t->causal && t->i0 + i + 1 < t->S ? t->i0 + i + 1 : t->S;
-  float mx = -INFINITY, acc[ATT_MAXD], sum = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    for (int64_t j = 0; j < S; j++) {
-      float s = 0;
-      for (int64_t d = 0; d < D; d++) s += half_at(t->dt, t->q, i * t->qs + d) * half_at(t->dt, t->k, j * t->ks + d);
-      s *= t->scale;
-      if (t->mtype) s += att_mask(t, i, j);
-      if (!pass) {
-        mx = s > mx ? s : mx;
-        continue;
-      }
-      float p = expf(s - mx);
-      sum += p;
-      for (int64_t d = 0; d < D; d++) acc[d] += p * half_at(t->dt, t->v, j * t->vs + d);
-    }
-    if (!pass) {
-      if (mx == -INFINITY) break;   /* every key left out */
-      for (int64_t d = 0; d < D; d++) acc[d] = 0;
-    }
+  float mx = -INFINITY, acc[ATT_MAXD];
+  for (int64_t j = 0; j < S; j++) {
+    float s = att_score(t, i, j);
+    mx = s > mx || s != s ? s : mx;   /* NaN stays NaN: the row's outputs are NaN */
   }
-  float r = mx == -INFINITY || !(sum > 0) ? 0.0f : 1.0f / sum;
-  for (int64_t d = 0; d < D; d++) att_st(t->dt, t->y, i * t->ys + d, mx == -INFINITY ? 0.0f : acc[d] * r);
+  for (int64_t d0 = 0; d0 < D; d0 += ATT_MAXD) {
+    int64_t dn = D - d0 < ATT_MAXD ? D - d0 : ATT_MAXD;
+    float sum = 0;
+    for (int64_t d = 0; d < dn; d++) acc[d] = 0;
+    for (int64_t j = 0; j < S && mx != -INFINITY; j++) {   /* every key left out: zeros */
+      float p = expf(att_score(t, i, j) - mx);
+      sum += p;
+      for (int64_t d = 0; d < dn; d++) acc[d] += p * half_at(t->dt, t->v, j * t->vs + d0 + d);
+    }
+    float r = sum > 0 ? 1.0f / sum : 0.0f;
+    for (int64_t d = 0; d < dn; d++) att_st(t->dt, t->y, i * t->ys + d0 + d, acc[d] * r);
+  }
 }
 
 #ifdef GG_X512
