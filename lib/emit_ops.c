@@ -1694,12 +1694,13 @@ int attn_in(Em *e, Node *n, AttnIn *in) {
 
 /* A fused attention's forward: a host function filling gg_attn and calling the runtime (call: the
  * call up to its operands, "gg_cu_attention(3, &a, "); its output laid out [B, L, H, D] where only a
- * transpose reads it (sched_attention_bshd); with two outputs (--train's), the log-sum-exp too. */
+ * transpose or permute reads it (sched_attention_order); with two outputs (--train's), the log-sum-exp too. */
 int attn_forward(Em *e, Node *n, const AttnIn *in, const char *what, const char *et, const char *call) {
   Value *mv = rw_targ(n, "attn_mask");
   TV *out = alloc_value(e, n->outs[0]), *lse = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
   if (!out || (n->nouts == 2 && !lse)) return -1;
-  if (sched_attention_bshd(e->s, n)) sched_bshd_strides(e->a, n->outs[0], out->strides);   /* the transpose after it: a view */
+  int perm[4];
+  if (sched_attention_order(e->s, n, perm)) sched_order_strides(e->a, n->outs[0], perm, out->strides);   /* the transpose or permute after it: a view */
   FILE *f = e->k;
   int id = e->nk++;
   kernel_begin(e, n, what);

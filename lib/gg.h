@@ -369,8 +369,8 @@ struct Value *sched_norm_second(const Schedule *s, const struct Node *n);   /* t
 bool sched_is_float_cast(const struct Node *n);   /* a _to_copy between float dtypes: fused as pointwise */
 struct Value *sched_added_to(const struct Node *u, const struct Value *y);   /* u is add.Tensor, alpha 1, of y and that tensor */
 bool sched_fusible_cat(const Schedule *s, const struct Node *n);   /* a cat computed in its pointwise reader's loop */
-bool sched_attention_bshd(const Schedule *s, const struct Node *n);   /* a fused attention's output laid out [B, L, H, D] */
-void sched_bshd_strides(Arena *a, const struct Value *y, const Expr **st);
+bool sched_attention_order(const Schedule *s, const struct Node *n, int perm[4]);   /* a fused attention's output laid out in its reader's order */
+void sched_order_strides(Arena *a, const struct Value *y, const int perm[4], const Expr **st);
 bool sched_rows_permuted(const struct Node *n, const Layout *a, const struct Value *w, const struct Value *y, const Expr **ostrides, Arena *ar);
 bool op_is_pointwise(const struct OpDef *op);   /* elementwise: its emitter is emit_pointwise's family */
 void schedule_print(const Schedule *s, FILE *f);

@@ -348,29 +348,44 @@ static void epilogue(Schedule *s, Node *n) {
 }
 
 /* A fused attention (kept whole for the target's kernel) of rank 4 and static sizes whose only reader
- * swaps its heads and rows (transpose(1, 2), as every transformer does before merging the heads):
- * its output is laid out [batch, L, heads, D], so that the transpose is contiguous and the reshape
- * after it a view, not a copy. */
-bool sched_attention_bshd(const Schedule *s, const Node *n) {
+ * permutes it keeping D last: transpose(1, 2), as every transformer does before merging the heads, or
+ * on the CPU any permute (nn.MultiheadAttention's permute(2, 0, 1, 3); the GPU's kernel stores through
+ * the same strides, but test-cuda has not run that form yet). Its output is laid out in the reader's
+ * order (*perm: dim i of the reader's output is dim perm[i] of the attention's), so that the
+ * permuted value is contiguous and the reshape after it a view, not a copy. */
+bool sched_attention_order(const Schedule *s, const Node *n, int perm[4]) {
   if (!n->op || strcmp(n->op->name, "scaled_dot_product_attention") || n->nouts != 1 || n->outs[0]->rank != 4) return false;
   Value *y = n->outs[0];
   const Node *u = s->reader[y->id];
   int64_t k;
   for (int d = 0; d < 4; d++)
     if (!expr_is_const(y->sizes[d], &k)) return false;
-  if (s->uses[y->id] != 1 || !u || !u->op || strcmp(u->op->name, "transpose.int")) return false;
-  int d0 = dim_wrap(node_int_arg(u, "dim0", 0), 4), d1 = dim_wrap(node_int_arg(u, "dim1", 0), 4);
-  return (d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1);
+  if (s->uses[y->id] != 1 || !u || !u->op) return false;
+  if (!strcmp(u->op->name, "transpose.int")) {
+    int d0 = dim_wrap(node_int_arg(u, "dim0", 0), 4), d1 = dim_wrap(node_int_arg(u, "dim1", 0), 4);
+    if (!((d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1))) return false;
+    perm[0] = 0, perm[1] = 2, perm[2] = 1, perm[3] = 3;
+    return true;
+  }
+  const Arg *dims = rw_arg(u, "dims");
+  if (s->g->ctx->cuda || strcmp(u->op->name, "permute") || !dims || dims->k != AK_INTS || dims->n != 4) return false;
+  bool seen[4] = {false}, moved = false;
+  for (int i = 0; i < 4; i++) {
+    int64_t d;
+    if (!expr_is_const(dims->u.is[i], &d) || (d = dim_wrap(d, 4)) < 0 || d > 3 || seen[d]) return false;
+    seen[d] = true, perm[i] = (int)d, moved |= d != i;
+  }
+  return perm[3] == 3 && moved;
 }
 
-/* The strides of a [B, H, L, D] value laid out [B, L, H, D] */
-void sched_bshd_strides(Arena *a, const Value *y, const Expr **st) {
-  int64_t z[4];
+/* The strides of a [B, H, L, D] value laid out in the order perm (sched_attention_order) */
+void sched_order_strides(Arena *a, const Value *y, const int perm[4], const Expr **st) {
+  int64_t z[4], inner = 1;
   for (int d = 0; d < 4; d++) expr_is_const(y->sizes[d], &z[d]);
-  st[0] = expr_const(a, z[1] * z[2] * z[3]);
-  st[1] = expr_const(a, z[3]);
-  st[2] = expr_const(a, z[1] * z[3]);
-  st[3] = expr_const(a, 1);
+  for (int i = 3; i >= 0; i--) {
+    st[perm[i]] = expr_const(a, inner);
+    inner *= z[perm[i]];
+  }
 }
 
 /* A product x @ w with w a matrix (linear, matmul) whose x rows (every dim but the last, which is
@@ -537,7 +552,8 @@ Schedule *schedule_graph(Graph *g) {
                                                   "4 nodes, or a transcendental function)");
     }
     for (int i = 0; i < n->nouts; i++) if (n->outs[i]->kind == VK_TENSOR) fresh(s, n->outs[i]);
-    if (sched_attention_bshd(s, n)) sched_bshd_strides(a, n->outs[0], s->layout[n->outs[0]->id].strides);
+    int perm[4];
+    if (sched_attention_order(s, n, perm)) sched_order_strides(a, n->outs[0], perm, s->layout[n->outs[0]->id].strides);
     if (takes_epilogue(n) && n->args[0].k == AK_TENSOR && n->args[1].k == AK_TENSOR && s->has_layout[n->args[0].u.t->id] && !is_output(s, n->outs[0]) &&
         sched_rows_permuted(n, &s->layout[n->args[0].u.t->id], n->args[1].u.t, n->outs[0], s->layout[n->outs[0]->id].strides, a)) {
       s->rows_permuted[n->id] = true;   /* its output is not contiguous: no epilogue reads it at its index */
