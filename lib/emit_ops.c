@@ -1649,7 +1649,7 @@ static const char *strides3(Em *e, const TV *t, int r, int j) { return r == 3 &&
  * forward's; in the backward, the forward output's), the mask's (mb, or NULL), causal, the scale,
  * the log-sum-exp (a pointer expression, or "NULL") and grad_out's strides (gy, or NULL). */
 void attn_struct(Em *e, Node *n, TV *const t[3], const TV *y, const TV *mb, const Expr *const bhls[4], int64_t D, double scale, const char *lse,
-                        const TV *gy) {
+                 const TV *gy) {
   Value *qv = rw_targ(n, "query"), *kv = rw_targ(n, "key"), *mv = rw_targ(n, "attn_mask");
   const Arg *ca = rw_arg(n, "is_causal");
   int r = qv->rank;
@@ -1693,8 +1693,9 @@ int attn_in(Em *e, Node *n, AttnIn *in) {
 }
 
 /* A fused attention's forward: a host function filling gg_attn and calling the runtime (call: the
- * call up to its operands, "gg_cu_attention(3, &a, "); its output laid out [B, L, H, D] where only a
- * transpose or permute reads it (sched_attention_order); with two outputs (--train's), the log-sum-exp too. */
+ * call up to its operands, "gg_cu_attention(3, &a, "); its output laid out in its reader's order
+ * where only a transpose or permute reads it (sched_attention_order); with two outputs (--train's),
+ * the log-sum-exp too. */
 int attn_forward(Em *e, Node *n, const AttnIn *in, const char *what, const char *et, const char *call) {
   Value *mv = rw_targ(n, "attn_mask");
   TV *out = alloc_value(e, n->outs[0]), *lse = n->nouts == 2 ? alloc_value(e, n->outs[1]) : NULL;
