@@ -7,7 +7,7 @@
  * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
  * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
  * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD, PK_TILE_ROWS,
- * PK_TILE_ROWS_MANY, PK_MANY_THREADS, PK_TILE_PANELS, PK_GRID_SPLIT_N; a compiled model takes them in
+ * PK_TILE_ROWS_MANY, PK_MANY_THREADS, PK_TILE_PANELS; a compiled model takes them in
  * --cflags, which is how they were chosen: in the model, on the 16-core host):
  *   cc -O3 -fno-math-errno -fno-trapping-math -fopenmp -Ilib/rt -Iinclude bench/gemm_kernel.c -lopenblas -lm -o gemm_kernel
  *   OMP_NUM_THREADS=2 taskset -c 0,1 ./gemm_kernel

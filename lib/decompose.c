@@ -1907,23 +1907,7 @@ static int wide_product_bias(Graph *g) {
   return 0;
 }
 
-/* a number given for a Tensor argument (a wrapped scalar: div(scores, 8.0)) */
-static bool number_arg(const Arg *a, double *f) {
-  int64_t i;
-  if (a && a->k == AK_FLOAT) { *f = a->u.f; return true; }
-  if (a && a->k == AK_INT && expr_is_const(a->u.i, &i)) { *f = (double)i; return true; }
-  return false;
-}
-
 static bool node_is(const Node *n, const char *op) { return n && n->op && !strcmp(n->op->name, op); }
-
-/* the nodes attention_from_primitives leaves unread */
-static bool attention_piece(const Node *n) {
-  static const char *const ops[] = {"matmul", "div.Tensor", "mul.Tensor", "add.Tensor", "softmax.int", "_softmax", "transpose.int", NULL};
-  for (const char *const *o = ops; *o; o++)
-    if (node_is(n, *o)) return true;
-  return false;
-}
 
 /* Attention written out (as Inductor's fuse_attention patterns find it): matmul(q, k.transpose(-2,
  * -1)), divided or multiplied by a number or neither, a float mask added or not, softmax over the last
@@ -1952,8 +1936,9 @@ static int attention_from_primitives(Graph *g) {
       if (!s || !mask || uses[s->id] != 1 || mask->dtype != DT_F32) continue;
       sn = s->def;
     }
-    double scale = 1, f;
-    if ((node_is(sn, "div.Tensor") && number_arg(rw_arg(sn, "other"), &f) && f != 0) || (node_is(sn, "mul.Tensor") && number_arg(rw_arg(sn, "other"), &f))) {
+    double scale = 1, f = NAN;   /* a number given for the Tensor `other` (a wrapped scalar: div(scores, 8.0)); NaN for a tensor */
+    if ((node_is(sn, "div.Tensor") || node_is(sn, "mul.Tensor")) && rw_arg(sn, "other")->k != AK_TENSOR) f = rw_farg(sn, "other", NAN);
+    if (f == f && (f != 0 || node_is(sn, "mul.Tensor"))) {
       scale = node_is(sn, "div.Tensor") ? 1 / f : f;
       if (!(s = rw_targ(sn, "self")) || uses[s->id] != 1) continue;
       sn = s->def;
@@ -1980,7 +1965,7 @@ static int attention_from_primitives(Graph *g) {
            mask ? "a mask added" : "no mask", scale);
     changed++;
   }
-  if (changed) graph_drop_dead(g, attention_piece);
+  if (changed) graph_drop_dead(g, rw_pure);   /* the pieces */
   return changed;
 }
 

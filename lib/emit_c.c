@@ -353,7 +353,7 @@ static int attention_c(Em *e, Node *n) {
   DType dt = n->outs[0]->dtype;   /* the operands' (cpu_attention_fits) */
   return attn_in(e, n, &in) ? -1
                             : attn_forward(e, n, &in, dt == DT_F32 ? "attention (fused, float32)" : "attention (fused, in float)", dt == DT_F32 ? "float" : "uint16_t",
-                                           dt == DT_F32 ? "gg_rt_attention(0, &a, " : dt == DT_BF16 ? "gg_rt_attention(3, &a, " : "gg_rt_attention(2, &a, ");
+                                           arena_printf(e->a, "gg_rt_attention(%d, &a, ", dt == DT_F32 ? 0 : dt == DT_BF16 ? 3 : 2));
 }
 
 const Target gg_target_c = {&gg_dialect_c, "GG_VEC ", true, false, false, product_c, conv_c, pool_c, conv_wgrad_c, attention_c, NULL, "", "kDLCPU", prelude_c, NULL, finish_c};

@@ -362,9 +362,6 @@ static int mask_says(const Tensor *t, int64_t L, int64_t S) {
   return all ? 2 : causal ? 1 : 0;
 }
 
-static bool pure(const Node *n) {
-  return n->op && n->nouts > 0 && !n->op->inplace && n->op->outarg < 0 && strncmp(n->op->name, "rand", 4) && !strstr(n->op->name, "dropout");
-}
 
 /* key = reshape(expand(unsqueeze(x, 2), [B, Hk, R, S, D]), [B, Hk * R, S, D]): x, each of its heads
  * repeated for R query heads (Hugging Face's repeat_kv in Llama, Mistral, Qwen), *rep = R; else NULL */
@@ -432,7 +429,7 @@ int fold_attention_inputs(Graph *g) {
    * checks read */
   for (int before = -1; before != g->nnodes;) {
     before = g->nnodes;
-    graph_drop_dead(g, pure);
+    graph_drop_dead(g, rw_pure);
     int *reads = arena_array(c->arena, (size_t)g->nvalues + 1, sizeof *reads), m = 0;
     for (int k = 0; k < g->nnodes; k++)
       if (g->nodes[k]->nouts) FOR_TENSOR_ARGS(g->nodes[k], v, { reads[v->id]++; })

@@ -120,6 +120,10 @@ bool rw_arg_one(const Node *n, const char *name) {
   return !a || a->k == AK_NONE || (a->k == AK_FLOAT ? a->u.f == 1 : a->k == AK_INT && expr_is_const(a->u.i, &i) && i == 1);
 }
 
+bool rw_pure(const Node *n) {
+  return n->op && n->nouts > 0 && !n->op->inplace && n->op->outarg < 0 && strncmp(n->op->name, "rand", 4) && !strstr(n->op->name, "dropout");
+}
+
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *)) {
   Arena *a = g->ctx->arena;
   int *uses = arena_array(a, (size_t)g->nvalues + 1, sizeof *uses);

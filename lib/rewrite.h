@@ -34,6 +34,9 @@ const Arg *rw_arg(const Node *n, const char *name);
 Value *rw_targ(const Node *n, const char *name);
 double rw_farg(const Node *n, const char *name, double dflt);
 bool rw_arg_one(const Node *n, const char *name);   /* scalar argument `name` is 1, or absent (alpha, beta) */
+/* A node that only computes its outputs (no write into an argument, no randomness): one whose
+ * results nothing reads may go */
+bool rw_pure(const Node *n);
 /* Drop the nodes `droppable` accepts (pure: views, casts) whose results nothing reads, last first. */
 void graph_drop_dead(Graph *g, bool (*droppable)(const Node *));
 /* by value id: the nodes that read it, 2 more for an output of the graph (so that "read once" means

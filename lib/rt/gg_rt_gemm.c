@@ -161,11 +161,7 @@ static void tile_grid(int64_t pm, int64_t pn, int64_t tm, int64_t tn, int nt, bo
     else gm++;
   }
   for (int tries = 0; nt > 1 && (gm * gn) % nt && tries < 8; tries++) {
-#ifndef PK_GRID_SPLIT_N   /* (the old rule, for comparison: split B's columns first) */
     if (gn < pn && (wide || gm == pm)) gn++;
-#else
-    if (gn < pn) gn++;
-#endif
     else if (gm < pm) gm++;
   }
   *gm_ = gm;
