@@ -4,7 +4,7 @@
  * BERT-base and GPT-2 (A packed per call, the weight packed once, as a compiled model does) and 3x3
  * and 1x1 convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
- * OMP_NUM_THREADS), the largest difference from a float64 product at sampled outputs. Compare with
+ * OMP_NUM_THREADS; linears also with their weight coming from memory, as in a model), the largest difference from a float64 product at sampled outputs. Compare with
  * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
  * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD, PK_TILE_ROWS,
  * PK_TILE_ROWS_MANY, PK_MANY_THREADS, PK_TILE_PANELS; a compiled model takes them in
@@ -48,18 +48,32 @@ static void *aligned(int64_t floats) {
   return p;
 }
 
-/* C = A @ B, A (M x K) row-major packed per call, B (K x N) packed once */
+/* C = A @ B, A (M x K) row-major packed per call, B (K x N) packed once; timed with B in cache (best of
+ * 5 runs of one weight) and from memory, as in a model (copies of B over 400 MB, each used in turn:
+ * three passes, the rate over the last) */
 static void linear(int64_t M, int64_t N, int64_t K) {
-  float *A = filled(M * K, 0), *B = filled(K * N, 1), *C = aligned(M * N), *Ap = aligned(gg_rt_pack_floats(0, M, K)),
-        *Bp = aligned(gg_rt_pack_floats(1, K, N));
-  gg_rt_pack(1, K, N, B, N, 1, Bp);
-  double best = 1e9, err = 0;
+  int copies = (int)(400e6 / (4.0 * (double)gg_rt_pack_floats(1, K, N))) + 1;
+  float *A = filled(M * K, 0), *B = filled(K * N, 1), *C = aligned(M * N), *Ap = aligned(gg_rt_pack_floats(0, M, K)), **Bp = malloc(sizeof(float *) * (size_t)copies);
+  if (!Bp) exit(1);
+  for (int c = 0; c < copies; c++) {
+    Bp[c] = aligned(gg_rt_pack_floats(1, K, N));
+    gg_rt_pack(1, K, N, B, N, 1, Bp[c]);
+  }
+  double best = 1e9, cold = 0, err = 0;
   for (int r = 0; r < 5; r++) {
     double t = now();
     gg_rt_pack(0, M, K, A, K, 1, Ap);
-    gg_rt_gemm_packed(M, N, K, Ap, Bp, C, N, NULL, NULL, NULL);
+    gg_rt_gemm_packed(M, N, K, Ap, Bp[0], C, N, NULL, NULL, NULL);
     t = now() - t;
     if (t < best) best = t;
+  }
+  for (int r = 0; r < 3; r++) {
+    double t = now();
+    for (int c = 0; c < copies; c++) {
+      gg_rt_pack(0, M, K, A, K, 1, Ap);
+      gg_rt_gemm_packed(M, N, K, Ap, Bp[c], C, N, NULL, NULL, NULL);
+    }
+    cold = (now() - t) / copies;
   }
   for (int64_t i = 0; i < M; i += 37)
     for (int64_t j = 0; j < N; j += 11) {
@@ -67,8 +81,10 @@ static void linear(int64_t M, int64_t N, int64_t K) {
       for (int64_t k = 0; k < K; k++) s += (double)A[i * K + k] * B[k * N + j];
       err = fmax(err, fabs(s - C[i * N + j]));
     }
-  printf("linear  M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s  max diff %.2g\n", (long long)M, (long long)N, (long long)K, pk_mr(M),
-         2.0 * (double)M * (double)N * (double)K / best / 1e9, err);
+  double flop = 2.0 * (double)M * (double)N * (double)K;
+  printf("linear  M %6lld N %5lld K %5lld  rows %2d  %7.1f GFLOP/s, weight from memory %7.1f  max diff %.2g\n", (long long)M, (long long)N, (long long)K,
+         pk_mr(M), flop / best / 1e9, flop / cold / 1e9, err);
+  for (int c = 0; c < copies; c++) free(Bp[c]);
   free(A), free(B), free(C), free(Ap), free(Bp);
 }
 
