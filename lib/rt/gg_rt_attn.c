@@ -108,7 +108,7 @@ static inline __attribute__((always_inline)) GG_X512 __m512 att_exp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
-static GG_X512 void att_exp16(const float *x, float *y) { _mm512_storeu_ps(y, att_exp(_mm512_loadu_ps(x))); }   /* for tests/kernel.c */
+static GG_X512 __attribute__((unused)) void att_exp16(const float *x, float *y) { _mm512_storeu_ps(y, att_exp(_mm512_loadu_ps(x))); }   /* for tests/kernel.c */
 
 #define ATT_KB 12   /* keys of a block of scores (x 32 queries: 24 sums) */
 #define ATT_PR 6    /* query rows of a block of P V (x 64 values: 24 sums) */

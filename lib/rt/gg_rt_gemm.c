@@ -566,13 +566,16 @@ typedef struct amx_cfg { uint8_t palette, start_row, reserved[14]; uint16_t cols
 static const amx_cfg amx_config = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 static GG_XAMX void amx_tiles_on(void) { _tile_loadconfig(&amx_config); }
 
-/* c (32 x 32 float32) = nq steps of A's panel ap @ B's panel bp */
-static GG_XAMX void amx_block(int64_t nq, const uint16_t *ap, const uint16_t *bp, float *c) {
+/* c (32 x 32 float32) = nq steps of A's panel ap @ B's panel bp; with pf, the next panel of B (as long)
+ * is prefetched into L2 on the way, as the float32 kernel's next slice (PK_PREFETCH) */
+static GG_XAMX void amx_block(int64_t nq, const uint16_t *ap, const uint16_t *bp, float *c, const uint16_t *pf) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t q = 0; q < nq; q++, ap += 1024, bp += 1024) {
+    if (pf)
+      for (int l = 0; l < 32; l++) _mm_prefetch((const char *)(pf + q * 1024 + l * 32), _MM_HINT_T1);
     _tile_loadd(4, ap, 64);
     _tile_loadd(5, ap + 512, 64);
     _tile_loadd(6, bp, 64);
@@ -646,7 +649,7 @@ static GG_XAMX void amx_tile(int64_t M, int64_t N, int64_t nq, const uint16_t *a
   amx_tiles_on();
   for (int64_t jp = j0; jp < j1; jp++)
     for (int64_t ip = i0; ip < i1; ip++) {
-      amx_block(nq, ap + ip * nq * 1024, bp + jp * nq * 1024, c);
+      amx_block(nq, ap + ip * nq * 1024, bp + jp * nq * 1024, c, PK_PREFETCH && ip == i0 && jp + 1 < j1 ? bp + (jp + 1) * nq * 1024 : NULL);
       int64_t rows = M - ip * 32 < 32 ? M - ip * 32 : 32, cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
       half_finish(3, c, 32, rows, cols, Y + ip * 32 * ldy + jp * 32, ldy, alpha, beta,
                   bias ? (const char *)bias + (ip * 32 * sbm + jp * 32 * sbj) * (bdt ? 2 : 4) : NULL, bdt, sbm, sbj);
@@ -713,7 +716,7 @@ static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const uint16_
       }
     }
     for (int64_t jp = j0; jp < j1; jp++) {
-      amx_block(nq, ap, bp + jp * nq * 1024, c);
+      amx_block(nq, ap, bp + jp * nq * 1024, c, PK_PREFETCH && ip == i0 && jp + 1 < j1 ? bp + (jp + 1) * nq * 1024 : NULL);
       int64_t cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
       uint16_t *yb = y + ip * 32 * N + jp * 32;
       if (bias) {
