@@ -59,11 +59,7 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
  * mr values together per k; B (K x N) in panels of PK_NR columns, each K x width (PK_NR, or 16 for a
  * last panel of at most 16 columns). Padding rows and columns are zeros. A micro-tile of mr x PK_NR
  * outputs lives in 16 or 28 zmm registers; the loops over it follow BLIS: for each PK_KC slice of K,
- * each B panel (its slice in L1) against every A panel of the tile (their slices in L2); while the
- * first A panel runs against a B slice, the tile's next B slice is prefetched into L2 (PK_PREFETCH):
- * a model's weights come from memory, not cache (BERT-base's are 340 MB), and the first panel waited
- * for them (on the 2-core VM, products with 40-160 weights cycled: 135-150 -> 150-162 GFLOP/s on one
- * thread, 250-285 -> 285-309 on two; BERT-base b1 -7%, GPT-2 -9%, resnet18 -6%). The taller
+ * each B panel (its slice in L1) against every A panel of the tile (their slices in L2). The taller
  * tile loads B once per 14 rows instead of 8: on the 16-core Xeon host, products of BERT's shapes ran
  * 25% faster on one thread, 4-8% on 2 and 16 (medians of 5 rounds, session 44); a short A keeps 8
  * rows, whose padding wastes less. */
@@ -71,9 +67,6 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
 #define PK_NR 32
 #ifndef PK_KC   /* tuning knobs (-D in --cflags): the depth of a slice of K, tiles per thread */
 #define PK_KC 384
-#endif
-#ifndef PK_PREFETCH   /* 0: no prefetch of B's next slice (for A/B runs) */
-#define PK_PREFETCH 1
 #endif
 #ifndef PK_TILES_PER_THREAD
 #define PK_TILES_PER_THREAD 2
@@ -282,7 +275,7 @@ static bool pack_fast(int side, int64_t rows, int64_t cols, const float *src, in
  * stored transposed there instead of in c (c then only holds partial sums of earlier slices). */
 static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, const int nv, int64_t kc, const float *a, const int64_t *aro, const int64_t *apo,
                                                                    const float *b, const int64_t *bro, float *c, int64_t ldc, int mr, int nr,
-                                                                   bool acc, const float *rb, const float *cb, float *ty, int64_t tld, const float *pf) {
+                                                                   bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {
   __m512 c0[PK_MR], c1[PK_MR];   /* MR of them used */
   __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
   __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
@@ -301,10 +294,6 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, 
       b0 = _mm512_loadu_ps(b);
       b1 = nv > 1 ? _mm512_loadu_ps(b + 16) : b0;
       b += 16 * nv;
-    }
-    if (pf) {   /* the next slice of B into L2, two lines a step */
-      _mm_prefetch((const char *)(pf + 32 * k), _MM_HINT_T1);
-      _mm_prefetch((const char *)(pf + 32 * k + 16), _MM_HINT_T1);
     }
     const float *ak = aro ? a + aro[k] : a;
     for (int i = 0; i < MR; i++) {
@@ -350,10 +339,9 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, 
 }
 #define PK_TILE(NAME, MR, NV, ARO, APO, BRO, TY)                                                                                  \
   static GG_X512 void NAME(int64_t kc, const float *a, const int64_t *aro, const int64_t *apo, const float *b, const int64_t *bro, float *c, \
-                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, float *ty, int64_t tld,   \
-                           const float *pf) {                                                                                 \
+                           int64_t ldc, int mr, int nr, bool acc, const float *rb, const float *cb, float *ty, int64_t tld) {  \
     (void)aro; (void)apo; (void)bro; (void)ty;                                                                                \
-    pk_tile(MR, NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, TY, tld, pf);                                       \
+    pk_tile(MR, NV, kc, a, ARO, APO, b, BRO, c, ldc, mr, nr, acc, rb, cb, TY, tld);                                           \
   }
 /* each tile's variants for MR rows: B panels of 32 and 16 columns; packed, B read in place, A in place */
 #define PK_TILES(MR)                                          \
@@ -366,7 +354,7 @@ static inline __attribute__((always_inline)) GG_X512 void pk_tile(const int MR, 
 PK_TILES(8)
 PK_TILES(14)
 typedef void pk_fn(int64_t, const float *, const int64_t *, const int64_t *, const float *, const int64_t *, float *, int64_t, int, int, bool,
-                   const float *, const float *, float *, int64_t, const float *);
+                   const float *, const float *, float *, int64_t);
 static pk_fn *const pk_fns[2][6] = {{pk_tile8_32, pk_tile8_16, pk_tile8_32b, pk_tile8_16b, pk_tile8_32a, pk_tile8_16a},
                                     {pk_tile14_32, pk_tile14_16, pk_tile14_32b, pk_tile14_16b, pk_tile14_32a, pk_tile14_16a}};
 
@@ -395,7 +383,7 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
       for (int64_t jp = 0; jp < pn; jp++) {
         int mr = (int)(M - ip * h < h ? M - ip * h : h), nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         pk_fns[h == 14][0](0, zeros, NULL, NULL, zeros, NULL, C + ip * h * ldc + jp * PK_NR, ldc, mr, nr, false, row_bias ? row_bias + ip * h : NULL,
-                           col_bias ? col_bias + jp * PK_NR : NULL, NULL, 0, NULL);
+                           col_bias ? col_bias + jp * PK_NR : NULL, NULL, 0);
         if (ty) {
           for (int j = 0; j < nr; j++)
             for (int i = 0; i < mr; i++) ty[(jp * PK_NR + j) * tld + ip * h + i] = C[(ip * h + i) * ldc + jp * PK_NR + j];
@@ -416,11 +404,6 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
         int64_t w = pk_width(N, jp);
         int nr = (int)(N - jp * PK_NR < PK_NR ? N - jp * PK_NR : PK_NR);
         const float *bp = br ? br->base + jp * PK_NR : Bp + jp * K * PK_NR + k0 * w, *cb = last && col_bias ? col_bias + jp * PK_NR : NULL;
-        const float *pf = NULL;   /* the tile's next slice of a packed B, fetched while the first A panel runs */
-        if (!br && PK_PREFETCH) {
-          if (jp + 1 < j1) pf = Bp + (jp + 1) * K * PK_NR + k0 * pk_width(N, jp + 1);
-          else if (k0 + kc < K) pf = Bp + j0 * K * PK_NR + (k0 + kc) * pk_width(N, j0);
-        }
         for (int64_t ip = i0; ip < i1; ip++) {
           int mr = (int)(M - ip * h < h ? M - ip * h : h);
           const float *ap = ar ? ar->base : Ap + ip * K * h + k0 * h, *rb = last && row_bias ? row_bias + ip * h : NULL;
@@ -428,7 +411,7 @@ static void gemm_run(int64_t M, int64_t N, int64_t K, const float *Ap, const row
           bool acc = k0 > 0;
           float *tt = ty && last ? ty + jp * PK_NR * tld + ip * h : NULL;
           fns[via + (w != PK_NR)](kc, ap, ar ? ar->ro + k0 : NULL, ar ? ar->po + ip * h : NULL, bp, br ? br->ro + k0 : NULL, cc, ldc, mr, nr, acc, rb,
-                                  cb, tt, tld, ip == i0 ? pf : NULL);
+                                  cb, tt, tld);
           if (last && tt) epi_run(ep, tt, tld, nr, mr);   /* the finished tile where it is stored, in L1 */
           else if (last) epi_run(ep, cc, ldc, mr, nr);
         }
@@ -566,16 +549,13 @@ typedef struct amx_cfg { uint8_t palette, start_row, reserved[14]; uint16_t cols
 static const amx_cfg amx_config = {.palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
 static GG_XAMX void amx_tiles_on(void) { _tile_loadconfig(&amx_config); }
 
-/* c (32 x 32 float32) = nq steps of A's panel ap @ B's panel bp; with pf, the next panel of B (as long)
- * is prefetched into L2 on the way, as the float32 kernel's next slice (PK_PREFETCH) */
-static GG_XAMX void amx_block(int64_t nq, const uint16_t *ap, const uint16_t *bp, float *c, const uint16_t *pf) {
+/* c (32 x 32 float32) = nq steps of A's panel ap @ B's panel bp */
+static GG_XAMX void amx_block(int64_t nq, const uint16_t *ap, const uint16_t *bp, float *c) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
   for (int64_t q = 0; q < nq; q++, ap += 1024, bp += 1024) {
-    if (pf)
-      for (int l = 0; l < 32; l++) _mm_prefetch((const char *)(pf + q * 1024 + l * 32), _MM_HINT_T1);
     _tile_loadd(4, ap, 64);
     _tile_loadd(5, ap + 512, 64);
     _tile_loadd(6, bp, 64);
@@ -649,7 +629,7 @@ static GG_XAMX void amx_tile(int64_t M, int64_t N, int64_t nq, const uint16_t *a
   amx_tiles_on();
   for (int64_t jp = j0; jp < j1; jp++)
     for (int64_t ip = i0; ip < i1; ip++) {
-      amx_block(nq, ap + ip * nq * 1024, bp + jp * nq * 1024, c, PK_PREFETCH && ip == i0 && jp + 1 < j1 ? bp + (jp + 1) * nq * 1024 : NULL);
+      amx_block(nq, ap + ip * nq * 1024, bp + jp * nq * 1024, c);
       int64_t rows = M - ip * 32 < 32 ? M - ip * 32 : 32, cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
       half_finish(3, c, 32, rows, cols, Y + ip * 32 * ldy + jp * 32, ldy, alpha, beta,
                   bias ? (const char *)bias + (ip * 32 * sbm + jp * 32 * sbj) * (bdt ? 2 : 4) : NULL, bdt, sbm, sbj);
@@ -716,7 +696,7 @@ static GG_XAMX void amx_rows_tile(int64_t M, int64_t N, int64_t K, const uint16_
       }
     }
     for (int64_t jp = j0; jp < j1; jp++) {
-      amx_block(nq, ap, bp + jp * nq * 1024, c, PK_PREFETCH && ip == i0 && jp + 1 < j1 ? bp + (jp + 1) * nq * 1024 : NULL);
+      amx_block(nq, ap, bp + jp * nq * 1024, c);
       int64_t cols = N - jp * 32 < 32 ? N - jp * 32 : 32;
       uint16_t *yb = y + ip * 32 * N + jp * 32;
       if (bias) {
