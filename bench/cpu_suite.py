@@ -11,7 +11,8 @@ of THREADS, ROUNDS alternating rounds of gcc-graph (`gcc-graph bench`, OMP_NUM_T
 (torch.set_num_threads) and torch.compile (Inductor with freezing on, as its CPU docs advise; compiled
 again for each thread count, since Inductor's C++ kernels take the thread count at compile time), each
 a median of ITERS runs; the table shows each side's median round. Each thread count runs in a process
-of its own pinned to that many CPUs (taskset), so that "2 threads" is 2 cores. The ceilings (the
+of its own pinned to that many CPUs (taskset), so that "2 threads" is 2 cores: the last ones (CPU 0
+takes the machine's interrupts; on the GPU host 2-thread runs on CPUs 0-1 swung by a third). The ceilings (the
 better of PyTorch's sgemm at 2048^3 and an OpenMP copy, bench/cpu_ceiling.py, at each thread count)
 give each model's fraction of the sgemm rate (bfloat16 rows: of PyTorch's bfloat16 product at 2048^3)
 (FLOPs of its products and convolutions / time) and of
@@ -239,7 +240,7 @@ def main():
     results = []
     for t in THREADS:
         env = dict(os.environ, CPU_SUITE_CHILD="1", THREADS=str(t), OUT=OUT, OMP_NUM_THREADS=str(t))
-        r = subprocess.run(["taskset", "-c", ",".join(map(str, cpus[:t])), sys.executable, os.path.abspath(__file__)] + names,
+        r = subprocess.run(["taskset", "-c", ",".join(map(str, cpus[-t:])), sys.executable, os.path.abspath(__file__)] + names,
                            env=env, stdout=subprocess.PIPE, text=True)   # its stderr (each row as it comes) passes through
         if r.returncode:
             continue

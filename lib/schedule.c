@@ -349,8 +349,8 @@ static void epilogue(Schedule *s, Node *n) {
 
 /* A fused attention (kept whole for the target's kernel) of rank 4 and static sizes whose only reader
  * permutes it keeping D last: transpose(1, 2), as every transformer does before merging the heads, or
- * on the CPU any permute (nn.MultiheadAttention's permute(2, 0, 1, 3); the GPU's kernel stores through
- * the same strides, but test-cuda has not run that form yet). Its output is laid out in the reader's
+ * any permute (nn.MultiheadAttention's permute(2, 0, 1, 3)); both targets' kernels store through the
+ * output's strides (row, head, batch), D contiguous. Its output is laid out in the reader's
  * order (*perm: dim i of the reader's output is dim perm[i] of the attention's), so that the
  * permuted value is contiguous and the reshape after it a view, not a copy. */
 bool sched_attention_order(const Schedule *s, const Node *n, int perm[4]) {
@@ -368,7 +368,7 @@ bool sched_attention_order(const Schedule *s, const Node *n, int perm[4]) {
     return true;
   }
   const Arg *dims = rw_arg(u, "dims");
-  if (s->g->ctx->cuda || strcmp(u->op->name, "permute") || !dims || dims->k != AK_INTS || dims->n != 4) return false;
+  if (strcmp(u->op->name, "permute") || !dims || dims->k != AK_INTS || dims->n != 4) return false;
   bool seen[4] = {false}, moved = false;
   for (int i = 0; i < 4; i++) {
     int64_t d;

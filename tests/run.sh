@@ -526,10 +526,14 @@ if grep -q "f32_gelu_erf_f(a" "$TMP/bt_src/model.c" && "$GG" compile $M/mlp/mode
 if grep -q "gg_rt_attention(0, &a, q + " "$TMP/bt_src/model.c" && ! grep -q "node scaled_dot_product_attention.*softmax\|(torch.ops.aten.softmax" "$TMP/bt_src/model.c" &&
    ! grep -q "copy.*node transpose" "$TMP/bt_src/model.c"; then ok; else no "bert_tiny's attention is not the fused CPU kernel"; fi
 # nn.MultiheadAttention's permute(2, 0, 1, 3) after the fused attention (vit_tiny): the attention writes
-# its output in that order, so the view before the out-projection is no copy (compile_case checks the answers)
+# its output in that order, so the view before the out-projection is no copy, on both targets
+# (compile_case checks the answers; make test-cuda on the GPU)
 "$GG" compile $M/vit_tiny/model.pt2 -S -o "$TMP/vt_src" >/dev/null 2>&1
 got="$(grep -c 'attention (fused, float32): node' "$TMP/vt_src/model.c")|$(grep -c 'copy: node view' "$TMP/vt_src/model.c")"
 if [ "$got" = "2|0" ]; then ok; else no "vit_tiny on the CPU: $got fused attentions|copies of the view after them, expected 2|0"; fi
+"$GG" compile $M/vit_tiny/model.pt2 --target cuda -S -o "$TMP/vt_cu" >/dev/null 2>&1
+got="$(grep -c 'attention (fused, float32): node' "$TMP/vt_cu/model.c")|$(grep -c 'copy: node view' "$TMP/vt_cu/model.c")"
+if [ "$got" = "2|0" ]; then ok; else no "vit_tiny on the GPU: $got fused attentions|copies of the view after them, expected 2|0"; fi
 # attention written out as its pieces (tests/extra/attention_written: matmul with k transposed, a
 # division or multiplication by a number or none, a float mask added either way round, softmax,
 # matmul) becomes one fused attention, three times; the fourth, whose scores are also summed, stays
