@@ -60,7 +60,10 @@ void gg_rt_epi_pass(const gg_epi *ep, void *y, size_t esize, int64_t n) {
  * last panel of at most 16 columns). Padding rows and columns are zeros. A micro-tile of mr x PK_NR
  * outputs lives in 16 or 28 zmm registers; the loops over it follow BLIS: for each PK_KC slice of K,
  * each B panel (its slice in L1) against every A panel of the tile (their slices in L2). The taller
- * tile loads B once per 14 rows instead of 8: on the 16-core Xeon host, products of BERT's shapes ran
+ * tile loads B once per 14 rows instead of 8. No software prefetch: fetching the next slice of B
+ * into L2 took products with their weights from memory 8-14% faster on the 2-core VM and halved every
+ * product on the 16-core host, where each prefetch instruction costs ~25 cycles, cached or not
+ * (session 57, docs/BENCHMARKS.md). The taller tile: on the 16-core Xeon host, products of BERT's shapes ran
  * 25% faster on one thread, 4-8% on 2 and 16 (medians of 5 rounds, session 44); a short A keeps 8
  * rows, whose padding wastes less. */
 #define PK_MR 14   /* the most rows of a panel of A */
