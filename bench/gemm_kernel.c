@@ -4,8 +4,9 @@
  * BERT-base and GPT-2 (A packed per call, the weight packed once, as a compiled model does) and 3x3
  * and 1x1 convolutions of ResNet-50 at batch 8 (A read in place from the padded channels-last image, as
  * gg_rt_conv_nhwc_f32 does). Each line: the shape, the rows of A's panels, GFLOP/s (best of 5, at
- * OMP_NUM_THREADS; linears also with their weight coming from memory, as in a model), the largest difference from a float64 product at sampled outputs. Compare with
- * PyTorch's torch.mm at the same threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
+ * OMP_NUM_THREADS; linears also with their weight coming from memory, as in a model), the largest
+ * difference from a float64 product at sampled outputs. Compare with PyTorch's torch.mm at the same
+ * threads (bench/cpu_ceiling.py gives its 2048^3 rate) in the same run.
  * The runtime's tuning knobs are -D flags (PK_KC, PK_TALL_MIN, PK_TILES_PER_THREAD, PK_TILE_ROWS,
  * PK_TILE_ROWS_MANY, PK_MANY_THREADS, PK_TILE_PANELS; a compiled model takes them in
  * --cflags, which is how they were chosen: in the model, on the 16-core host):
