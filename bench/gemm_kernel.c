@@ -148,6 +148,7 @@ static void hlinear(int64_t M, int64_t N, int64_t K) {
 }
 
 int main(void) {
+  (void)amx_rows_gemm;   /* the convolutions' AMX path, for gg_rt_conv.c (not included here) */
   /* bfloat16 (gg_rt_hgemm; any x86-64): BERT-base at batch 4, sequence 128, and GPT-2 at 4 x 256 */
   hlinear(512, 768, 768);
   hlinear(512, 3072, 768);

@@ -3,7 +3,8 @@
 # carries, at most 64 MiB counted in 1 KiB blocks, and the tracked tree alone is near that (many small
 # files). This moves the largest test models out to /tmp/gg-aside until the tree and CARRY (default
 # .dev) fit in 62 MiB, and lists them; `tools/aside.sh restore` puts them back. Their cases fail in
-# make test-cuda by name ("cannot open"). Run in the checkout's root.
+# make test-cuda by name ("cannot open"). Run in the checkout's root. Until the restore, commit named
+# paths: `git commit -a` would record the models' deletion.
 set -eu
 A=/tmp/gg-aside
 if [ "${1:-}" = restore ]; then
