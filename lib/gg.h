@@ -312,6 +312,9 @@ bool layout_reshape_strides(Arena *a, const Layout *l, int rank, const Expr *con
 enum { VIEW_ALIAS = 0, VIEW_COPY = 1 };
 int view_layouts(struct Graph *g, const struct Node *n, const Layout *in, Layout *outs);
 bool view_is_reshape(const struct OpDef *op);
+/* n permutes the dims of its rank-`rank` input (permute, transpose, t, movedim): *perm, dim i of its
+ * output is dim perm[i] of the input */
+bool view_perm(const struct Node *n, int rank, int *perm);
 int64_t node_int_arg(const struct Node *n, const char *name, int64_t dflt);   /* a static int argument, else dflt */
 int dim_wrap(int64_t d, int rank);              /* a negative dim counted from the end */
 int64_t const_numel(const Value *v);            /* elements at static sizes; -1 when symbolic */

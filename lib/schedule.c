@@ -348,10 +348,10 @@ static void epilogue(Schedule *s, Node *n) {
 }
 
 /* A fused attention (kept whole for the target's kernel) of rank 4 and static sizes whose only reader
- * permutes it keeping D last: transpose(1, 2), as every transformer does before merging the heads, or
- * any permute (nn.MultiheadAttention's permute(2, 0, 1, 3)); both targets' kernels store through the
- * output's strides (row, head, batch), D contiguous. Its output is laid out in the reader's
- * order (*perm: dim i of the reader's output is dim perm[i] of the attention's), so that the
+ * permutes it keeping D last (view_perm): transpose(1, 2), as every transformer does before merging
+ * the heads, nn.MultiheadAttention's permute(2, 0, 1, 3), any other; both targets' kernels store
+ * through the output's strides (row, head, batch), D contiguous. Its output is laid out in the
+ * reader's order (*perm: dim i of the reader's output is dim perm[i] of the attention's), so that the
  * permuted value is contiguous and the reshape after it a view, not a copy. */
 bool sched_attention_order(const Schedule *s, const Node *n, int perm[4]) {
   if (!n->op || strcmp(n->op->name, "scaled_dot_product_attention") || n->nouts != 1 || n->outs[0]->rank != 4) return false;
@@ -360,21 +360,9 @@ bool sched_attention_order(const Schedule *s, const Node *n, int perm[4]) {
   int64_t k;
   for (int d = 0; d < 4; d++)
     if (!expr_is_const(y->sizes[d], &k)) return false;
-  if (s->uses[y->id] != 1 || !u || !u->op) return false;
-  if (!strcmp(u->op->name, "transpose.int")) {
-    int d0 = dim_wrap(node_int_arg(u, "dim0", 0), 4), d1 = dim_wrap(node_int_arg(u, "dim1", 0), 4);
-    if (!((d0 == 1 && d1 == 2) || (d0 == 2 && d1 == 1))) return false;
-    perm[0] = 0, perm[1] = 2, perm[2] = 1, perm[3] = 3;
-    return true;
-  }
-  const Arg *dims = rw_arg(u, "dims");
-  if (strcmp(u->op->name, "permute") || !dims || dims->k != AK_INTS || dims->n != 4) return false;
-  bool seen[4] = {false}, moved = false;
-  for (int i = 0; i < 4; i++) {
-    int64_t d;
-    if (!expr_is_const(dims->u.is[i], &d) || (d = dim_wrap(d, 4)) < 0 || d > 3 || seen[d]) return false;
-    seen[d] = true, perm[i] = (int)d, moved |= d != i;
-  }
+  if (s->uses[y->id] != 1 || !u || !view_perm(u, 4, perm)) return false;
+  bool moved = false;
+  for (int i = 0; i < 4; i++) moved |= perm[i] != i;
   return perm[3] == 3 && moved;
 }
 

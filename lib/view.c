@@ -120,6 +120,25 @@ int64_t const_numel(const Value *v) {
 
 int dim_wrap(int64_t d, int rank) { int r = rank ? rank : 1; return (int)(d < 0 ? d + r : d); }
 
+bool view_perm(const Node *n, int rank, int *perm) {
+  const char *name = n->op ? n->op->name : "";
+  if (strcmp(name, "permute") && strcmp(name, "transpose.int") && strcmp(name, "t") && strcmp(name, "movedim.int")) return false;
+  for (int d = 0; d < rank; d++) perm[d] = d;
+  if (!strcmp(name, "permute")) {
+    const Arg *p = &n->args[1];
+    for (int i = 0; i < p->n && i < rank; i++) { int64_t d = i; expr_is_const(p->u.is[i], &d); perm[i] = dim_wrap(d, rank); }
+  } else if (!strcmp(name, "movedim.int")) {
+    int src = dim_wrap(node_int_arg(n, "source", 0), rank), dst = dim_wrap(node_int_arg(n, "destination", 0), rank), k = 0;
+    for (int d = 0; d < rank; d++) { if (k == dst) perm[k++] = src; if (d != src) perm[k++] = d; }
+    if (k == dst) perm[k++] = src;
+  } else if (rank >= 2) {
+    int p0 = !strcmp(name, "t") ? 0 : dim_wrap(node_int_arg(n, "dim0", 0), rank), p1 = !strcmp(name, "t") ? 1 : dim_wrap(node_int_arg(n, "dim1", 1), rank);
+    perm[p0] = p1;
+    perm[p1] = p0;
+  }
+  return true;
+}
+
 bool view_is_reshape(const OpDef *op) {
   const char *s = op->name;
   return !strcmp(s, "view") || !strcmp(s, "_unsafe_view") || !strcmp(s, "reshape") || !strncmp(s, "flatten", 7) || !strncmp(s, "unflatten", 9);
@@ -178,21 +197,8 @@ int view_layouts(Graph *g, const Node *n, const Layout *t, Layout *outs) {
     return VIEW_ALIAS;
   }
   if (!strcmp(name, "contiguous") && !layout_is_contiguous(g, a, t)) return VIEW_COPY;
-  if (!strcmp(name, "permute") || !strcmp(name, "transpose.int") || !strcmp(name, "t") || !strcmp(name, "movedim.int")) {
-    int perm[R];
-    for (int d = 0; d < t->rank; d++) perm[d] = d;
-    if (!strcmp(name, "permute")) {
-      const Arg *p = &n->args[1];
-      for (int i = 0; i < p->n; i++) { int64_t d; expr_is_const(p->u.is[i], &d); perm[i] = dim_wrap(d, t->rank); }
-    } else if (!strcmp(name, "movedim.int")) {
-      int src = dim_wrap(node_int_arg(n, "source", 0), t->rank), dst = dim_wrap(node_int_arg(n, "destination", 0), t->rank), k = 0;
-      for (int d = 0; d < t->rank; d++) { if (k == dst) perm[k++] = src; if (d != src) perm[k++] = d; }
-      if (k == dst) perm[k++] = src;
-    } else if (t->rank >= 2) {
-      int p0 = !strcmp(name, "t") ? 0 : dim_wrap(node_int_arg(n, "dim0", 0), t->rank), p1 = !strcmp(name, "t") ? 1 : dim_wrap(node_int_arg(n, "dim1", 1), t->rank);
-      perm[p0] = p1;
-      perm[p1] = p0;
-    }
+  int perm[R];
+  if (view_perm(n, t->rank, perm)) {
     for (int d = 0; d < t->rank; d++) { v.sizes[d] = t->sizes[perm[d]]; v.strides[d] = t->strides[perm[d]]; }
   } else if (!strcmp(name, "unsqueeze")) {
     int64_t d = node_int_arg(n, "dim", 0);

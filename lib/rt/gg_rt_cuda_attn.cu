@@ -92,12 +92,12 @@ static __device__ __forceinline__ uint32_t att_pair(const uint16_t *row, bool in
 /* a lane's m16n8k16 operand fragment f[4] for columns 16 c on of rows r0 and r1 (of n) of a matrix at
  * x with rows ld apart, loaded pair by pair from memory (t: the lane's index in its quad). A macro: as
  * a function it compiled the kernels differently (a cubin 15 KB smaller, untimed) */
-#define ATT_FRAG(f, x, ld, r0, r1, n)                                    \
-  do {                                                                   \
-    (f)[0] = att_pair((x) + (r0) * (ld) + c * 16 + 2 * t, (r0) < (n));     \
-    (f)[1] = att_pair((x) + (r1) * (ld) + c * 16 + 2 * t, (r1) < (n));     \
-    (f)[2] = att_pair((x) + (r0) * (ld) + c * 16 + 8 + 2 * t, (r0) < (n)); \
-    (f)[3] = att_pair((x) + (r1) * (ld) + c * 16 + 8 + 2 * t, (r1) < (n)); \
+#define ATT_FRAG(f, x, ld, r0, r1, n, c, t)                                      \
+  do {                                                                           \
+    (f)[0] = att_pair((x) + (r0) * (ld) + (c) * 16 + 2 * (t), (r0) < (n));       \
+    (f)[1] = att_pair((x) + (r1) * (ld) + (c) * 16 + 2 * (t), (r1) < (n));       \
+    (f)[2] = att_pair((x) + (r0) * (ld) + (c) * 16 + 8 + 2 * (t), (r0) < (n));   \
+    (f)[3] = att_pair((x) + (r1) * (ld) + (c) * 16 + 8 + 2 * (t), (r1) < (n));   \
   } while (0)
 
 /* a barrier of the 128 threads of group g (named barrier 1 + g; 0 is __syncthreads') */
@@ -156,7 +156,7 @@ template <int DT, int D, int KS> __global__ void __launch_bounds__(128 * KS, D <
     att_cp_commit();
   } else {
 #pragma unroll
-    for (int c = 0; c < D / 16; c++) ATT_FRAG(qa[c], Q, a.qs[2], r0, r1, a.L);
+    for (int c = 0; c < D / 16; c++) ATT_FRAG(qa[c], Q, a.qs[2], r0, r1, a.L, c, t);
   }
   float o[D / 8][4];
 #pragma unroll
@@ -669,8 +669,8 @@ template <int DT, int D> __global__ void __launch_bounds__(128) attention_bwd_tc
   } else {
 #pragma unroll
     for (int c = 0; c < D / 16; c++) {
-      ATT_FRAG(ka[c], K, a.ks[2], c0, c1, a.S);
-      ATT_FRAG(va[c], V, a.vs[2], c0, c1, a.S);
+      ATT_FRAG(ka[c], K, a.ks[2], c0, c1, a.S, c, t);
+      ATT_FRAG(va[c], V, a.vs[2], c0, c1, a.S, c, t);
     }
     for (int i = threadIdx.x; i < GG_ATB_BN * D; i += blockDim.x) {
       const int j = i / D, e = i % D;
