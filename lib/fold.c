@@ -115,8 +115,9 @@ static bool plain_conv(const Graph *g, const Node *c, bool exact, bool cl) {
    * bfloat16 convolution's epilogue. The CPU's float16 convolutions, and its bfloat16 ones that run in
    * float32 between casts (not channels-last: `cl` false, or a layout_cpu_bf16_conv refusal), keep the
    * norm exact, as does `exact` (golden's check that every rewrite keeps values). */
+  if (!conv || !w) return false;   /* (a batch norm after a cat: DenseNet's) */
   bool half_ok = !exact && (g->ctx->cuda || (w->dtype == DT_BF16 && cl && layout_cpu_bf16_conv(g, c)));
-  return conv && w && (w->dtype == DT_F32 || w->dtype == DT_F64 || half_ok) && const_weight(g, w) && (!b || const_weight(g, b)) && w->rank >= 3;
+  return (w->dtype == DT_F32 || w->dtype == DT_F64 || half_ok) && const_weight(g, w) && (!b || const_weight(g, b)) && w->rank >= 3;
 }
 
 /* bn reads only a convolution's output, which nothing else reads: the convolution to fold into */

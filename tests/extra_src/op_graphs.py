@@ -937,6 +937,57 @@ def attention_written():   # attention written out as its pieces (matmul, k tran
 
 
 @case
+def bn_after_cat():   # batch norm in evaluation after a cat of two tensors (DenseNet's norm1): fold.c looks for a convolution
+    # to fold the norm into and finds a cat (compile crashed here on the CPU before the fix)
+    x, y = torch.randn(2, 3, 4, 4), torch.randn(2, 5, 4, 4)
+    g = Graph("bn_after_cat", x=x, y=y, w=torch.rand(8) + 0.5, b=torch.randn(8), rm=torch.randn(8), rv=torch.rand(8) + 0.5)
+    c = g.node("cat.default", [("tensors", [g.node("mul.Tensor", [("self", Ref("x")), ("other", 2.0)], torch.mul, out=False), Ref("y")]), ("dim", 1)],
+               lambda ts, d: torch.cat(ts, d), out=False)
+    bn = lambda x, w, b, rm, rv, mom, eps: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, False, mom, eps)
+    o = g.multi("_native_batch_norm_legit_no_training.default", [("input", c), ("weight", Ref("w")), ("bias", Ref("b")), ("running_mean", Ref("rm")),
+                                                                 ("running_var", Ref("rv")), ("momentum", 0.1), ("eps", 1e-5)], bn, 3, [])
+    g.node("relu.default", [("self", o[0])], torch.relu)
+    return g
+
+
+@case
+def view_chains():   # chains of views that copy as written and compose into a view of their source (decompose.c's compose_view_chains):
+    # nn.MultiheadAttention's in-projection (unflatten, unsqueeze, transpose, squeeze, contiguous, select, view, transpose, view) into
+    # attention, a select across two merged dims (negative index too), a merge undone later, an output, a graph input as the source,
+    # size-1 dims; and chains that stay as written (the merge of dims apart in the source, a last dim not the source's last)
+    x, y, z, u = torch.randn(9, 2, 192), torch.randn(4, 6, 8), torch.randn(2, 12, 5), torch.randn(6, 4)
+    w = torch.randn(1, 6, 4)
+    g = Graph("view_chains", x=x, y=y, z=z, u=u, w=w)
+    def n(target, t, *args, out=False):
+        names = {"unflatten.int": ("dim", "sizes"), "unsqueeze.default": ("dim",), "transpose.int": ("dim0", "dim1"), "squeeze.dim": ("dim",),
+                 "contiguous.default": (), "select.int": ("dim", "index"), "view.default": ("size",), "reshape.default": ("shape",),
+                 "permute.default": ("dims",)}[target]
+        fns = {"unflatten.int": lambda a, d, sz: a.unflatten(d, sz), "unsqueeze.default": torch.unsqueeze, "transpose.int": torch.transpose,
+               "squeeze.dim": torch.squeeze, "contiguous.default": lambda a: a.contiguous(), "select.int": torch.select,
+               "view.default": lambda a, sz: a.view(sz), "reshape.default": torch.reshape, "permute.default": torch.permute}
+        return g.node(target, [("self", t)] + list(zip(names, args)), fns[target], out=out)
+    def pw(op, t, k, out=True):
+        return g.node(op, [("self", t), ("other", k)], {"mul.Tensor": torch.mul, "add.Tensor": torch.add}[op], out=out)
+    p = pw("mul.Tensor", Ref("x"), 1.5, out=False)                                            # [L 9, N 2, 3 E 192]
+    c = n("contiguous.default", n("squeeze.dim", n("transpose.int", n("unsqueeze.default", n("unflatten.int", p, -1, [3, 64]), 0), 0, -2), -2))
+    qkv = [n("view.default", n("transpose.int", n("view.default", n("select.int", c, 0, i), [9, 4, 32]), 0, 1), [2, 2, 9, 32]) for i in range(3)]
+    g.node("scaled_dot_product_attention.default", [("query", qkv[0]), ("key", qkv[1]), ("value", qkv[2])], lambda q, k, v: _sdpa(q, k, v))
+    r = n("reshape.default", n("permute.default", pw("mul.Tensor", Ref("y"), 2.0, out=False), [1, 0, 2]), [24, 8])   # [6, 4] merged
+    pw("add.Tensor", n("select.int", r, 0, 13), 1.0)                                          # y[1, 3]
+    pw("add.Tensor", n("select.int", r, 0, -1), 1.0)                                          # y[3, 5]
+    zz = pw("mul.Tensor", Ref("z"), 3.0, out=False)
+    m = n("view.default", n("reshape.default", n("permute.default", zz, [1, 0, 2]), [24, 5]), [12, 2, 5])
+    pw("add.Tensor", n("reshape.default", n("permute.default", m, [1, 0, 2]), [2, 60]), 1.0)   # z viewed [2, 60] in the end
+    n("transpose.int", n("contiguous.default", n("transpose.int", zz, 0, 1)), 0, 1, out=True)  # an output: zz again
+    pw("add.Tensor", n("select.int", n("contiguous.default", n("transpose.int", n("view.default", Ref("u"), [2, 3, 4]), 0, 1)), 0, 2), 1.0)
+    ww = pw("mul.Tensor", Ref("w"), 0.5, out=False)
+    pw("add.Tensor", n("unsqueeze.default", n("transpose.int", n("contiguous.default", n("transpose.int", ww, 1, 2)), 1, 2), 2), 1.0)
+    pw("add.Tensor", n("view.default", n("contiguous.default", n("permute.default", n("view.default", zz, [2, 3, 4, 5]), [0, 2, 1, 3])), [2, 4, 15]), 1.0)
+    pw("add.Tensor", n("contiguous.default", n("transpose.int", zz, 1, 2)), 1.0)              # the last dim moved: stays a copy
+    return g
+
+
+@case
 def random_ops():   # rand, randn, rand_like, randperm, dropout in training: tests/random_ops.py checks their statistics, not these values
     x = torch.randn(128, 96)
     g = Graph("random_ops", x=x)
