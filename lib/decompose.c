@@ -1969,12 +1969,215 @@ static int attention_from_primitives(Graph *g) {
   return changed;
 }
 
+/* A step of a chain of views (compose_view_chains): a reshape (view, reshape, flatten, unflatten,
+ * squeeze, unsqueeze), a permutation, a select of a number, or contiguous (the same values), of
+ * static sizes */
+static bool chain_step(const Node *n) {
+  static const char *const steps[] = {"squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze", "select.int", "contiguous", "alias"};
+  if (!n || !n->op || n->op->emit != emit_view || n->nouts != 1 || n->args[0].k != AK_TENSOR || !n->args[0].u.t) return false;
+  bool ok = view_is_reshape(n->op) || !strcmp(n->op->name, "permute") || !strcmp(n->op->name, "transpose.int") || !strcmp(n->op->name, "t") ||
+            !strcmp(n->op->name, "movedim.int");
+  for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) ok |= !strcmp(n->op->name, steps[i]);
+  int64_t v;
+  if (!ok || const_numel(n->outs[0]) <= 0) return false;
+  return strcmp(n->op->name, "select.int") || expr_is_const(rw_arg(n, "index")->u.i, &v);
+}
+
+/* The atoms of a chain: its source's dims split into the pieces every reshape of the chain keeps
+ * whole. src lists them in the source's order (major first); the chain's current dims each hold a
+ * run of them (dim[d][0 .. dn[d])); a selected atom is in no dim and holds its index. */
+#define CH_ATOMS 32
+typedef struct Atoms {
+  int64_t size[CH_ATOMS], at[CH_ATOMS];   /* at: the selected index, -1 for a free atom */
+  int src[CH_ATOMS], ns, na;
+  int dim[GG_MAX_RANK][CH_ATOMS], dn[GG_MAX_RANK], rank;
+} Atoms;
+
+static void ins_after(int *list, int *n, int after, int x) {
+  int i = 0;
+  while (i < *n && list[i] != after) i++;
+  memmove(list + i + 2, list + i + 1, sizeof *list * (size_t)(*n - i - 1));
+  list[i + 1] = x;
+  (*n)++;
+}
+
+/* atom a split in two, f its major part's size; the minor part follows it everywhere */
+static int atom_split(Atoms *s, int a, int64_t f) {
+  if (s->na == CH_ATOMS) return -1;
+  int b = s->na++;
+  s->size[b] = s->size[a] / f, s->at[b] = -1, s->size[a] = f;
+  ins_after(s->src, &s->ns, a, b);
+  for (int d = 0; d < s->rank; d++)
+    for (int i = 0; i < s->dn[d]; i++)
+      if (s->dim[d][i] == a) { ins_after(s->dim[d], &s->dn[d], a, b); return b; }
+  return b;
+}
+
+/* the chain's tensor reshaped to sizes (each of its atoms kept, or split where a new dim ends inside it) */
+static bool atoms_reshape(Atoms *s, int rank, const int64_t *sizes) {
+  int seq[CH_ATOMS], n = 0, pos = 0;
+  for (int d = 0; d < s->rank; d++)
+    for (int i = 0; i < s->dn[d]; i++) seq[n++] = s->dim[d][i];
+  int nd[GG_MAX_RANK][CH_ATOMS], nn[GG_MAX_RANK];
+  for (int d = 0; d < rank; d++) {
+    int64_t want = sizes[d], prod = 1;
+    nn[d] = 0;
+    while (prod < want) {
+      if (pos == n) return false;
+      int a = seq[pos];
+      if (want % (prod * s->size[a]) == 0) prod *= s->size[a];
+      else {   /* the dim ends inside atom a: a splits there */
+        int64_t f = want / prod;
+        if (want % prod || s->size[a] % f || f < 2) return false;
+        int b = atom_split(s, a, f);
+        if (b < 0) return false;
+        memmove(seq + pos + 2, seq + pos + 1, sizeof *seq * (size_t)(n - pos - 1));
+        seq[pos + 1] = b;
+        n++;
+        prod = want;
+      }
+      nd[d][nn[d]++] = a;
+      pos++;
+    }
+    if (prod != want) return false;
+  }
+  if (pos != n) return false;
+  s->rank = rank;
+  for (int d = 0; d < rank; d++) {
+    s->dn[d] = nn[d];
+    memcpy(s->dim[d], nd[d], sizeof *nd[d] * (size_t)nn[d]);
+  }
+  return true;
+}
+
+/* step n applied to the chain's atoms */
+static bool atoms_step(Atoms *s, const Node *n) {
+  const Value *y = n->outs[0];
+  int perm[GG_MAX_RANK];
+  if (!strcmp(n->op->name, "contiguous") || !strcmp(n->op->name, "alias")) return true;
+  if (view_perm(n, s->rank, perm)) {
+    Atoms t = *s;
+    for (int d = 0; d < s->rank; d++) {
+      s->dn[d] = t.dn[perm[d]];
+      memcpy(s->dim[d], t.dim[perm[d]], sizeof *t.dim[d] * (size_t)t.dn[perm[d]]);
+    }
+    return true;
+  }
+  if (!strcmp(n->op->name, "select.int")) {
+    int d = dim_wrap(node_int_arg(n, "dim", 0), s->rank);
+    int64_t ix, len = 1;
+    expr_is_const(rw_arg(n, "index")->u.i, &ix);
+    for (int i = 0; i < s->dn[d]; i++) len *= s->size[s->dim[d][i]];
+    if (ix < 0) ix += len;
+    if (ix < 0 || ix >= len) return false;
+    for (int i = s->dn[d] - 1; i >= 0; i--) {   /* the index in the dim's atoms, minor first */
+      int a = s->dim[d][i];
+      s->at[a] = ix % s->size[a];
+      ix /= s->size[a];
+    }
+    for (int k = d; k < s->rank - 1; k++) {
+      s->dn[k] = s->dn[k + 1];
+      memcpy(s->dim[k], s->dim[k + 1], sizeof *s->dim[k] * (size_t)s->dn[k + 1]);
+    }
+    s->rank--;
+    return true;
+  }
+  int64_t sizes[GG_MAX_RANK];
+  for (int d = 0; d < y->rank; d++) expr_is_const(y->sizes[d], &sizes[d]);
+  return atoms_reshape(s, y->rank, sizes);
+}
+
+/* Chains of views composed (inference). The views between a computed value S and a value E that
+ * something else reads may copy on the way where a view of S gives E: torchvision's
+ * nn.MultiheadAttention copies its [L, N, 3 * E] in-projection to [3, L, N, E] (contiguous), selects
+ * each of q, k and v and views it [L, N * H, D] (no strides of the projection describe that), then
+ * [N, H, L, D] (some do). E is then derived from S directly: S's dims split into the pieces every
+ * reshape of the chain keeps whole ("atoms"), S viewed as its atoms, the selected atoms selected, the
+ * rest permuted into E's order and reshaped to E's sizes. Done where that is a view, with E's last
+ * dim S's last (each of E's dims atoms next to each other in S, in S's order), and the chain as
+ * written copies (view_layouts from S contiguous): one copy less, and E's readers read S in place. */
+static int compose_view_chains(Graph *g) {
+  Arena *a = g->ctx->arena;
+  bool *other = arena_array(a, (size_t)g->nvalues + 1, sizeof *other);   /* read by a node that is no chain step, or an output */
+  for (int k = 0; k < g->nnodes; k++)
+    if (!chain_step(g->nodes[k])) FOR_TENSOR_ARGS(g->nodes[k], v, { other[v->id] = true; })
+  for (int i = 0; i < g->noutputs; i++) other[g->outputs[i].v->id] = true;
+  Rw r = {.g = g, .tag = "chain"};
+  int composed = 0;
+  for (int k = 0; k < g->nnodes; k++) {
+    Node *e = g->nodes[k], *steps[64];
+    int ns = 0;
+    if (!chain_step(e) || !other[e->outs[0]->id]) { rw_push(&r, e); continue; }
+    Value *S = e->outs[0];
+    while (ns < 64 && chain_step(S->def)) steps[ns++] = S->def, S = S->def->args[0].u.t;
+    bool copies = false, ok = ns >= 2 && !chain_step(S->def) && (!S->def || S->def->op->emit != emit_view) && const_numel(S) > 0;
+    Layout l;
+    if (ok) layout_contiguous(a, &l, S->rank, S->sizes);
+    for (int i = ns - 1; ok && i >= 0; i--) {   /* the chain as written */
+      Layout o;
+      int rc = view_layouts(g, steps[i], &l, &o);
+      if (rc < 0) return -1;
+      if (rc == VIEW_COPY) layout_contiguous(a, &o, steps[i]->outs[0]->rank, steps[i]->outs[0]->sizes), copies = true;
+      l = o;
+    }
+    Atoms s = {.rank = 0};
+    for (int d = 0; ok && copies && d < S->rank; d++) {   /* S's atoms: its dims (those of size 1 left out) */
+      int64_t v;
+      expr_is_const(S->sizes[d], &v);
+      s.dn[s.rank] = 0;
+      if (v != 1) s.size[s.na] = v, s.at[s.na] = -1, s.src[s.ns++] = s.na, s.dim[s.rank][s.dn[s.rank]++] = s.na, s.na++;
+      s.rank++;
+    }
+    for (int i = ns - 1; ok && copies && i >= 0; i--) ok = atoms_step(&s, steps[i]);
+    /* E a view of S: each dim's atoms next to each other in S, in order, and E's last dim ends with S's last atom */
+    int pos[CH_ATOMS];
+    for (int i = 0; i < s.ns; i++) pos[s.src[i]] = i;
+    ok = ok && copies && s.rank > 0 && s.dn[s.rank - 1] > 0 && s.ns <= GG_MAX_RANK &&
+         s.dim[s.rank - 1][s.dn[s.rank - 1] - 1] == s.src[s.ns - 1];
+    for (int d = 0; ok && d < s.rank; d++)
+      for (int i = 1; i < s.dn[d]; i++) ok &= pos[s.dim[d][i]] == pos[s.dim[d][i - 1]] + 1;
+    if (!ok) { rw_push(&r, e); continue; }
+    r.orig = e;
+    r.k = 0;
+    int64_t sz[GG_MAX_RANK], pm[GG_MAX_RANK];
+    for (int i = 0; i < s.ns; i++) sz[i] = s.size[s.src[i]];
+    bool same = s.ns == S->rank;
+    for (int i = 0; same && i < s.ns; i++) same = expr_is_const(S->sizes[i], &pm[0]) && pm[0] == sz[i];
+    int free[CH_ATOMS], nf = 0, m = 0, nsel = 0;
+    for (int i = 0; i < s.ns; i++)
+      if (s.at[s.src[i]] < 0) free[nf++] = s.src[i];
+      else nsel++;
+    for (int d = 0; d < s.rank; d++)
+      for (int i = 0; i < s.dn[d]; i++)
+        for (int j = 0; j < nf; j++)
+          if (free[j] == s.dim[d][i]) pm[m++] = j;
+    bool ident = true, direct = s.rank == nf;   /* direct: E's dims are the free atoms, one each (the last step writes E) */
+    for (int j = 0; j < nf; j++) ident &= pm[j] == j;
+    for (int d = 0; d < s.rank; d++) direct &= s.dn[d] == 1;
+    Value *y = e->outs[0], *x = same ? S : CALL(&r, direct && ident && !nsel ? y : NULL, "reshape", "self", T(S), "shape", INTS(&r, s.ns, sz));
+    for (int i = s.ns - 1; x && i >= 0; i--)
+      if (s.at[s.src[i]] >= 0)
+        x = CALL(&r, direct && ident && !--nsel ? y : NULL, "select.int", "self", T(x), "dim", INT(&r, i), "index", INT(&r, s.at[s.src[i]]));
+    if (x && !ident) x = CALL(&r, direct ? y : NULL, "permute", "self", T(x), "dims", INTS(&r, nf, pm));
+    if (x && x != y) x = CALL(&r, y, "reshape", "self", T(x), "shape", EXPRS(&r, y->rank, y->sizes));
+    if (!x) return -1;
+    gg_log(g->ctx, LOG_DECOMP, "node %s: its %d views from %s composed into one without a copy", gg_quote(g->ctx, e->name), ns, gg_quote(g->ctx, S->name));
+    composed++;
+  }
+  g->nodes = r.nodes;
+  g->nnodes = r.n;
+  g->cap_nodes = r.cap;
+  for (int k = 0; k < g->nnodes; k++) g->nodes[k]->id = k;
+  if (composed) graph_drop_dead(g, chain_step);
+  return 0;
+}
+
 int decompose(Graph *g, bool training, bool fold, bool cl) {
   if (!fold) fold_attention_inputs(g);   /* where weight folding did not run it (--train, weights kept outside): masks are constants, not weights */
   if (!training) attention_from_primitives(g);
   if (run_rules(g, training ? D_TRAINING : D_INFERENCE, fold, cl)) return -1;
   if (!training) skip_identities(g);
   if (training) return 0;
-  return sink_product_views(g) || (g->ctx->cuda && (casts_by_their_arithmetic(g) || (fold && wide_product_bias(g))));
+  return sink_product_views(g) || (g->ctx->cuda && (casts_by_their_arithmetic(g) || (fold && wide_product_bias(g)))) || compose_view_chains(g);
 }
 int decompose_after_autograd(Graph *g) { return run_rules(g, D_AFTER_AUTOGRAD, false, false); }

@@ -534,6 +534,16 @@ if [ "$got" = "2|0" ]; then ok; else no "vit_tiny on the CPU: $got fused attenti
 "$GG" compile $M/vit_tiny/model.pt2 --target cuda -S -o "$TMP/vt_cu" >/dev/null 2>&1
 got="$(grep -c 'attention (fused, float32): node' "$TMP/vt_cu/model.c")|$(grep -c 'copy: node view' "$TMP/vt_cu/model.c")"
 if [ "$got" = "2|0" ]; then ok; else no "vit_tiny on the GPU: $got fused attentions|copies of the view after them, expected 2|0"; fi
+# chains of views that copy as written but are a view of their source composed (decompose.c's
+# compose_view_chains): vit_tiny's in-projection (contiguous, then q, k and v viewed [L, N * H, D] and
+# [N, H, L, D]) read in place by its attentions, on both targets; tests/extra/view_chains' nine
+# chains that compose and three that stay (compile_case checks their answers)
+got="$(cat "$TMP/vt_src"/model.c* | grep -c 'copy: node contiguous')|$(cat "$TMP/vt_cu"/model.c* | grep -c 'copy: node contiguous')"
+if [ "$got" = "0|0" ]; then ok; else no "vit_tiny: $got copies of its in-projection (CPU|GPU), expected 0|0"; fi
+for t in cpu cuda; do
+  got=$(GCC_GRAPH_LOGS=decomp "$GG" compile tests/extra/view_chains/model.pt2 --target $t -S -o "$TMP/vc_$t" 2>&1 | grep -c "composed into one without a copy")
+  if [ "$got" = 9 ]; then ok; else no "view_chains --target $t: $got chains composed, expected 9"; fi
+done
 # attention written out as its pieces (tests/extra/attention_written: matmul with k transposed, a
 # division or multiplication by a number or none, a float mask added either way round, softmax,
 # matmul) becomes one fused attention, three times; the fourth, whose scores are also summed, stays
