@@ -6,6 +6,7 @@
  * symbolic. Names from the model reach the code only inside escaped string literals and sanitized
  * comments. Output is deterministic. */
 #include "emit.h"
+#include "rewrite.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -582,7 +583,32 @@ static bool picks_input(const Node *n) {
   return nt >= 1;
 }
 
+/* A float16/bfloat16 value computed inside the kernel of a reader whose result is a smooth function of
+ * it (arithmetic, powers, exponentials, the activations: no comparison, rounding to an integer, cast
+ * or choice by it) is read unrounded, as Inductor's kernels do: the result then differs from
+ * PyTorch's op-by-op roundings by less than one of them, and lies closer to float64's (the corpus
+ * rule). Where the reader is not smooth (floor(x * 3) in bfloat16, a comparison, a cast) the value
+ * is rounded as a stored tensor would be. GPT-2's bfloat16 GELU (eight nodes in one kernel):
+ * docs/BENCHMARKS.md, session 58. */
+static bool smooth_reader(const Node *n, const PwPlan *plan) {
+  static const char *const ops[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "rsub.Scalar", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
+                                    "tanh", "exp", "exp2", "expm1", "log", "log1p", "log2", "sigmoid", "erf", "gelu", "silu", "mish", "softplus",
+                                    "sqrt", "rsqrt", "reciprocal", "neg", "sin", "cos", "square", "elu", "hardswish", "hardsigmoid", "relu", NULL};
+  const Arg *m = rw_arg(n, "rounding_mode");
+  if (!plan->use_float || n->nouts != 1 || !dtype_is_float(n->outs[0]->dtype) || (m && m->k != AK_NONE)) return false;
+  for (int i = 0; ops[i]; i++)
+    if (!strcmp(ops[i], n->op->name)) return true;
+  return false;
+}
+
+static const char *fused_value_in(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact);
+
 const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
+  return fused_value_in(e, f, n, rank, sizes, P, as_float, true);
+}
+
+/* exact: n's value rounded to its dtype (else a float16/bfloat16 one is left in float: smooth_reader) */
+static const char *fused_value_in(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact) {
   if (n->op && n->op->emit == emit_cat) return fused_cat(e, f, n, rank, sizes, P, as_float);
   PwPlan plan;
   if (pw_plan(e->c, n, &plan)) return NULL;
@@ -611,7 +637,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
     }
     if (ops[j].t.deferred) {
       bool fl;
-      const char *v = fused_value(e, f, ops[j].t.deferred, rank, sizes, P, &fl);
+      const char *v = fused_value_in(e, f, ops[j].t.deferred, rank, sizes, P, &fl, !real_float || !smooth_reader(n, &plan));
       if (!v) return NULL;
       arg[j] = plan.use_float ? arena_printf(e->a, "(%s)%s", rt, v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
       continue;
@@ -629,7 +655,7 @@ const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *si
   /* round as storing and reloading a tensor of dt would */
   const char *val = arena_printf(e->a, "%s(a%d)", fn, id);
   bool out_float = dtype_is_float(dt);
-  if (real_float && (dt == DT_F32 || ((dt == DT_F16 || dt == DT_BF16) && picks_input(n)))) fprintf(f, "    const float r%d = %s;\n", id, val);   /* already of dt */
+  if (real_float && (dt == DT_F32 || ((dt == DT_F16 || dt == DT_BF16) && (picks_input(n) || !exact)))) fprintf(f, "    const float r%d = %s;\n", id, val);   /* already of dt, or read unrounded */
   else if (real_float && dt == DT_F16) fprintf(f, "    const float r%d = gg_h2f(gg_f2h(%s));\n", id, val);
   else if (real_float && dt == DT_BF16) fprintf(f, "    const float r%d = gg_bf2f(gg_f2bf(%s));\n", id, val);
   else if (dt == DT_F32) fprintf(f, "    const double r%d = (double)(float)%s;\n", id, val);

@@ -951,6 +951,24 @@ def bn_after_cat():   # batch norm in evaluation after a cat of two tensors (Den
 
 
 @case
+def bf16_unrounded():   # bfloat16 chains in one kernel (lib/emit.c's smooth_reader): GPT-2's tanh GELU, its intermediates read
+    # unrounded; a comparison reads its operand rounded as PyTorch's mul stored it (x * 3 == 1.515625 holds for x = 0.50390625 only then)
+    x = torch.randn(4, 96).to(torch.bfloat16)
+    x[0, 0] = 0.50390625
+    g = Graph("bf16_unrounded", x=x)
+    X = Ref("x")
+    def pw(op, t, k, fn, out=False):
+        return g.node(op, [("self", t), ("other", k)], fn, out=out)
+    a = pw("mul.Tensor", X, 0.5, torch.mul)
+    p = g.node("pow.Tensor_Scalar", [("self", X), ("exponent", 3.0)], torch.pow, out=False)
+    c = pw("add.Tensor", X, pw("mul.Tensor", p, 0.044715, torch.mul), torch.add)
+    t = g.node("tanh.default", [("self", pw("mul.Tensor", c, 0.7978845608028654, torch.mul))], torch.tanh, out=False)
+    pw("mul.Tensor", a, pw("add.Tensor", t, 1.0, torch.add), torch.mul, out=True)
+    g.node("eq.Scalar", [("self", pw("mul.Tensor", X, 3.0, torch.mul)), ("other", 1.515625)], torch.eq)
+    return g
+
+
+@case
 def view_chains():   # chains of views that copy as written and compose into a view of their source (decompose.c's compose_view_chains):
     # nn.MultiheadAttention's in-projection (unflatten, unsqueeze, transpose, squeeze, contiguous, select, view, transpose, view) into
     # attention, a select across two merged dims (negative index too), a merge undone later, an output, a graph input as the source,
