@@ -2141,8 +2141,11 @@ static int compose_view_chains(Graph *g) {
     r.k = 0;
     int64_t sz[GG_MAX_RANK], pm[GG_MAX_RANK];
     for (int i = 0; i < s.ns; i++) sz[i] = s.size[s.src[i]];
-    bool same = s.ns == S->rank;
-    for (int i = 0; same && i < s.ns; i++) same = expr_is_const(S->sizes[i], &pm[0]) && pm[0] == sz[i];
+    bool same = s.ns == S->rank;   /* S already of the atoms' sizes */
+    for (int i = 0; same && i < s.ns; i++) {
+      int64_t v;
+      same = expr_is_const(S->sizes[i], &v) && v == sz[i];
+    }
     int free[CH_ATOMS], nf = 0, m = 0, nsel = 0;
     for (int i = 0; i < s.ns; i++)
       if (s.at[s.src[i]] < 0) free[nf++] = s.src[i];

@@ -588,12 +588,13 @@ static bool picks_input(const Node *n) {
  * or choice by it) is read unrounded, as Inductor's kernels do: the result then differs from
  * PyTorch's op-by-op roundings by less than one of them, and lies closer to float64's (the corpus
  * rule). Where the reader is not smooth (floor(x * 3) in bfloat16, a comparison, a cast) the value
- * is rounded as a stored tensor would be. GPT-2's bfloat16 GELU (eight nodes in one kernel):
- * docs/BENCHMARKS.md, session 58. */
+ * is rounded as a stored tensor would be; so is the input of a node that passes it on (picks_input:
+ * ReLU, neg, abs, max, min leave their result unrounded, taking their input as rounded). GPT-2's
+ * bfloat16 GELU (eight nodes in one kernel): docs/BENCHMARKS.md, session 58. */
 static bool smooth_reader(const Node *n, const PwPlan *plan) {
   static const char *const ops[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "rsub.Scalar", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
                                     "tanh", "exp", "exp2", "expm1", "log", "log1p", "log2", "sigmoid", "erf", "gelu", "silu", "mish", "softplus",
-                                    "sqrt", "rsqrt", "reciprocal", "neg", "sin", "cos", "square", "elu", "hardswish", "hardsigmoid", "relu", NULL};
+                                    "sqrt", "rsqrt", "reciprocal", "sin", "cos", "square", "elu", "hardswish", "hardsigmoid", NULL};
   const Arg *m = rw_arg(n, "rounding_mode");
   if (!plan->use_float || n->nouts != 1 || !dtype_is_float(n->outs[0]->dtype) || (m && m->k != AK_NONE)) return false;
   for (int i = 0; ops[i]; i++)

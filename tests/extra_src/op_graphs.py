@@ -952,7 +952,7 @@ def bn_after_cat():   # batch norm in evaluation after a cat of two tensors (Den
 
 @case
 def bf16_unrounded():   # bfloat16 chains in one kernel (lib/emit.c's smooth_reader): GPT-2's tanh GELU, its intermediates read
-    # unrounded; a comparison reads its operand rounded as PyTorch's mul stored it (x * 3 == 1.515625 holds for x = 0.50390625 only then)
+    # unrounded; a comparison reads its operand rounded as PyTorch's mul stored it (x * 3 == 1.515625 holds for x = 0.50390625 only then), through a ReLU or neg too
     x = torch.randn(4, 96).to(torch.bfloat16)
     x[0, 0] = 0.50390625
     g = Graph("bf16_unrounded", x=x)
@@ -965,6 +965,9 @@ def bf16_unrounded():   # bfloat16 chains in one kernel (lib/emit.c's smooth_rea
     t = g.node("tanh.default", [("self", pw("mul.Tensor", c, 0.7978845608028654, torch.mul))], torch.tanh, out=False)
     pw("mul.Tensor", a, pw("add.Tensor", t, 1.0, torch.add), torch.mul, out=True)
     g.node("eq.Scalar", [("self", pw("mul.Tensor", X, 3.0, torch.mul)), ("other", 1.515625)], torch.eq)
+    for op, k in (("relu.default", 1.515625), ("neg.default", -1.515625)):   # through a node that passes its input on
+        g.node("eq.Scalar", [("self", g.node(op, [("self", pw("mul.Tensor", X, 3.0, torch.mul))], getattr(torch, op.split(".")[0]), out=False)),
+                             ("other", k)], torch.eq)
     return g
 
 
