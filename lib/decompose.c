@@ -1754,13 +1754,15 @@ static int sink_product_views(Graph *g) {
 
 int emit_norm(struct Em *, struct Node *);
 
-/* a view that keeps every element once, in another shape or order */
+/* a view that keeps every element once, in another shape or order: a reshape, a permutation
+ * (view_perm), a squeeze or unsqueeze */
 static bool view_of_all(const Node *n) {
-  static const char *const perms[] = {"permute", "transpose.int", "t", "squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze"};
-  if (!n || !n->op || n->nouts != 1 || n->args[0].k != AK_TENSOR) return false;
-  if (view_is_reshape(n->op)) return true;
-  for (size_t i = 0; i < sizeof perms / sizeof *perms; i++)
-    if (!strcmp(n->op->name, perms[i])) return true;
+  static const char *const shapes[] = {"squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze"};
+  int perm[GG_MAX_RANK];
+  if (!n || !n->op || n->op->emit != emit_view || n->nouts != 1 || n->args[0].k != AK_TENSOR || !n->args[0].u.t) return false;
+  if (view_is_reshape(n->op) || view_perm(n, n->args[0].u.t->rank, perm)) return true;
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+    if (!strcmp(n->op->name, shapes[i])) return true;
   return false;
 }
 
@@ -1768,16 +1770,8 @@ static bool view_of_all(const Node *n) {
  * operand through it: one of its two last strides stays 1) */
 static bool keeps_last_dim(const Node *n) {
   const Value *x = n->args[0].u.t;
-  int last = x->rank - 1;
-  if (!strcmp(n->op->name, "t")) return x->rank < 2;
-  if (!strcmp(n->op->name, "transpose.int"))
-    return dim_wrap(node_int_arg(n, "dim0", 0), x->rank) != last && dim_wrap(node_int_arg(n, "dim1", 0), x->rank) != last;
-  if (!strcmp(n->op->name, "permute")) {
-    const Arg *d = rw_arg(n, "dims");
-    int64_t v;
-    return d && d->k == AK_INTS && d->n == x->rank && x->rank > 0 && expr_is_const(d->u.is[d->n - 1], &v) && dim_wrap(v, x->rank) == last;
-  }
-  return true;
+  int perm[GG_MAX_RANK];
+  return !view_perm(n, x->rank, perm) || x->rank < 1 || perm[x->rank - 1] == x->rank - 1;
 }
 
 /* view n taken of x instead (into: its output), a reshape for the reshapes (x's strides may not fit) */
@@ -1969,18 +1963,14 @@ static int attention_from_primitives(Graph *g) {
   return changed;
 }
 
-/* A step of a chain of views (compose_view_chains): a reshape (view, reshape, flatten, unflatten,
- * squeeze, unsqueeze), a permutation, a select of a number, or contiguous (the same values), of
- * static sizes */
+/* A step of a chain of views (compose_view_chains), of static sizes: view_of_all's, contiguous or
+ * alias (the same values), or a select of a number */
 static bool chain_step(const Node *n) {
-  static const char *const steps[] = {"squeeze", "squeeze.dim", "squeeze.dims", "unsqueeze", "select.int", "contiguous", "alias"};
-  if (!n || !n->op || n->op->emit != emit_view || n->nouts != 1 || n->args[0].k != AK_TENSOR || !n->args[0].u.t) return false;
-  bool ok = view_is_reshape(n->op) || !strcmp(n->op->name, "permute") || !strcmp(n->op->name, "transpose.int") || !strcmp(n->op->name, "t") ||
-            !strcmp(n->op->name, "movedim.int");
-  for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) ok |= !strcmp(n->op->name, steps[i]);
+  if (view_of_all(n)) return const_numel(n->outs[0]) > 0;
+  if (!n || !n->op || n->op->emit != emit_view || n->nouts != 1 || n->args[0].k != AK_TENSOR || !n->args[0].u.t || const_numel(n->outs[0]) <= 0) return false;
   int64_t v;
-  if (!ok || const_numel(n->outs[0]) <= 0) return false;
-  return strcmp(n->op->name, "select.int") || expr_is_const(rw_arg(n, "index")->u.i, &v);
+  const char *o = n->op->name;
+  return !strcmp(o, "contiguous") || !strcmp(o, "alias") || (!strcmp(o, "select.int") && expr_is_const(rw_arg(n, "index")->u.i, &v));
 }
 
 /* The atoms of a chain: its source's dims split into the pieces every reshape of the chain keeps

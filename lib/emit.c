@@ -506,7 +506,7 @@ static const char *fused_cat(Em *e, FILE *f, Node *n, int rank, const Expr *cons
     const char *v = NULL;
     bool xf = fl;
     if (!t) v = NULL;
-    else if (t->deferred) v = fused_value(e, f, t->deferred, rank, sizes, P, &xf);
+    else if (t->deferred) v = fused_value(e, f, t->deferred, rank, sizes, P, &xf, true);
     else v = load_operand(e, n, t, rank, sizes, P, fl, T, true);
     e->shift = saved;
     if (!v) { e->lin_index = lin; return NULL; }
@@ -564,8 +564,6 @@ static const char *load_operand(Em *e, Node *n, const TV *t, int rank, const Exp
   return v;
 }
 
-/* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
- * the C variable holding its value, already rounded to n's dtype as a stored tensor would be. */
 /* n's value is one of its inputs' values, or zero (or NaN), and every input has n's dtype: it needs
  * no rounding to that dtype (a 16-bit ReLU after a residual add: a third of the epilogue's work) */
 static bool picks_input(const Node *n) {
@@ -602,14 +600,11 @@ static bool smooth_reader(const Node *n, const PwPlan *plan) {
   return false;
 }
 
-static const char *fused_value_in(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact);
-
-const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float) {
-  return fused_value_in(e, f, n, rank, sizes, P, as_float, true);
-}
-
-/* exact: n's value rounded to its dtype (else a float16/bfloat16 one is left in float: smooth_reader) */
-static const char *fused_value_in(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact) {
+/* Emit the statements computing node n at the loop indices into the kernel body; returns the name of
+ * the C variable holding its value, rounded to n's dtype as a stored tensor would be where exact (a
+ * float16/bfloat16 value its reader is smooth in, or one the caller stores next, whose store rounds
+ * it, is left in float) */
+const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact) {
   if (n->op && n->op->emit == emit_cat) return fused_cat(e, f, n, rank, sizes, P, as_float);
   PwPlan plan;
   if (pw_plan(e->c, n, &plan)) return NULL;
@@ -638,7 +633,7 @@ static const char *fused_value_in(Em *e, FILE *f, Node *n, int rank, const Expr 
     }
     if (ops[j].t.deferred) {
       bool fl;
-      const char *v = fused_value_in(e, f, ops[j].t.deferred, rank, sizes, P, &fl, !real_float || !smooth_reader(n, &plan));
+      const char *v = fused_value(e, f, ops[j].t.deferred, rank, sizes, P, &fl, !real_float || !smooth_reader(n, &plan));
       if (!v) return NULL;
       arg[j] = plan.use_float ? arena_printf(e->a, "(%s)%s", rt, v) : fl ? arena_printf(e->a, "gg_d2i(%s)", v) : v;
       continue;
@@ -711,7 +706,7 @@ int emit_pointwise(Em *e, Node *n) {
     int V = vector_width(e, out);
     e->vec = V;
     if (V) e->vpre = open_memstream(&pre, &plen);
-    const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl);
+    const char *v = fused_value(e, bf, n, out->rank, out->sizes, &P, &fl, false);   /* the store rounds it */
     if (V) fclose(e->vpre);
     e->vec = 0;
     e->vpre = NULL;
@@ -876,7 +871,7 @@ int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body_out, const
   FILE *bf = open_memstream(&body, &blen);
   bool fl;
   Params P = {0};
-  const char *val = fused_value(e, bf, ep->chain[ep->n - 1], 1, &ne, &P, &fl);
+  const char *val = fused_value(e, bf, ep->chain[ep->n - 1], 1, &ne, &P, &fl, false);   /* stored: the store rounds it */
   fclose(bf);
   while (nsave--) e->tv[saved_v[nsave]->id] = saved[nsave];
   if (!val || P.n > EPI_MAX) {

@@ -227,7 +227,9 @@ void pointwise_kernel(Em *e, Node *n, const char *what, const TV *dst, Operand *
 void copy_kernel(Em *e, Node *n, const TV *dst, const TV *src);
 TV *contiguous_of(Em *e, Node *n, Value *v);
 int operands_of(Em *e, Node *n, Operand *ops, int *nops);
-const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float);
+/* node n's value at the loop indices (deferred operands inline): the C variable holding it, rounded to
+ * n's dtype where exact (a value stored next may skip that: the store rounds) */
+const char *fused_value(Em *e, FILE *f, Node *n, int rank, const Expr *const *sizes, Params *P, bool *as_float, bool exact);
 int epilogue_body(Em *e, Node *n, const TV *out, Epi *ep, char **body, const char **val, bool *fl);
 /* attention kept whole (emit_ops.c): its operands, the gg_attn the host function fills, its forward */
 typedef struct AttnIn { TV *t[3]; TV mb; bool masked; const Expr *bhls[4]; int64_t D; double scale; } AttnIn;

@@ -90,7 +90,7 @@ static int split_reduce(Em *e, Node *n, const TV *x, const TV *out, const int *k
     e->lin_index = "at";   /* operands laid out as the reduced value itself: loaded at its position */
     e->lin_layout = &x->l;
     bool fl;
-    fv = fused_value(e, bf, fused, x->rank, x->sizes, &FP, &fl);
+    fv = fused_value(e, bf, fused, x->rank, x->sizes, &FP, &fl, true);
     e->lin_index = NULL;
     e->lin_layout = NULL;
     fclose(bf);
