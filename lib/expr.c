@@ -110,8 +110,8 @@ bool expr_same(const Graph *g, const Expr *x, const Expr *y) {
   for (int trial = 0; trial < 4; trial++) {
     for (int i = 0; i < g->nsyms && i < 256; i++) {
       const Sym *s = &g->syms[i];
-      int64_t lo = s->min < 2 ? 2 : s->min, hi = s->max > lo + 1000 ? lo + 1000 : s->max;
-      if (hi < lo) hi = lo;
+      int64_t lo = s->min < 2 ? 2 : s->min, hi = s->max < lo ? lo : s->max;   /* at most 1000 past lo, without overflow */
+      if (hi - lo > 1000) hi = lo + 1000;
       int64_t v = trial == 0 ? s->hint : lo + (int64_t)((uint64_t)(i * 7919 + trial * 104729) % (uint64_t)(hi - lo + 1));
       env[i] = v;
     }
